@@ -1,0 +1,128 @@
+// ddprun as a user runs it: hostlist, dry-run (text and JSON), help/version, and bad input.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "run_process.hpp"
+
+using ddprun::test::run_process;
+
+namespace {
+
+std::vector<std::string> cmdline(std::vector<std::string> args) {
+  args.insert(args.begin(), DDPRUN_EXE);
+  return args;
+}
+
+std::map<std::string, std::string> slurm_step(int node) {
+  return {{"SLURM_JOB_ID", "4242"},         {"SLURM_STEP_ID", "0"},         {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+          {"SLURM_NODELIST", "gpu[07-10]"}, {"SLURM_STEP_NUM_NODES", "2"},  {"SLURM_STEP_NUM_TASKS", "2"},
+          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_NODEID", std::to_string(node)},
+          {"SLURM_PROCID", std::to_string(node)}, {"SLURM_LOCALID", "0"},  {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}};
+}
+
+// Bad input: non-zero exit, exactly one line on stderr naming `culprit`, nothing on stdout.
+void check_bad(const std::vector<std::string>& args, const std::string& culprit,
+               std::map<std::string, std::string> env = {}) {
+  auto r = run_process(cmdline(args), env);
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: ") && Catch::Contains(culprit));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+}  // namespace
+
+TEST_CASE("ddprun hostlist expands like scontrol show hostnames", "[cli][hostlist]") {
+  auto r = run_process(cmdline({"hostlist", "rack[1-2]-node[01-02]", "login,gpu-a[1-2]-ib"}));
+  CHECK(r.code == 0);
+  CHECK(r.out == "rack1-node01\nrack1-node02\nrack2-node01\nrack2-node02\nlogin\ngpu-a1-ib\ngpu-a2-ib\n");
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("ddprun hostlist: malformed expression prints nothing on stdout", "[cli][hostlist][error]") {
+  auto r = run_process(cmdline({"hostlist", "ok[1-2]", "node[5-3]"}));
+  CHECK(r.code != 0);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::Contains("node[5-3]"));
+}
+
+TEST_CASE("dry-run JSON lists every worker of the whole job", "[cli][dryrun]") {
+  auto r = run_process(
+      cmdline({"--dry-run", "--format", "json", "--gpus-per-proc", "2", "--", "python3", "train.py", "--lr", "0.1"}),
+      slurm_step(1));
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("world_size") == 4);
+  CHECK(j.at("nnodes") == 2);
+  CHECK(j.at("node_rank") == 1);
+  CHECK(j.at("master_addr") == "gpu07");
+  CHECK(j.at("master_port").is_number());
+  CHECK(j.at("run_id") == "4242");
+  CHECK(j.at("command") == nlohmann::json({"python3", "train.py", "--lr", "0.1"}));
+  REQUIRE(j.at("workers").size() == 4);
+  const auto& w3 = j.at("workers")[3];
+  CHECK(w3.at("node_rank") == 1);
+  CHECK(w3.at("host") == "gpu08");
+  CHECK(w3.at("rank") == 3);
+  CHECK(w3.at("local_rank") == 1);
+  CHECK(w3.at("env").at("CUDA_VISIBLE_DEVICES") == "2,3");
+  const int port = j.at("master_port").get<int>();
+  CHECK(w3.at("env").at("MASTER_PORT") == std::to_string(port));
+  for (const auto& item : w3.at("env").items()) CHECK(item.value().is_string());
+}
+
+TEST_CASE("dry-run text is a table naming node, host, rank, local rank and GPUs", "[cli][dryrun]") {
+  auto r = run_process(cmdline({"--dry-run", "--nproc-per-node", "2", "true"}), slurm_step(0));
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("world size 4") && Catch::Contains("gpu07") && Catch::Contains("gpu08") &&
+                        Catch::Contains("0,1,2,3"));
+}
+
+TEST_CASE("flags beat DDPRUN_* variables, which beat defaults", "[cli][precedence]") {
+  auto env = std::map<std::string, std::string>{{"DDPRUN_NPROC_PER_NODE", "3"}};
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), env);
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("world_size") == 3);
+  r = run_process(cmdline({"--dry-run", "--format", "json", "--nproc_per_node", "2", "true"}), env);
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("world_size") == 2);
+}
+
+TEST_CASE("--help and --version exit 0", "[cli]") {
+  auto h = run_process(cmdline({"--help"}));
+  CHECK(h.code == 0);
+  CHECK_THAT(h.out, Catch::Contains("--nproc-per-node") && Catch::Contains("--gpus-per-proc"));
+  auto v = run_process(cmdline({"--version"}));
+  CHECK(v.code == 0);
+  CHECK_THAT(v.out, Catch::StartsWith("ddprun "));
+}
+
+TEST_CASE("a command after -- may start with a dash", "[cli]") {
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "--", "-weird"}));
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("command")[0] == "-weird");
+}
+
+TEST_CASE("bad input table", "[cli][error]") {
+  check_bad({"--bogus", "true"}, "unknown flag '--bogus'");
+  check_bad({"--dry-run"}, "no command");
+  check_bad({"--nproc-per-node", "0", "true"}, "--nproc-per-node 0");
+  check_bad({"--nproc-per-node", "gpu", "true"}, "no GPUs are visible");
+  check_bad({"--gpus-per-proc", "0", "true"}, "--gpus-per-proc 0");
+  check_bad({"--max-restarts", "-1", "true"}, "--max-restarts");
+  check_bad({"--master-port", "abc", "true"}, "--master-port 'abc'");
+  check_bad({"--nnodes", "3:2", "true"}, "MIN 3 is greater than MAX 2");
+  check_bad({"--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:29400", "true"}, "--node-rank 2");
+  check_bad({"--gpus-per-proc", "3", "true"}, "not divisible by --gpus-per-proc 3", {{"CUDA_VISIBLE_DEVICES", "0,1"}});
+  check_bad({"--nproc-per-node", "3", "--procs-per-replica", "2", "true"}, "--procs-per-replica 2");
+  auto env = slurm_step(0);
+  env["SLURM_STEP_NODELIST"] = "gpu[07-";
+  check_bad({"true"}, "SLURM_STEP_NODELIST", env);
+  env = slurm_step(2);
+  check_bad({"true"}, "SLURM_NODEID=2", env);
+  env = slurm_step(0);
+  env["SLURM_STEP_NUM_NODES"] = "3";
+  check_bad({"true"}, "SLURM_STEP_NUM_NODES=3", env);
+}
