@@ -1,0 +1,219 @@
+// Two to four real ddprun agents on loopback acting as nodes: teardown everywhere, exit codes,
+// signals, agents killed, restarts, and logs.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <regex>
+
+#include "e2e/procs.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+
+namespace ddprun::test {
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+}  // namespace ddprun::test
+
+namespace {
+
+struct Job {
+  TempDir dir;
+  std::string token = "ddprun-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
+  int port = free_port();
+  std::vector<Proc> agents;
+
+  // Starts `nnodes` agents, each running `nproc` workers of `command`.
+  void start(int nnodes, int nproc, const std::vector<std::string>& command, std::vector<std::string> extra = {}) {
+    for (int n = 0; n < nnodes; ++n) {
+      std::vector<std::string> argv = {DDPRUN_EXE,
+                                       "--nnodes", std::to_string(nnodes),
+                                       "--node-rank", std::to_string(n),
+                                       "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port),
+                                       "--nproc-per-node", std::to_string(nproc),
+                                       "--rdzv-timeout", "60",
+                                       "--term-timeout", "3"};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      argv.push_back("--");
+      argv.insert(argv.end(), command.begin(), command.end());
+      agents.push_back(ddprun::test::start(argv, {{"DDPRUN_TEST_TOKEN", token}, {"DIR", dir.path}}, dir.path,
+                                           "agent" + std::to_string(n)));
+    }
+  }
+  void wait_all(std::chrono::milliseconds limit = 120s) {
+    for (auto& a : agents) CHECK(wait_for(a, limit));
+  }
+  ~Job() {
+    for (auto& a : agents) wait_for(a, 1ms);
+    leftovers_after(token, 1ms);
+  }
+};
+
+// Waits until `path` exists (bounded).
+bool wait_file(const std::string& path, std::chrono::milliseconds limit = 60s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (::access(path.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+const std::string kFake = FAKE_WORKER;
+
+}  // namespace
+
+TEST_CASE("a worker failure on one node tears down every node with its exit code", "[e2e][teardown]") {
+  Job job;
+  // Rank 4 lives on node 2; everyone else would run forever.
+  job.start(3, 2, sh("if [ \"$RANK\" = 4 ]; then exec " + kFake + " sleep 300 exit 7; else exec " + kFake +
+                     " hang; fi"));
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 7);
+  }
+  CHECK_THAT(job.agents[0].err(), Catch::Contains("exit code : 7") && Catch::Contains(": 4 (local rank 0)"));
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("a worker killed by a signal gives 128+signal on every node", "[e2e][teardown]") {
+  Job job;
+  job.start(2, 1, sh("if [ \"$RANK\" = 1 ]; then exec " + kFake + " sleep 200 signal 9; else exec " + kFake +
+                     " hang; fi"));
+  job.wait_all();
+  for (auto& a : job.agents) CHECK(a.code == 137);
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("SIGTERM to one agent reaches the workers and the job never reports success", "[e2e][signals]") {
+  Job job;
+  job.start(2, 1, sh("exec " + kFake + " trap-term \"$DIR/term_$RANK\" touch \"$DIR/ready_$RANK\" hang"));
+  REQUIRE(wait_file(job.dir / "ready_0"));
+  REQUIRE(wait_file(job.dir / "ready_1"));
+  ::kill(job.agents[1].pid, SIGTERM);
+  job.wait_all();
+  // Both workers trapped TERM and exited 0, yet the job was stopped: 128+SIGTERM on every node.
+  CHECK(read_file(job.dir / "term_1") == "TERM\n");
+  CHECK(read_file(job.dir / "term_0") == "TERM\n");
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 143);
+  }
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("SIGUSR1 is forwarded and the job continues", "[e2e][signals]") {
+  Job job;
+  job.start(1, 2,
+            sh("exec " + kFake + " trap 10 \"$DIR/usr1_$RANK\" touch \"$DIR/ready_$RANK\" wait-file \"$DIR/go\""));
+  REQUIRE(wait_file(job.dir / "ready_0"));
+  REQUIRE(wait_file(job.dir / "ready_1"));
+  ::kill(job.agents[0].pid, SIGUSR1);
+  CHECK(wait_file(job.dir / "usr1_0", 20s));
+  CHECK(wait_file(job.dir / "usr1_1", 20s));
+  std::ofstream(job.dir / "go").put('\n');
+  job.wait_all();
+  CHECK(job.agents[0].code == 0);
+  CHECK(read_file(job.dir / "usr1_0") == "10\n");
+}
+
+TEST_CASE("SIGKILL of the master agent: the other node exits non-zero and no worker survives", "[e2e][kill]") {
+  Job job;
+  job.start(2, 2, sh("touch \"$DIR/ready_$RANK\"; exec " + kFake + " hang"));
+  for (int r = 0; r < 4; ++r) REQUIRE(wait_file(job.dir / ("ready_" + std::to_string(r))));
+  ::kill(job.agents[0].pid, SIGKILL);
+  REQUIRE(wait_for(job.agents[1], 60s));
+  CHECK(job.agents[1].code != 0);
+  CHECK_THAT(job.agents[1].err(), Catch::Contains("master") || Catch::Contains("lost"));
+  wait_for(job.agents[0], 5s);
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("SIGKILL of a non-master agent: the master exits non-zero and no worker survives", "[e2e][kill]") {
+  Job job;
+  job.start(3, 1, sh("touch \"$DIR/ready_$RANK\"; exec " + kFake + " hang"));
+  for (int r = 0; r < 3; ++r) REQUIRE(wait_file(job.dir / ("ready_" + std::to_string(r))));
+  ::kill(job.agents[1].pid, SIGKILL);
+  REQUIRE(wait_for(job.agents[0], 60s));
+  REQUIRE(wait_for(job.agents[2], 60s));
+  CHECK(job.agents[0].code != 0);
+  CHECK(job.agents[2].code == job.agents[0].code);
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("restarts: a new round with TORCHELASTIC_RESTART_COUNT incremented", "[e2e][restart]") {
+  Job job;
+  // Attempt 0 fails on rank 2; attempt 1 succeeds everywhere.
+  job.start(2, 2,
+            sh("echo \"$TORCHELASTIC_RESTART_COUNT\" >> \"$DIR/attempts_$RANK\"; "
+               "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 2 ]; then "
+               "  for i in $(seq 1 3000); do [ $(cat \"$DIR\"/attempts_* | wc -l) -ge 4 ] && break; sleep 0.01; done; "
+               "  exit 5; fi; "
+               "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then sleep 300; fi"),
+            {"--max-restarts", "2"});
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 0);
+  }
+  CHECK(read_file(job.dir / "attempts_0") == "0\n1\n");
+  CHECK(read_file(job.dir / "attempts_3") == "0\n1\n");
+}
+
+TEST_CASE("restarts give up after --max-restarts and report the last root cause", "[e2e][restart]") {
+  Job job;
+  job.start(2, 1, sh("echo x >> \"$DIR/runs_$RANK\"; if [ \"$RANK\" = 1 ]; then exit 9; fi; sleep 300"),
+            {"--max-restarts", "1"});
+  job.wait_all();
+  for (auto& a : job.agents) CHECK(a.code == 9);
+  CHECK(read_file(job.dir / "runs_0") == "x\nx\n");
+}
+
+TEST_CASE("worker output crosses agents whole, prefixed, and complete", "[e2e][logs]") {
+  Job job;
+  const int n = 50000;
+  job.start(2, 2, {kFake, "lines", std::to_string(n), "out", "partial", "tail"});
+  job.wait_all();
+  for (int node = 0; node < 2; ++node) {
+    std::istringstream in(job.agents[static_cast<std::size_t>(node)].out());
+    std::map<int, int> next;  // rank -> next expected line number
+    std::map<int, bool> tail;
+    std::string line;
+    static const std::regex kLine(R"(\[(\d+)\]: line (\d+))");
+    static const std::regex kTail(R"(\[(\d+)\]: tail)");
+    int bad = 0;
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (std::regex_match(line, m, kLine)) {
+        int r = std::stoi(m[1]);
+        if (std::stoi(m[2]) != next[r]) ++bad;
+        next[r] = std::stoi(m[2]) + 1;
+      } else if (std::regex_match(line, m, kTail)) {
+        tail[std::stoi(m[1])] = true;
+      } else {
+        ++bad;
+      }
+    }
+    CHECK(bad == 0);
+    REQUIRE(next.size() == 2);
+    for (auto& [r, count] : next) {
+      CHECK(r / 2 == node);
+      CHECK(count == n);
+      CHECK(tail[r]);
+    }
+  }
+}
