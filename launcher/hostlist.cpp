@@ -1,6 +1,7 @@
 // Slurm hostlist expressions and count lists. See docs/hostlist.md for the accepted grammar.
 #include "launcher/hostlist.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -16,7 +17,9 @@ bool is_separator(char c) {
   return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 bool is_control(char c) {
   const auto u = static_cast<unsigned char>(c);
@@ -24,7 +27,9 @@ bool is_control(char c) {
 }
 
 // A character a host name may hold: anything but separators, brackets and control characters.
-bool is_name_char(char c) { return !is_separator(c) && c != '[' && c != ']' && !is_control(c); }
+bool is_name_char(char c) {
+  return !is_separator(c) && c != '[' && c != ']' && !is_control(c);
+}
 
 // The expression as it appears in a one-line message: control characters escaped, long input cut to
 // a window around `pos` (positions in the message always refer to the full expression).
@@ -55,10 +60,9 @@ std::string shown(std::string_view expr, std::size_t pos) {
   return out;
 }
 
-[[noreturn]] void fail(std::string_view expr, std::size_t pos, std::string_view what,
-                       std::string_view hint) {
-  throw Error(fmt::format("invalid hostlist \"{}\" at position {}: {}; {}", shown(expr, pos), pos, what,
-                          hint));
+[[noreturn]] void fail(std::string_view expr, std::size_t pos, std::string_view what, std::string_view hint) {
+  throw Error(
+      fmt::format("invalid hostlist \"{}\" at position {}: {}; {}", shown(expr, pos), pos, what, hint));
 }
 
 std::string pad(std::uint64_t value, std::size_t width) {
@@ -67,7 +71,7 @@ std::string pad(std::uint64_t value, std::size_t width) {
   return digits;
 }
 
-// Parses the decimal digits expr[pos, end); nullopt-like false on overflow.
+// Decimal digits to a number; false when it does not fit in 64 bits.
 bool to_u64(std::string_view digits, std::uint64_t& value) {
   value = 0;
   constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
@@ -81,46 +85,53 @@ bool to_u64(std::string_view digits, std::uint64_t& value) {
 
 // One "[...]" of an item, already expanded to its numbers as written (padding applied).
 struct Bracket {
-  std::size_t pos = 0;  // of '['
   std::vector<std::string> values;
   std::size_t chars = 0;  // sum of value lengths
 };
 
-// Reads a bracket starting at expr[pos] == '['; returns the position after ']'.
-std::size_t parse_bracket(std::string_view expr, std::size_t pos, Bracket& out) {
-  constexpr std::string_view kRangeHint = "brackets hold comma-separated numbers and lo-hi ranges, e.g. node[1-4,8]";
-  out.pos = pos;
-  std::size_t i = pos + 1;
-  if (i < expr.size() && expr[i] == ']') fail(expr, pos, "empty brackets \"[]\"", kRangeHint);
+constexpr std::string_view kBracketHint =
+    "brackets hold comma-separated numbers and lo-hi ranges, e.g. node[1-4,8]";
+
+// expr[i] (or the end of expr) cannot stand where it is inside the bracket opened at `open`.
+[[noreturn]] void bad_in_bracket(std::string_view expr, std::size_t open, std::size_t i) {
+  if (i >= expr.size()) fail(expr, open, "missing ']' for this '['", "close every '[' with ']'");
+  const char c = expr[i];
+  if (c == '[') fail(expr, i, "nested '['", "brackets cannot be nested: close the first '[' with ']'");
+  if (c == '-') fail(expr, i, "extra '-' in range", "write ranges as lo-hi, e.g. n[1-4]");
+  if (is_separator(c)) {
+    fail(expr, i, "whitespace inside brackets (missing ']'?)",
+         "close every '[' with ']' and do not put spaces inside brackets");
+  }
+  fail(expr, i, fmt::format("'{}' inside brackets", shown(expr.substr(i, 1), 0)), kBracketHint);
+}
+
+// Reads a bracket starting at expr[open] == '['; returns the position after its ']'.
+std::size_t parse_bracket(std::string_view expr, std::size_t open, Bracket& out) {
+  std::size_t i = open + 1;
+  if (i < expr.size() && expr[i] == ']') fail(expr, open, "empty brackets \"[]\"", kBracketHint);
+  // The digits at expr[i], or the error for what stands there instead.
+  auto read_number = [&](bool is_lo) -> std::string_view {
+    const std::size_t begin = i;
+    while (i < expr.size() && is_digit(expr[i])) ++i;
+    if (i > begin) return expr.substr(begin, i - begin);
+    if (i < expr.size() && expr[i] == '-' && is_lo) {
+      fail(expr, i, "range starts with '-'",
+           "numbers in brackets cannot be negative: write lo-hi, e.g. n[0-3]");
+    }
+    if (i < expr.size() && (expr[i] == ',' || expr[i] == ']')) {
+      if (is_lo) fail(expr, i, "empty element in brackets", "remove the extra ','");
+      fail(expr, i, "range has no upper bound", "write ranges as lo-hi, e.g. n[1-4]");
+    }
+    bad_in_bracket(expr, open, i);
+  };
   for (;;) {
     // One element: digits, or digits '-' digits.
     const std::size_t start = i;
-    auto read_number = [&](std::string_view role) -> std::string_view {
-      const std::size_t begin = i;
-      while (i < expr.size() && is_digit(expr[i])) ++i;
-      if (i > begin) return expr.substr(begin, i - begin);
-      if (i >= expr.size()) {
-        fail(expr, pos, "missing ']' for this '['", "close every '[' with ']'");
-      }
-      const char c = expr[i];
-      if (c == '-' && role == "lo") {
-        fail(expr, i, "range starts with '-'", "numbers in brackets cannot be negative: write lo-hi, e.g. n[0-3]");
-      }
-      if (c == ',' || c == ']') {
-        fail(expr, i, role == "lo" ? "empty element in brackets" : "range has no upper bound",
-             role == "lo" ? "remove the extra ','" : "write ranges as lo-hi, e.g. n[1-4]");
-      }
-      if (c == '[') fail(expr, i, "nested '['", "brackets cannot be nested: close the first '[' with ']'");
-      if (is_separator(c)) {
-        fail(expr, i, "whitespace inside brackets (missing ']'?)", "close every '[' with ']' and do not put spaces inside brackets");
-      }
-      fail(expr, i, fmt::format("'{}' inside brackets", shown(expr.substr(i, 1), 0)), kRangeHint);
-    };
-    const std::string_view lo_text = read_number("lo");
+    const std::string_view lo_text = read_number(true);
     std::string_view hi_text = lo_text;
     if (i < expr.size() && expr[i] == '-') {
       ++i;
-      hi_text = read_number("hi");
+      hi_text = read_number(false);
     }
     std::uint64_t lo = 0;
     std::uint64_t hi = 0;
@@ -136,7 +147,7 @@ std::size_t parse_bracket(std::string_view expr, std::size_t pos, Bracket& out) 
            "split it into smaller ranges or check the numbers");
     }
     if (out.values.size() + (hi - lo) >= kMaxTotalHosts) {
-      fail(expr, pos, fmt::format("brackets produce more than {} hosts", kMaxTotalHosts),
+      fail(expr, open, fmt::format("brackets produce more than {} hosts", kMaxTotalHosts),
            "split the expression or check the ranges");
     }
     // Width comes from lo as written: [08-10] -> 08 09 10, [8-010] -> 8 9 10.
@@ -146,20 +157,12 @@ std::size_t parse_bracket(std::string_view expr, std::size_t pos, Bracket& out) 
       out.chars += out.values.back().size();
       if (v == hi) break;
     }
-    if (i >= expr.size()) fail(expr, pos, "missing ']' for this '['", "close every '[' with ']'");
-    if (expr[i] == ']') return i + 1;
-    if (expr[i] == ',') {
+    if (i < expr.size() && expr[i] == ']') return i + 1;
+    if (i < expr.size() && expr[i] == ',') {
       ++i;
       continue;
     }
-    if (expr[i] == '-') {
-      fail(expr, i, "extra '-' in range", "write ranges as lo-hi, e.g. n[1-4]");
-    }
-    if (expr[i] == '[') fail(expr, i, "nested '['", "brackets cannot be nested: close the first '[' with ']'");
-    if (is_separator(expr[i])) {
-      fail(expr, i, "whitespace inside brackets (missing ']'?)", "close every '[' with ']' and do not put spaces inside brackets");
-    }
-    fail(expr, i, fmt::format("'{}' inside brackets", shown(expr.substr(i, 1), 0)), kRangeHint);
+    bad_in_bracket(expr, open, i);
   }
 }
 
@@ -263,9 +266,10 @@ std::string compress_hostlist(const std::vector<std::string>& hosts) {
     const std::string& name = hosts[h];
     for (const char c : name) {
       if (!is_name_char(c)) {
-        throw Error(fmt::format("cannot write host \"{}\" (index {}) as a hostlist: names may not contain "
-                                "brackets, commas, whitespace or control characters",
-                                shown(name, 0), h));
+        throw Error(
+            fmt::format("cannot write host \"{}\" (index {}) as a hostlist: names may not contain "
+                        "brackets, commas, whitespace or control characters",
+                        shown(name, 0), h));
       }
     }
     if (name.empty()) {

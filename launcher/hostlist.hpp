@@ -22,7 +22,9 @@ inline constexpr std::size_t kMaxTotalChars = std::size_t{1} << 26;  // bytes of
 std::vector<std::string> expand_hostlist(std::string_view expr);
 
 // The reverse, for display: consecutive hosts that differ only in a trailing number of the same
-// width are folded into one bracket ("n01,n02,n03,m" -> "n[01-03],m"). Never sorts, never dedups.
+// width are folded into one bracket ("n01,n02,n03,m" -> "n[01-03],m"). Never sorts, never dedups;
+// writes what libslurm writes, and expand_hostlist(compress_hostlist(x)) == x. Throws Error for a name
+// no hostlist can hold (empty, or with brackets, commas, whitespace or control characters).
 std::string compress_hostlist(const std::vector<std::string>& hosts);
 
 // "2(x3),1" -> {2,2,2,1}. Used for SLURM_TASKS_PER_NODE and SLURM_JOB_CPUS_PER_NODE.
