@@ -149,7 +149,7 @@ TEST_CASE("precedence: flags beat Slurm", "[config]") {
   CHECK(resolve(o2, step_env(0), sys()).job.master_addr == "node2");  // endpoint host before the nodelist
 }
 
-TEST_CASE("GPUs: CUDA_VISIBLE_DEVICES, then Slurm's list; nproc gpu", "[config][gpu]") {
+TEST_CASE("GPUs: CUDA_VISIBLE_DEVICES, then Slurm's list, and nproc gpu", "[config][gpu]") {
   auto env = step_env(0);
   env["SLURM_STEP_GPUS"] = "4,5,6,7";
   auto o = cmd();
