@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "agent/error.hpp"
+#include "launcher/dry_run.hpp"
 #include "agent/supervisor.hpp"
 #include "rendezvous/error.hpp"
 #include "rendezvous/rendezvous.hpp"
@@ -130,6 +131,7 @@ int run_standalone(const launcher::Options& o, const launcher::Resolved& r) {
     job.master_port = rdzv::choose_master_port(job.master_port, 0);
     const launcher::Plan plan = launcher::build_plan(job, r.nodes);
     ao.attempt = attempt;
+    if (!o.quiet && plan.world_size > 1) fmt::print(stderr, "{}", launcher::render_startup_table(plan, attempt));
     LocalCoordinator coord;
     res = run_workers(plan.workers_on(job.node_rank), plan.world_size, ao, coord);
     if (res.success) return 0;
@@ -199,6 +201,7 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r) {
     } else {
       local = plan.workers_on(plan.node_rank);
     }
+    if (!o.quiet && my_id == 0) fmt::print(stderr, "{}", launcher::render_startup_table(plan, attempt));
     coord.reset();
     rz.watch([&coord](const rdzv::AbortInfo& a) { coord.on_abort(a); });
     ao.attempt = attempt;

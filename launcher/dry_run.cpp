@@ -8,6 +8,44 @@ namespace ddprun::launcher {
 
 Plan dry_run_plan(const Resolved& r) { return build_plan(r.job, r.nodes); }
 
+std::string render_startup_table(const Plan& plan, int attempt, std::size_t max_rows) {
+  struct Row {
+    std::string node, host, ranks, gpus;
+  };
+  std::vector<Row> rows;
+  for (int n = 0; n < plan.nnodes; ++n) {
+    auto ws = plan.workers_on(n);
+    if (ws.empty()) continue;
+    std::string gpus;
+    for (const auto& w : ws) {
+      if (w.gpus.empty()) continue;
+      gpus += (gpus.empty() ? "" : " ") + fmt::format("{}", fmt::join(w.gpus, ","));
+    }
+    const int lo = ws.front().rank;
+    const int hi = ws.back().rank;
+    rows.push_back({std::to_string(n), ws.front().host.value_or("?"),
+                    lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi), gpus.empty() ? "-" : gpus});
+  }
+  std::size_t hw = 4, rw = 5;
+  for (const auto& r : rows) {
+    hw = std::max(hw, r.host.size());
+    rw = std::max(rw, r.ranks.size());
+  }
+  std::string out = fmt::format("ddprun: run {} attempt {}: {} node{}, world size {}, master {}:{}\n", plan.run_id,
+                                attempt, plan.nnodes, plan.nnodes == 1 ? "" : "s", plan.world_size,
+                                plan.master_addr, plan.master_port);
+  out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", "node", "host", hw, "ranks", rw, "gpus");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows.size() > max_rows && i == max_rows / 2) {
+      out += fmt::format("  ... {} more nodes ...\n", rows.size() - max_rows);
+      i = rows.size() - max_rows / 2 - 1;
+      continue;
+    }
+    out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", rows[i].node, rows[i].host, hw, rows[i].ranks, rw, rows[i].gpus);
+  }
+  return out;
+}
+
 std::string render_plan_text(const Resolved& r, const Plan& plan) {
   std::string out;
   out += fmt::format("ddprun plan: {} mode, {} node{}, world size {}, master {}:{}, run id {}\n", to_string(plan.mode),

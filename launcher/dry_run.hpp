@@ -9,6 +9,10 @@ namespace ddprun::launcher {
 std::string render_plan_text(const Resolved& r, const Plan& plan);
 std::string render_plan_json(const Resolved& r, const Plan& plan);
 
+// The startup table node rank 0 prints once the plan is agreed: one row per node (first and last
+// rows only past `max_rows` nodes) with its host, ranks and GPUs, and the master address.
+std::string render_startup_table(const Plan& plan, int attempt, std::size_t max_rows = 16);
+
 // The plan this node would run before the rendezvous replaces assumptions with facts.
 Plan dry_run_plan(const Resolved& r);
 
