@@ -1,0 +1,29 @@
+#pragma once
+// The failure report (stderr and JSON) and the summary table every run ends with.
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/coordinator.hpp"
+#include "agent/result.hpp"
+
+namespace ddprun::agent {
+
+// "2026-11-22T03:14:05.123Z"
+std::string format_time(std::chrono::system_clock::time_point t);
+
+// Failure <-> JSON; also what the lead can send through the store. from_json throws Error on
+// malformed input.
+nlohmann::json failure_to_json(const Failure& f);
+Failure failure_from_json(const nlohmann::json& j);
+
+// The report of a failed run: root cause first (time, host, node rank, rank, local rank, exit code or
+// signal, pid, last stderr lines), then the other failed workers. Text for stderr.
+std::string format_report(const RunResult& r);
+nlohmann::json report_to_json(const RunResult& r);
+
+// Compact table: rank, local rank, host, exit, duration; one line per local worker.
+std::string format_summary(const RunResult& r);
+
+}  // namespace ddprun::agent

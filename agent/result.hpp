@@ -1,0 +1,47 @@
+#pragma once
+// What one run of this node's workers ended with.
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/coordinator.hpp"
+#include "agent/policy.hpp"
+
+namespace ddprun::agent {
+
+struct WorkerExit {
+  int rank = 0;
+  int local_rank = 0;
+  int node_rank = 0;
+  std::string host;
+  long pid = 0;
+  ExitStatus status;
+  bool stopped_by_ddprun =
+      false;           // it ended after teardown had started (our TERM/KILL or a forwarded signal)
+  std::string reason;  // one line
+  std::chrono::system_clock::time_point end_time{};
+  std::chrono::milliseconds duration{0};
+  std::vector<std::string> stderr_tail;
+};
+
+struct RunResult {
+  int exit_code = 0;
+  bool success = false;               // every local worker exited 0, no abort, no signal
+  std::optional<Failure> root_cause;  // the job's root cause (maybe from another node)
+  std::vector<WorkerExit> exits;      // local workers in local-rank order (empty if none started)
+  bool stopped_by_signal = false;     // TERM/INT/HUP/QUIT reached the agent: do not restart
+  int signal = 0;                     // that signal
+  bool spawn_failed = false;          // the command could not be started: restarting cannot help
+  bool remote_abort = false;          // teardown was started by another node's failure
+  int attempt = 0;
+  int node_rank = 0;
+  std::string host;
+};
+
+// The lead restarts (with --max-restarts) only failures a new attempt can fix.
+inline bool worth_restarting(const RunResult& r) {
+  return !r.success && !r.stopped_by_signal && !r.spawn_failed;
+}
+
+}  // namespace ddprun::agent

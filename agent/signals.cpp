@@ -1,0 +1,88 @@
+#include "agent/signals.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "agent/error.hpp"
+
+namespace ddprun::agent {
+
+namespace {
+
+std::atomic<int> g_write_fd{-1};
+
+extern "C" void on_agent_signal(int sig) {
+  const int saved_errno = errno;
+  const int fd = g_write_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    const auto byte = static_cast<unsigned char>(sig);
+    [[maybe_unused]] const ssize_t w = ::write(fd, &byte, 1);  // full pipe: drop, never block
+  }
+  errno = saved_errno;
+}
+
+}  // namespace
+
+SignalWatcher::SignalWatcher(const std::vector<int>& sigs) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw Error(std::string("cannot create the signal pipe: ") + std::strerror(errno), 1);
+  }
+  int expected = -1;
+  if (!g_write_fd.compare_exchange_strong(expected, p[1])) {
+    ::close(p[0]);
+    ::close(p[1]);
+    throw Error("ddprun internal error: workers are already being supervised in this process", 1);
+  }
+  read_fd_ = p[0];
+  write_fd_ = p[1];
+
+  struct sigaction sa {};
+  sa.sa_handler = on_agent_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  std::vector<int> all = sigs;
+  all.push_back(SIGPIPE);
+  for (int sig : all) {
+    Saved s{sig, {}};
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    ::sigaction(sig, sig == SIGPIPE ? &ign : &sa, &s.action);
+    saved_.push_back(s);
+  }
+  // The caller may have blocked these (the lead's threads usually do not); unblock them here.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : sigs) sigaddset(&set, sig);
+  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+SignalWatcher::~SignalWatcher() {
+  for (const auto& s : saved_) ::sigaction(s.sig, &s.action, nullptr);
+  g_write_fd.store(-1);
+  ::close(read_fd_);
+  ::close(write_fd_);
+}
+
+std::vector<int> SignalWatcher::drain() const {
+  std::vector<int> out;
+  unsigned char buf[64];
+  for (;;) {
+    const ssize_t n = ::read(read_fd_, buf, sizeof buf);
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) out.push_back(buf[i]);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,211 @@
+#include "agent/spawn.hpp"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include "agent/error.hpp"
+
+extern char** environ;
+
+namespace ddprun::agent {
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::vector<std::string> merge_environment(const std::vector<std::string>& base,
+                                           const std::map<std::string, std::string>& overlay) {
+  std::map<std::string, std::string> merged;
+  for (const auto& kv : base) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    merged.emplace(kv.substr(0, eq), kv.substr(eq + 1));  // first definition wins, like getenv
+  }
+  for (const auto& [k, v] : overlay) merged[k] = v;
+  std::vector<std::string> out;
+  out.reserve(merged.size());
+  for (const auto& [k, v] : merged) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::vector<std::string> current_environment() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
+}
+
+std::pair<std::string, int> describe_exec_error(int err, const std::string& program) {
+  switch (err) {
+    case ENOENT:
+      if (::access(program.c_str(), F_OK) == 0) {
+        return {"interpreter named in the #! line of " + program + " not found", 127};
+      }
+      return {"no such file: " + program, 127};
+    case ENOTDIR:
+      return {"no such file: " + program + " (a path component is not a directory)", 127};
+    case EACCES:
+      return {"permission denied: " + program, 126};
+    case ENOEXEC:
+      return {"not an executable format: " + program + " (add a #! line or run it via its interpreter)", 126};
+    default:
+      return {"cannot execute " + program + ": " + std::strerror(err), 126};
+  }
+}
+
+namespace {
+
+// What the child reports through the sync pipe when it cannot exec.
+struct ChildError {
+  int stage;  // 0 = exec, 1 = fd setup
+  int err;
+};
+
+[[noreturn]] void child_fail(int sync_fd, int stage) {
+  const ChildError e{stage, errno};
+  [[maybe_unused]] const ssize_t w = ::write(sync_fd, &e, sizeof e);
+  ::_exit(127);
+}
+
+// Runs between fork and exec: only async-signal-safe calls, no allocation (the agent may have
+// other threads, whose locks are frozen in the child).
+[[noreturn]] void child_main(pid_t parent, int devnull, int out_w, int err_w, int sync_w, const char* program,
+                             char* const* argv, char* const* envp) {
+  ::setpgid(0, 0);  // own group: teardown and forwarded signals reach the worker's children too
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::raise(SIGKILL);  // the agent died before prctl took effect
+
+  // Handlers point into the agent's code; ignored signals would be inherited by exec.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocked everything around fork
+
+  if (::dup2(devnull, 0) < 0 || ::dup2(out_w, 1) < 0 || ::dup2(err_w, 2) < 0) child_fail(sync_w, 1);
+  // Every other descriptor closes at exec (the sync pipe must survive until then).
+  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    rlimit rl{};
+    const long max_fd =
+        ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? static_cast<long>(rl.rlim_cur) : 65536L;
+    for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  ::execve(program, argv, envp);
+  child_fail(sync_w, 0);
+}
+
+UniqueFd open_checked(const char* path, int flags) {
+  const int fd = ::open(path, flags | O_CLOEXEC);
+  if (fd < 0) throw Error(std::string("cannot open ") + path + ": " + std::strerror(errno), 1);
+  return UniqueFd(fd);
+}
+
+std::pair<UniqueFd, UniqueFd> make_pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    throw Error(std::string("cannot create a pipe: ") + std::strerror(errno) +
+                    " (too many open files? raise ulimit -n)",
+                1);
+  }
+  return {UniqueFd(p[0]), UniqueFd(p[1])};
+}
+
+// If the agent was started with stdio closed, new pipes could land on 0-2 and be clobbered by the
+// child's dup2; occupy those slots with /dev/null first.
+void ensure_stdio_open() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      const int n = ::open("/dev/null", O_RDWR);
+      if (n >= 0 && n != fd) ::close(n);  // open() returns the lowest free slot, i.e. fd
+    }
+  }
+}
+
+}  // namespace
+
+Spawned spawn_process(const SpawnRequest& req) {
+  ensure_stdio_open();
+  std::vector<char*> argv;
+  for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  UniqueFd devnull = open_checked("/dev/null", O_RDONLY);
+  auto [out_r, out_w] = make_pipe();
+  auto [err_r, err_w] = make_pipe();
+  auto [sync_r, sync_w] = make_pipe();
+
+  const pid_t parent = ::getpid();
+  // Block every signal across fork so no agent handler runs in the child before it resets them.
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    child_main(parent, devnull.get(), out_w.get(), err_w.get(), sync_w.get(), req.program.c_str(),
+               argv.data(), envp.data());
+  }
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    throw Error(std::string("cannot fork a worker: ") + std::strerror(fork_errno), 1);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so killpg() works before the child got to run
+  out_w.reset();
+  err_w.reset();
+  sync_w.reset();
+
+  ChildError ce{};
+  ssize_t n;
+  do {
+    n = ::read(sync_r.get(), &ce, sizeof ce);
+  } while (n < 0 && errno == EINTR);
+  if (n > 0) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (ce.stage == 0) {
+      auto [msg, code] = describe_exec_error(ce.err, req.program);
+      throw Error(msg, code);
+    }
+    throw Error(std::string("cannot set up the worker's stdio: ") + std::strerror(ce.err), 1);
+  }
+
+  Spawned s;
+  s.pid = pid;
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    const int err = errno;
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    throw Error(std::string("pidfd_open failed (ddprun needs Linux 5.3 or newer): ") + std::strerror(err), 1);
+  }
+  ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+  s.pidfd.reset(pidfd);
+  s.stdout_fd = std::move(out_r);
+  s.stderr_fd = std::move(err_r);
+  return s;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,215 @@
+// Pure pieces of the agent: line splitting, prefixes, failure policy, commands, report format.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <catch2/catch.hpp>
+#include <csignal>
+
+#include "agent/command.hpp"
+#include "agent/error.hpp"
+#include "agent/log_relay.hpp"
+#include "agent/policy.hpp"
+#include "agent/report.hpp"
+#include "agent/spawn.hpp"
+#include "agent_test_util.hpp"
+
+using namespace ddprun::agent;
+
+namespace {
+std::vector<std::string> split_all(LineSplitter& s, const std::vector<std::string>& chunks, bool finish) {
+  std::vector<std::string> lines;
+  auto add = [&](std::string_view l) { lines.emplace_back(l); };
+  for (const auto& c : chunks) s.feed(c, add);
+  if (finish) s.finish(add);
+  return lines;
+}
+
+Failure failure_at(int rank, int ms, int code = 1) {
+  Failure f;
+  f.host = "h" + std::to_string(rank);
+  f.rank = rank;
+  f.exit_code = code;
+  f.pid = 100 + rank;
+  f.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+  return f;
+}
+}  // namespace
+
+TEST_CASE("line splitter keeps lines whole across reads and keeps the last partial line") {
+  LineSplitter s;
+  CHECK(split_all(s, {"a\nb", "c\n\nd"}, false) == std::vector<std::string>{"a", "bc", ""});
+  CHECK(s.pending_size() == 1);
+  CHECK(split_all(s, {}, true) == std::vector<std::string>{"d"});
+  CHECK(split_all(s, {}, true).empty());
+}
+
+TEST_CASE("line splitter cuts lines longer than its limit instead of growing") {
+  LineSplitter s(4);
+  CHECK(split_all(s, {"abcdefghij\nxy"}, true) == std::vector<std::string>{"abcd", "efgh", "ij", "xy"});
+}
+
+TEST_CASE("prefix template renders every placeholder and rejects unknown ones") {
+  const PrefixFields f{12, 3, 1, "node7", "trainer"};
+  CHECK(render_prefix(kDefaultPrefixTemplate, f) == "[12]: ");
+  CHECK(render_prefix("{host}:{node_rank}/{local_rank} {role}{{x}} ", f) == "node7:1/3 trainer{x} ");
+  try {
+    render_prefix("[{rnak}] ", f);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("{rnak}") != std::string::npos);
+  }
+  CHECK_THROWS_AS(render_prefix("[{rank", f), Error);
+  CHECK_THROWS_AS(render_prefix("rank}", f), Error);
+}
+
+TEST_CASE("tail buffer keeps only the last lines") {
+  TailBuffer t(2);
+  for (auto l : {"1", "2", "3"}) t.push(l);
+  CHECK(t.lines() == std::deque<std::string>{"2", "3"});
+}
+
+TEST_CASE("wait statuses map to exit codes - signals to 128+signal") {
+  CHECK(decode_wait_status(3 << 8).exit_code == 3);
+  CHECK(decode_wait_status(3 << 8).signal == 0);
+  const auto k = decode_wait_status(SIGKILL);
+  CHECK(k.exit_code == 137);
+  CHECK(k.signal == SIGKILL);
+  CHECK(signal_name(SIGKILL) == "SIGKILL");
+  CHECK(signal_name(SIGSEGV) == "SIGSEGV");
+  CHECK(signal_name(SIGRTMIN + 1) == "signal " + std::to_string(SIGRTMIN + 1));
+  CHECK(describe_exit(k) == "killed by SIGKILL");
+  CHECK(describe_exit(ExitStatus{3, 0}) == "exited with code 3");
+  CHECK(short_exit(k) == "SIGKILL (137)");
+}
+
+TEST_CASE("root cause is the earliest failure - a remote one wins ties and later local ones") {
+  const auto local = failure_at(1, 200);
+  const auto early_remote = failure_at(5, 100);
+  const auto late_remote = failure_at(5, 300);
+  CHECK(choose_root_cause(local, early_remote)->rank == 5);
+  CHECK(choose_root_cause(local, late_remote)->rank == 1);
+  CHECK(choose_root_cause(local, failure_at(5, 200))->rank == 5);
+  CHECK(choose_root_cause(std::nullopt, late_remote)->rank == 5);
+  CHECK(choose_root_cause(local, std::nullopt)->rank == 1);
+  CHECK_FALSE(choose_root_cause(std::nullopt, std::nullopt));
+}
+
+TEST_CASE("job exit code: 0 only without failures or signals, else the root cause's code") {
+  CHECK(job_exit_code(std::nullopt, 0, {{0, 0}, {0, 0}}) == 0);
+  CHECK(job_exit_code(failure_at(1, 0, 3), 0, {{3, 0}, {143, SIGTERM}}) == 3);
+  CHECK(job_exit_code(failure_at(1, 0, 3), SIGTERM, {{3, 0}}) == 3);
+  CHECK(job_exit_code(std::nullopt, SIGTERM, {{0, 0}}) == 143);
+  CHECK(job_exit_code(std::nullopt, 0, {{0, 0}, {9, 0}}) == 9);
+  CHECK(is_stopping_signal(SIGTERM));
+  CHECK(is_stopping_signal(SIGQUIT));
+  CHECK_FALSE(is_stopping_signal(SIGUSR1));
+  CHECK(forwarded_signals().size() == 6);
+}
+
+TEST_CASE("commands: .py and -m run under python -u, --no-python as is") {
+  CHECK(build_argv({{"train.py", "--lr", "1"}, false, false, "python3"}) ==
+        std::vector<std::string>{"python3", "-u", "train.py", "--lr", "1"});
+  CHECK(build_argv({{"pkg.mod", "x"}, false, true, "/opt/py"}) ==
+        std::vector<std::string>{"/opt/py", "-u", "-m", "pkg.mod", "x"});
+  CHECK(build_argv({{"train.py"}, true, false, "python3"}) == std::vector<std::string>{"train.py"});
+  CHECK(build_argv({{"./a.out", "1"}, false, false, "python3"}) == std::vector<std::string>{"./a.out", "1"});
+  CHECK_THROWS_AS(build_argv({{}, false, false, "python3"}), Error);
+}
+
+TEST_CASE("PATH lookup finds executables only, like execvp") {
+  agent_test::TempDir dir;
+  const std::string plain = dir / "notexec";
+  std::ofstream(plain) << "x";
+  CHECK(find_in_path("sh", "/nonexistent:/bin:/usr/bin").value_or("").find("/sh") != std::string::npos);
+  CHECK_FALSE(find_in_path("notexec", dir.path().string()));
+  CHECK_FALSE(find_in_path("ddprun-no-such-command", "/bin:/usr/bin"));
+  CHECK(find_in_path("./x", "") == "./x");
+  try {
+    resolve_command({{"ddprun-no-such-command"}, false, false, "python3"}, "/bin:/usr/bin");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.exit_code() == 127);
+    CHECK(std::string(e.what()).find("ddprun-no-such-command") != std::string::npos);
+  }
+  try {
+    resolve_command({{"missing_script.py"}, false, false, "sh"}, "/bin:/usr/bin");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.exit_code() == 127);
+    CHECK(std::string(e.what()) == "no such file: missing_script.py");
+  }
+}
+
+TEST_CASE("worker environment is the agent's with the plan's variables on top") {
+  const auto env = merge_environment({"A=1", "B=2", "PATH=/bin", "A=shadowed"}, {{"B", "x"}, {"RANK", "3"}});
+  CHECK(env == std::vector<std::string>{"A=1", "B=x", "PATH=/bin", "RANK=3"});
+}
+
+TEST_CASE("exec errors are named for the user") {
+  CHECK(describe_exec_error(ENOENT, "/no/such/prog").first == "no such file: /no/such/prog");
+  CHECK(describe_exec_error(ENOENT, "/no/such/prog").second == 127);
+  CHECK(describe_exec_error(EACCES, "/etc/passwd").first == "permission denied: /etc/passwd");
+  CHECK(describe_exec_error(EACCES, "/etc/passwd").second == 126);
+}
+
+TEST_CASE("failure records survive a JSON round trip (what nodes exchange)") {
+  Failure f = failure_at(3, 1234567, 139);
+  f.signal = SIGSEGV;
+  f.node_rank = 2;
+  f.local_rank = 1;
+  f.reason = "killed by SIGSEGV";
+  f.stderr_tail = {"a", "b"};
+  const auto j = failure_to_json(f);
+  CHECK(j.at("signal_name") == "SIGSEGV");
+  const Failure g = failure_from_json(nlohmann::json::parse(j.dump()));
+  CHECK(g.host == f.host);
+  CHECK(g.rank == 3);
+  CHECK(g.local_rank == 1);
+  CHECK(g.node_rank == 2);
+  CHECK(g.exit_code == 139);
+  CHECK(g.signal == SIGSEGV);
+  CHECK(g.pid == f.pid);
+  CHECK(g.time == f.time);
+  CHECK(g.stderr_tail == f.stderr_tail);
+  CHECK_THROWS_AS(failure_from_json(nlohmann::json{{"host", "x"}}), Error);
+}
+
+TEST_CASE("report puts the root cause first and the summary has one row per worker") {
+  RunResult r;
+  r.exit_code = 3;
+  r.host = "n1";
+  r.root_cause = failure_at(1, 1000, 3);
+  r.root_cause->reason = "exited with code 3";
+  r.root_cause->stderr_tail = {"Traceback", "ValueError: boom"};
+  WorkerExit a;
+  a.rank = 0;
+  a.host = "n1";
+  a.pid = 100;
+  a.status = {143, SIGTERM};
+  a.stopped_by_ddprun = true;
+  a.reason = "killed by SIGTERM (stopped by ddprun)";
+  a.duration = std::chrono::milliseconds(1500);
+  WorkerExit b;
+  b.rank = 1;
+  b.local_rank = 1;
+  b.host = "n1";
+  b.pid = 101;
+  b.status = {3, 0};
+  b.reason = "exited with code 3";
+  r.exits = {a, b};
+  const std::string rep = format_report(r);
+  const auto root = rep.find("Root cause");
+  const auto other = rep.find("Other failures");
+  REQUIRE(root != std::string::npos);
+  REQUIRE(other != std::string::npos);
+  CHECK(root < other);
+  CHECK(rep.find("ValueError: boom") < other);
+  CHECK(rep.find("1970-01-01T00:00:01.000Z") != std::string::npos);
+  CHECK(rep.find("rank 0 (local rank 0) on n1: killed by SIGTERM") != std::string::npos);
+  const std::string sum = format_summary(r);
+  CHECK(sum.find("SIGTERM (143) *") != std::string::npos);
+  CHECK(sum.find("1.50s") != std::string::npos);
+  CHECK(agent_test::split_lines(sum).size() == 5);  // header, columns, 2 rows, footnote
+  const auto j = report_to_json(r);
+  CHECK(j.at("root_cause").at("rank") == 1);
+  CHECK(j.at("workers").size() == 2);
+}

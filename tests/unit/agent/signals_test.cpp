@@ -1,0 +1,111 @@
+// Signals reaching the agent: forwarded to every worker group; TERM/INT/... stop the job.
+#include <catch2/catch.hpp>
+#include <csignal>
+
+#include "agent_test_util.hpp"
+
+using namespace agent_test;
+
+namespace {
+// Still running (not a zombie)?
+bool running(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Sends `sig` until the process ends (two deliveries of one signal may merge into one).
+void signal_until_gone(pid_t pid, int sig) {
+  for (int i = 0; i < 600 && running(pid); ++i) {
+    ::kill(pid, sig);
+    std::this_thread::sleep_for(50ms);
+  }
+}
+}  // namespace
+
+TEST_CASE("SIGTERM to the agent is forwarded and the job fails with 143 even if workers exit 0") {
+  TempDir dir;
+  std::vector<std::string> actions;
+  for (int r = 0; r < 2; ++r) {
+    const std::string n = std::to_string(r);
+    actions.push_back("trap-term " + (dir / ("term" + n)) + " touch " + (dir / ("ready" + n)) + " hang");
+  }
+  const auto r = run_agent_in_child(dir, make_workers(actions), 2, fake_options(), [&](pid_t agent) {
+    REQUIRE(wait_for_file(dir / "ready0"));
+    REQUIRE(wait_for_file(dir / "ready1"));
+    ::kill(agent, SIGTERM);
+  });
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 143);
+  CHECK(r.result.at("success") == false);
+  CHECK(r.result.at("stopped_by_signal") == true);
+  CHECK(r.result.at("signal") == "SIGTERM");
+  CHECK(read_file(dir / "term0") == "TERM\n");
+  CHECK(read_file(dir / "term1") == "TERM\n");
+  CHECK(r.err.find("SIGTERM received by ddprun") != std::string::npos);
+}
+
+TEST_CASE("SIGUSR1 to the agent is forwarded and the job goes on") {
+  TempDir dir;
+  std::vector<std::string> actions;
+  for (int r = 0; r < 2; ++r) {
+    const std::string n = std::to_string(r);
+    actions.push_back("trap 10 " + (dir / ("usr" + n)) + " touch " + (dir / ("ready" + n)) + " wait-file " +
+                      (dir / "go") + " exit 0");
+  }
+  const auto r = run_agent_in_child(dir, make_workers(actions), 2, fake_options(), [&](pid_t agent) {
+    REQUIRE(wait_for_file(dir / "ready0"));
+    REQUIRE(wait_for_file(dir / "ready1"));
+    ::kill(agent, SIGUSR1);
+    CHECK(wait_for_file(dir / "usr0"));
+    CHECK(wait_for_file(dir / "usr1"));
+    std::ofstream(dir / "go");
+  });
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 0);
+  CHECK(r.result.at("success") == true);
+  CHECK(r.result.at("stopped_by_signal") == false);
+  CHECK(read_file(dir / "usr0") == "10\n");
+  CHECK(read_file(dir / "usr1") == "10\n");
+}
+
+TEST_CASE("a second SIGINT kills at once instead of waiting for the grace period") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.term_timeout = std::chrono::milliseconds(600000);  // the test would time out without the second INT
+  const auto r = run_agent_in_child(
+      dir, make_workers({"ignore-term trap 2 " + (dir / "int") + " touch " + (dir / "ready") + " hang"}), 1,
+      opts, [&](pid_t agent) {
+        REQUIRE(wait_for_file(dir / "ready"));
+        ::kill(agent, SIGINT);
+        REQUIRE(wait_for_file(dir / "int"));
+        signal_until_gone(agent, SIGINT);
+      });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 130);
+  CHECK(r.result.at("stopped_by_signal") == true);
+  CHECK(r.result.at("workers").at(0).at("signal") == "SIGKILL");
+}
+
+TEST_CASE("a worker failure before the signal stays the root cause") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.term_timeout = std::chrono::milliseconds(600000);
+  const auto r =
+      run_agent_in_child(dir,
+                         make_workers({"wait-file " + (dir / "ready") + " exit 5",
+                                       "trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " hang"}),
+                         2, opts, [&](pid_t agent) {
+                           // Rank 1 sees the teardown's TERM: rank 0's failure has been handled. Then stop
+                           // the agent; the second signal skips the grace period.
+                           REQUIRE(wait_for_file(dir / "term"));
+                           signal_until_gone(agent, SIGTERM);
+                         });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 5);
+  CHECK(r.result.at("root_cause").at("rank") == 0);
+  CHECK(r.result.at("stopped_by_signal") == true);
+  CHECK(r.result.at("signal") == "SIGTERM");
+}
