@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "agent/error.hpp"
+#include "agent/events.hpp"
 
 namespace ddprun::agent {
 
@@ -78,14 +79,16 @@ std::string duration_text(std::chrono::milliseconds d) {
 
 }  // namespace
 
-std::string format_report(const RunResult& r) {
-  std::string out = fmt::format("ddprun: job failed with exit code {} (attempt {}, node {}, host {})\n",
-                                r.exit_code, r.attempt, r.node_rank, r.host);
+std::string format_report(const RunResult& r, bool colour) {
+  std::string out = paint(fmt::format("ddprun: job failed with exit code {} (attempt {}, node {}, host {})",
+                                      r.exit_code, r.attempt, r.node_rank, r.host),
+                          Style::bold_red, colour) +
+                    "\n";
   if (r.stopped_by_signal) {
     out += fmt::format("ddprun: {} received by ddprun; workers were stopped\n", signal_name(r.signal));
   }
   if (const auto& f = r.root_cause) {
-    out += "Root cause (first observed failure):\n";
+    out += paint("Root cause (first observed failure):", Style::bold_red, colour) + "\n";
     out += fmt::format("  time      : {}\n", format_time(f->time));
     out += fmt::format("  host      : {}\n", f->host);
     out += fmt::format("  node rank : {}\n", f->node_rank);
@@ -146,11 +149,14 @@ nlohmann::json report_to_json(const RunResult& r) {
   return j;
 }
 
-std::string format_summary(const RunResult& r) {
+std::string format_summary(const RunResult& r, bool colour) {
   std::size_t host_w = 4;
   for (const auto& e : r.exits) host_w = std::max(host_w, e.host.size());
   std::string out = fmt::format("ddprun: summary (attempt {}, node {}): {}, exit code {}\n", r.attempt,
-                                r.node_rank, r.success ? "success" : "FAILED", r.exit_code);
+                                r.node_rank,
+                                r.success ? paint("success", Style::green, colour)
+                                          : paint("FAILED", Style::bold_red, colour),
+                                r.exit_code);
   out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", "rank", "local", "host", host_w, "exit",
                      "duration");
   for (const auto& e : r.exits) {

@@ -19,11 +19,13 @@ nlohmann::json failure_to_json(const Failure& f);
 Failure failure_from_json(const nlohmann::json& j);
 
 // The report of a failed run: root cause first (time, host, node rank, rank, local rank, exit code or
-// signal, pid, last stderr lines), then the other failed workers. Text for stderr.
-std::string format_report(const RunResult& r);
+// signal, pid, last stderr lines), then the other failed workers. Text for stderr; `colour` adds
+// ANSI colour to the headline and the root-cause header (see use_colour), nothing else changes.
+std::string format_report(const RunResult& r, bool colour = false);
 nlohmann::json report_to_json(const RunResult& r);
 
-// Compact table: rank, local rank, host, exit, duration; one line per local worker.
-std::string format_summary(const RunResult& r);
+// Compact table: rank, local rank, host, exit, duration; one line per local worker. `colour` paints
+// "success" green and "FAILED" red in the header.
+std::string format_summary(const RunResult& r, bool colour = false);
 
 }  // namespace ddprun::agent

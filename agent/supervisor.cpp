@@ -19,6 +19,7 @@
 
 #include "agent/command.hpp"
 #include "agent/error.hpp"
+#include "agent/events.hpp"
 #include "agent/log_relay.hpp"
 #include "agent/report.hpp"
 #include "agent/signals.hpp"
@@ -78,6 +79,35 @@ void write_stderr(const std::string& text) {
     if (w <= 0) return;
     data.remove_prefix(static_cast<std::size_t>(w));
   }
+}
+
+nlohmann::json signal_json(int sig) {
+  return sig != 0 ? nlohmann::json(signal_name(sig)) : nlohmann::json(nullptr);
+}
+
+double seconds(std::chrono::milliseconds d) {
+  return static_cast<double>(d.count()) / 1000.0;
+}
+
+// A worker's end in one line; a failure caused by our own teardown says so.
+std::string exit_reason(const ExitStatus& s, bool after_teardown) {
+  if (after_teardown && s.signal != 0) return fmt::format("{} (stopped by ddprun)", describe_exit(s));
+  if (after_teardown && s.failed()) return fmt::format("{} during teardown", describe_exit(s));
+  return describe_exit(s);
+}
+
+nlohmann::json summary_json(const RunResult& r) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& e : r.exits) {
+    workers.push_back({{"rank", e.rank},
+                       {"local_rank", e.local_rank},
+                       {"host", e.host},
+                       {"exit", e.status.exit_code},
+                       {"signal", signal_json(e.status.signal)},
+                       {"duration_s", seconds(e.duration)},
+                       {"stopped_by_ddprun", e.stopped_by_ddprun}});
+  }
+  return {{"success", r.success}, {"exit_code", r.exit_code}, {"attempt", r.attempt}, {"workers", workers}};
 }
 
 bool same_failure(const Failure& a, const Failure& b) {
@@ -143,7 +173,8 @@ class Supervisor {
         drain_timer_(io_),
         sig_sd_(io_),
         out_console_(1),
-        err_console_(2) {}
+        err_console_(2),
+        json_(opts.events != nullptr && opts.events->json()) {}
 
   ~Supervisor() {
     // Only reached with live workers if something threw: never leave them behind.
@@ -175,7 +206,10 @@ class Supervisor {
   void handle_local_failure();
   void offer_local_root(const Failure& f);
   void publish(const Failure& f);
-  void start_teardown(int sig);
+  void start_teardown(int sig, const char* reason, const Failure& root);
+  void event(const std::string& name, nlohmann::json fields) const;
+  void warn(const std::string& message) const;
+  void worker_exited_event(const Proc& p) const;
   void kill_all(int sig, bool live_only);
   void check_done();
   RunResult finish(SignalWatcher& sigw, const std::shared_ptr<RemoteChannel>& channel);
@@ -192,6 +226,8 @@ class Supervisor {
   unsigned char sig_buf_[64] = {};
   LineWriter out_console_;
   LineWriter err_console_;
+  bool json_;  // events instead of ddprun's own text on stderr
+  std::vector<std::string> argv_;
   std::vector<std::unique_ptr<Proc>> procs_;
   std::string host_;
   int node_rank_ = 0;
@@ -222,6 +258,7 @@ RunResult Supervisor::run() {
   validate_options(opts_);
   host_ = local_.empty() ? local_hostname() : local_.front().host.value_or(local_hostname());
   node_rank_ = local_.empty() ? 0 : local_.front().node_rank;
+  if (opts_.events != nullptr) opts_.events->set_context(host_, node_rank_);
 
   auto channel = std::make_shared<RemoteChannel>();
   channel->io = &io_;
@@ -280,6 +317,7 @@ void Supervisor::spawn_all() {
   } catch (const Error& e) {
     throw StartFailure{e.what(), e.exit_code(), 0};
   }
+  argv_ = cmd.argv;
   const bool prefix_on = !opts_.no_prefix && (opts_.prefix_template.has_value() || world_size_ > 1);
   const std::string tmpl = opts_.prefix_template.value_or(std::string(kDefaultPrefixTemplate));
   const auto base_env = current_environment();
@@ -322,6 +360,7 @@ void Supervisor::spawn_all() {
       st->buf = std::make_unique<char[]>(kReadChunk);
       st->open = true;
     }
+    event("worker_started", {{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", p->pid}, {"argv", argv_}});
     procs_.push_back(std::move(p));
   }
 }
@@ -334,6 +373,10 @@ RunResult Supervisor::start_failure(const std::string& msg, int code, const laun
     while (::waitpid(p->pid, &st, 0) < 0 && errno == EINTR) {
     }
     p->exited = true;
+    p->end = Steady::now();
+    p->end_time = SysClock::now();
+    p->status = decode_wait_status(st);
+    p->after_teardown = true;
   }
   std::string command;
   for (const auto& a : opts_.command) command += (command.empty() ? "" : " ") + a;
@@ -345,8 +388,19 @@ RunResult Supervisor::start_failure(const std::string& msg, int code, const laun
   f.exit_code = code;
   f.reason = "cannot start: " + msg;
   f.time = SysClock::now();
-  write_stderr(fmt::format("ddprun: error: cannot start rank {} (local rank {}) on {}: {} (command: {}{})\n",
-                           w.rank, w.local_rank, f.host, msg, opts_.module ? "-m " : "", command));
+  if (json_) {
+    event("spawn_failed", {{"rank", w.rank},
+                           {"local_rank", w.local_rank},
+                           {"error", msg},
+                           {"exit_code", code},
+                           {"command", opts_.command},
+                           {"module", opts_.module}});
+    for (const auto& p : procs_) worker_exited_event(*p);
+  } else {
+    write_stderr(fmt::format("ddprun: {} cannot start rank {} (local rank {}) on {}: {} (command: {}{})\n",
+                             paint("error:", Style::bold_red, use_colour(2)), w.rank, w.local_rank, f.host,
+                             msg, opts_.module ? "-m " : "", command));
+  }
   publish(f);
   RunResult r;
   r.exit_code = code;
@@ -356,6 +410,10 @@ RunResult Supervisor::start_failure(const std::string& msg, int code, const laun
   r.attempt = opts_.attempt;
   r.node_rank = node_rank_;
   r.host = host_;
+  if (json_) {
+    event("failure_report", report_to_json(r));
+    event("summary", summary_json(r));
+  }
   write_error_json(r);
   return r;
 }
@@ -385,6 +443,7 @@ void Supervisor::on_exited(Proc& p, int wait_status, bool reaped) {
   p.status = reaped ? decode_wait_status(wait_status) : ExitStatus{1, 0};
   p.after_teardown = teardown_started_;
   p.pidfd.close();
+  worker_exited_event(p);
   if (p.status.failed() && !teardown_started_) {
     p.failure_pending = true;
     if (!p.err.open) {
@@ -448,19 +507,32 @@ void Supervisor::arm_signal() {
 }
 
 void Supervisor::on_signal(int sig) {
+  auto received = [&](const char* action) {
+    event("signal_received", {{"signal", signal_name(sig)}, {"action", action}});
+  };
   if (!is_stopping_signal(sig)) {
+    received("forward");
     kill_all(sig, true);  // USR1/USR2: checkpoint requests, the job goes on
     return;
   }
   if (agent_signal_ != 0) {
-    kill_all(SIGKILL, false);  // asked twice: stop waiting for the grace period
+    // A second Ctrl-C means "now". Repeated TERM/HUP/QUIT are not a person asking twice: Slurm can
+    // deliver TERM more than once at a time limit, and the workers must keep their grace to checkpoint.
+    if (sig == SIGINT && agent_signal_ == SIGINT) {
+      received("kill");
+      kill_all(SIGKILL, false);
+    } else {
+      received("ignore");
+    }
     return;
   }
   agent_signal_ = sig;
   if (teardown_started_) {
+    received("forward");
     kill_all(sig, true);
     return;
   }
+  received("teardown");
   Failure f;
   f.host = host_;
   f.node_rank = node_rank_;
@@ -470,14 +542,17 @@ void Supervisor::on_signal(int sig) {
   f.reason = fmt::format("ddprun on {} received {}", host_, signal_name(sig));
   f.time = SysClock::now();
   offer_local_root(f);
-  start_teardown(sig);
+  start_teardown(sig, "signal", f);
   publish(f);
 }
 
 void Supervisor::on_remote(const Failure& f) {
   if (local_root_ && same_failure(*local_root_, f)) return;  // our own failure, echoed back
-  if (!remote_root_) remote_root_ = f;
-  if (!teardown_started_) start_teardown(SIGTERM);
+  if (!remote_root_) {
+    remote_root_ = f;
+    event("remote_abort", {{"root_cause", failure_to_json(f)}});
+  }
+  if (!teardown_started_) start_teardown(SIGTERM, "remote_abort", f);
 }
 
 void Supervisor::handle_local_failure() {
@@ -495,7 +570,7 @@ void Supervisor::handle_local_failure() {
   const Failure f = worker_failure(*first);
   offer_local_root(f);
   if (!teardown_started_) {
-    start_teardown(SIGTERM);
+    start_teardown(SIGTERM, "worker_failed", f);
     publish(f);
   }
 }
@@ -508,14 +583,42 @@ void Supervisor::publish(const Failure& f) {
   try {
     coord_.publish_failure(f);
   } catch (const std::exception& e) {
-    write_stderr(
-        fmt::format("ddprun: warning: could not tell the other nodes about the failure: {}\n", e.what()));
+    warn(fmt::format("could not tell the other nodes about the failure: {}", e.what()));
   }
 }
 
-void Supervisor::start_teardown(int sig) {
+void Supervisor::event(const std::string& name, nlohmann::json fields) const {
+  if (json_) opts_.events->emit(name, std::move(fields));
+}
+
+void Supervisor::warn(const std::string& message) const {
+  if (json_) {
+    event("warning", {{"message", message}});
+  } else {
+    write_stderr("ddprun: " + paint("warning:", Style::yellow, use_colour(2)) + " " + message + "\n");
+  }
+}
+
+void Supervisor::worker_exited_event(const Proc& p) const {
+  if (!json_) return;
+  event("worker_exited",
+        {{"rank", p.w->rank},
+         {"local_rank", p.w->local_rank},
+         {"pid", p.pid},
+         {"exit_code", p.status.exit_code},
+         {"signal", signal_json(p.status.signal)},
+         {"reason", exit_reason(p.status, p.after_teardown)},
+         {"duration_s", seconds(std::chrono::duration_cast<std::chrono::milliseconds>(p.end - p.start))},
+         {"stopped_by_ddprun", p.after_teardown}});
+}
+
+void Supervisor::start_teardown(int sig, const char* reason, const Failure& root) {
   if (teardown_started_) return;
   teardown_started_ = true;
+  event("teardown", {{"reason", reason},
+                     {"signal", signal_name(sig)},
+                     {"grace_s", seconds(opts_.term_timeout)},
+                     {"root_cause", failure_to_json(root)}});
   kill_all(sig, true);
   kill_timer_.expires_after(opts_.term_timeout);
   kill_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -569,11 +672,7 @@ RunResult Supervisor::finish(SignalWatcher& sigw, const std::shared_ptr<RemoteCh
     e.pid = p->pid;
     e.status = p->status;
     e.stopped_by_ddprun = p->after_teardown;
-    e.reason = p->after_teardown && p->status.signal != 0
-                   ? fmt::format("{} (stopped by ddprun)", describe_exit(p->status))
-               : p->after_teardown && p->status.failed()
-                   ? fmt::format("{} during teardown", describe_exit(p->status))
-                   : describe_exit(p->status);
+    e.reason = exit_reason(p->status, p->after_teardown);
     e.end_time = p->end_time;
     e.duration = std::chrono::duration_cast<std::chrono::milliseconds>(p->end - p->start);
     const auto t = p->tail.lines();
@@ -594,7 +693,11 @@ RunResult Supervisor::finish(SignalWatcher& sigw, const std::shared_ptr<RemoteCh
   };
   auto signal_seen = [&] {
     for (int sig : sigw.drain()) {
-      if (is_stopping_signal(sig) && agent_signal_ == 0) agent_signal_ = sig;
+      if (is_stopping_signal(sig) && agent_signal_ == 0) {
+        agent_signal_ = sig;
+        // The workers had already ended: nothing to forward, but the job counts as stopped.
+        event("signal_received", {{"signal", signal_name(sig)}, {"action", "stop"}});
+      }
     }
   };
 
@@ -605,13 +708,11 @@ RunResult Supervisor::finish(SignalWatcher& sigw, const std::shared_ptr<RemoteCh
     try {
       barrier = coord_.exit_barrier(opts_.exit_barrier_timeout);
     } catch (const std::exception& e) {
-      write_stderr(fmt::format("ddprun: warning: exit barrier failed: {}\n", e.what()));
+      warn(fmt::format("exit barrier failed: {}", e.what()));
     }
     if (!barrier && !remote()) {
-      write_stderr(
-          fmt::format("ddprun: warning: not every node finished within the exit barrier ({} s); this node's "
-                      "workers succeeded\n",
-                      opts_.exit_barrier_timeout.count() / 1000));
+      warn(fmt::format("not every node finished within the exit barrier ({} s); this node's workers succeeded",
+                       opts_.exit_barrier_timeout.count() / 1000));
     }
     signal_seen();
   }
@@ -624,10 +725,14 @@ RunResult Supervisor::finish(SignalWatcher& sigw, const std::shared_ptr<RemoteCh
   r.exit_code = job_exit_code(r.root_cause, agent_signal_, statuses);
   r.success = r.exit_code == 0 && !r.root_cause && agent_signal_ == 0;
 
-  if (!opts_.quiet) {
+  if (json_) {
+    if (!r.success) event("failure_report", report_to_json(r));
+    event("summary", summary_json(r));
+  } else if (!opts_.quiet) {
+    const bool colour = use_colour(2);
     std::string text;
-    if (!r.success) text += format_report(r);
-    if (!r.exits.empty()) text += format_summary(r);
+    if (!r.success) text += format_report(r, colour);
+    if (!r.exits.empty()) text += format_summary(r, colour);
     write_stderr(text);
   }
   if (!r.success) write_error_json(r);
@@ -641,9 +746,10 @@ void Supervisor::write_error_json(const RunResult& r) const {
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::ofstream f(path, std::ios::trunc);
-  f << report_to_json(r).dump(2) << "\n";
+  // Worker stderr lines may not be UTF-8: replace them rather than throw.
+  f << report_to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   f.close();
-  if (!f) write_stderr("ddprun: warning: cannot write the error report to " + path + "\n");
+  if (!f) warn("cannot write the error report to " + path);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 
 namespace ddprun::agent {
 
+class Events;
+
 // Grace between SIGTERM and SIGKILL (the CLI's --term-timeout default too). Well inside Slurm's
 // default KillWait (30 s): a time limit or scancel TERMs the agent, which forwards it, waits this
 // long, kills, and still has time to report before slurmstepd's own SIGKILL.
@@ -34,6 +36,9 @@ struct AgentOptions {
   std::optional<std::string> error_file;            // JSON report of a failed run
   int attempt = 0;
   bool quiet = false;  // no summary/report on stderr (JSON still written)
+  // Where ddprun's own messages go as JSON events (--log-format json); null or text mode: the usual
+  // text on stderr. In json mode the supervisor writes no text of its own, whatever `quiet` says.
+  Events* events = nullptr;
 };
 
 // Checks options that do not depend on the workers (prefix template, tee without log dir, empty
@@ -48,8 +53,9 @@ std::string error_json_path(const AgentOptions& opts, int node_rank);  // "" whe
 
 // Spawns `local` (this node's workers), relays their output, supervises them, tears down on the
 // first failure, a remote abort or a stopping signal, and returns how it ended. Prints the failure
-// report and the summary table on stderr (unless quiet). Can be called again for a restart; it must
-// be called from a thread that lives as long as the workers (their death signal follows it).
+// report and the summary table on stderr (unless quiet), or emits them as events in json mode.
+// Can be called again for a restart; it must be called from a thread that lives as long as the
+// workers (their death signal follows it).
 // Throws Error only for invalid options; a command that cannot start gives spawn_failed.
 RunResult run_workers(const std::vector<launcher::Worker>& local, int world_size, const AgentOptions& opts,
                       Coordinator& coordinator);

@@ -98,14 +98,38 @@ TEST_CASE("a worker failure before the signal stays the root cause") {
                                        "trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " hang"}),
                          2, opts, [&](pid_t agent) {
                            // Rank 1 sees the teardown's TERM: rank 0's failure has been handled. Then stop
-                           // the agent; the second signal skips the grace period.
+                           // the agent; a second Ctrl-C skips the grace period.
                            REQUIRE(wait_for_file(dir / "term"));
-                           signal_until_gone(agent, SIGTERM);
+                           signal_until_gone(agent, SIGINT);
                          });
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.result.is_object());
   CHECK(r.result.at("exit_code") == 5);
   CHECK(r.result.at("root_cause").at("rank") == 0);
   CHECK(r.result.at("stopped_by_signal") == true);
-  CHECK(r.result.at("signal") == "SIGTERM");
+  CHECK(r.result.at("signal") == "SIGINT");
+}
+
+TEST_CASE("repeated SIGTERM keeps the grace period so workers can checkpoint") {
+  // At a time limit Slurm may TERM the agent more than once within milliseconds; the workers must still
+  // get their whole grace period instead of a SIGKILL.
+  TempDir dir;
+  auto opts = fake_options();
+  opts.term_timeout = std::chrono::milliseconds(600000);
+  const auto r = run_agent_in_child(
+      dir,
+      make_workers({"trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " wait-file " + (dir / "saved") +
+                    " exit 0"}),
+      1, opts, [&](pid_t agent) {
+        REQUIRE(wait_for_file(dir / "ready"));
+        for (int i = 0; i < 3; ++i) ::kill(agent, SIGTERM);
+        REQUIRE(wait_for_file(dir / "term"));
+        std::ofstream(dir / "saved");  // the "checkpoint" is done: the worker exits 0 by itself
+      });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 143);
+  CHECK(r.result.at("stopped_by_signal") == true);
+  CHECK(r.result.at("workers").at(0).at("exit_code") == 0);
+  CHECK(r.result.at("workers").at(0).at("signal").is_null());
 }
