@@ -1,0 +1,498 @@
+// The rendezvous with agents as threads in one process (multi-process runs: tests/loopback).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "net_util.hpp"
+#include "rendezvous/client.hpp"
+#include "rendezvous/error.hpp"
+#include "rendezvous/rendezvous.hpp"
+
+using namespace ddprun;
+using namespace ddprun::rdzv;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A hand-made plan: ranks in node order, MASTER_PORT as planned.
+PlanFn simple_plan(int master_port = 0) {
+  return [master_port](const std::vector<launcher::NodeSpec>& nodes) {
+    launcher::Plan p;
+    p.mode = launcher::Mode::agent;
+    p.nnodes = static_cast<int>(nodes.size());
+    p.master_addr = "127.0.0.1";
+    p.master_port = master_port;
+    p.run_id = "run";
+    int rank = 0;
+    for (const auto& n : nodes) {
+      for (int lr = 0; lr < n.local_world_size; ++lr) {
+        launcher::Worker w;
+        w.node_rank = n.node_rank;
+        w.host = n.host;
+        w.rank = rank++;
+        w.local_rank = lr;
+        w.env["RANK"] = std::to_string(w.rank);
+        w.env["MASTER_PORT"] = std::to_string(master_port);
+        p.workers.push_back(w);
+      }
+    }
+    p.world_size = rank;
+    return p;
+  };
+}
+
+RendezvousOptions opts_for(int node_rank, int nmin, int nmax, std::uint16_t port,
+                           const std::string& run_id = "run") {
+  RendezvousOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.run_id = run_id;
+  o.node_rank = node_rank;
+  o.nnodes_min = nmin;
+  o.nnodes_max = nmax;
+  o.join_timeout = 20s;
+  o.last_call = 300ms;
+  o.heartbeat_interval = 50ms;
+  o.heartbeat_timeout = 1000ms;
+  return o;
+}
+
+JoinInfo me(int node_rank, int lws = 2) {
+  return {node_rank, fmt::format("host-{}", node_rank), "127.0.0.1", lws, {}};
+}
+
+template <typename T>
+T get_bounded(std::future<T>& f, std::chrono::seconds limit = 30s) {
+  REQUIRE(f.wait_for(limit) == std::future_status::ready);
+  return f.get();
+}
+
+// Agents 1..n-1 (and the master, first) join concurrently; returns their plans by node rank.
+struct Job {
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  std::vector<launcher::Plan> plans;
+
+  Job(int n, PlanFn fn = simple_plan(), int nmin = -1) {
+    if (nmin < 0) nmin = n;
+    agents.push_back(std::make_unique<Rendezvous>(opts_for(0, nmin, n, 0)));
+    const std::uint16_t port = agents[0]->port();
+    for (int r = 1; r < n; ++r) {
+      agents.push_back(std::make_unique<Rendezvous>(opts_for(r, nmin, n, port)));
+    }
+    std::vector<std::future<launcher::Plan>> futs;
+    for (int r = 0; r < n; ++r) {
+      futs.push_back(std::async(std::launch::async, [this, r, fn] {
+        return agents[static_cast<std::size_t>(r)]->join(me(r), fn);
+      }));
+    }
+    for (auto& f : futs) plans.push_back(get_bounded(f));
+  }
+  // Non-masters first: a master going down after an abort waits for the others to leave.
+  ~Job() {
+    while (!agents.empty()) agents.pop_back();
+  }
+};
+
+// Collects the abort each agent's watch reports.
+struct AbortSink {
+  std::mutex mu;
+  std::map<int, AbortInfo> got;
+  std::map<int, int> calls;
+  std::function<void(const AbortInfo&)> for_agent(int r) {
+    return [this, r](const AbortInfo& a) {
+      std::lock_guard lk(mu);
+      got[r] = a;
+      ++calls[r];
+    };
+  }
+  bool wait_for(std::size_t n, std::chrono::seconds limit = 20s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard lk(mu);
+        if (got.size() >= n) return true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("rendezvous: 2 to 16 agents agree on one plan", "[rendezvous]") {
+  for (int n : {2, 5, 16}) {
+    INFO(n << " agents");
+    Job job(n);
+    const std::uint16_t store_port = job.agents[0]->port();
+    for (int r = 0; r < n; ++r) {
+      const auto& p = job.plans[static_cast<std::size_t>(r)];
+      CHECK(p.node_rank == r);
+      CHECK(p.nnodes == n);
+      CHECK(p.world_size == 2 * n);
+      REQUIRE(p.workers.size() == static_cast<std::size_t>(2 * n));
+      CHECK(p.master_port != 0);
+      CHECK(p.master_port != store_port);
+      for (const auto& w : p.workers) {
+        CHECK(w.env.at("MASTER_PORT") == std::to_string(p.master_port));
+        CHECK(w.host == fmt::format("host-{}", w.node_rank));
+      }
+      // Identical plan everywhere, apart from which node it is for.
+      CHECK(launcher::plan_to_json(p)["workers"] == launcher::plan_to_json(job.plans[0])["workers"]);
+      CHECK(p.master_port == job.plans[0].master_port);
+    }
+  }
+}
+
+TEST_CASE("rendezvous: MIN:MAX closes after the last call and renumbers node ranks", "[rendezvous]") {
+  // nnodes 2:4; node ranks 0, 1 and 3 come, 2 never does.
+  auto m = std::make_unique<Rendezvous>(opts_for(0, 2, 4, 0));
+  const auto port = m->port();
+  Rendezvous a1(opts_for(1, 2, 4, port));
+  Rendezvous a3(opts_for(3, 2, 4, port));
+  auto f0 = std::async(std::launch::async, [&] { return m->join(me(0, 1), simple_plan()); });
+  auto f1 = std::async(std::launch::async, [&] { return a1.join(me(1, 1), simple_plan()); });
+  auto f3 = std::async(std::launch::async, [&] { return a3.join(me(3, 1), simple_plan()); });
+  const auto p0 = get_bounded(f0);
+  const auto p1 = get_bounded(f1);
+  const auto p3 = get_bounded(f3);
+  CHECK(p0.nnodes == 3);
+  CHECK(p0.node_rank == 0);
+  CHECK(p1.node_rank == 1);
+  CHECK(p3.node_rank == 2);  // renumbered
+  REQUIRE(p3.workers.size() == 3);
+  CHECK(p3.workers[2].host == "host-3");
+  CHECK(p3.workers[2].node_rank == 2);
+}
+
+TEST_CASE("rendezvous: a late agent after the round closed gets a clear error", "[rendezvous]") {
+  auto m = std::make_unique<Rendezvous>(opts_for(0, 1, 2, 0));
+  const auto plan = m->join(me(0), simple_plan());
+  CHECK(plan.nnodes == 1);
+  Rendezvous late(opts_for(1, 1, 2, m->port()));
+  try {
+    late.join(me(1), simple_plan());
+    FAIL("late agent joined a closed round");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("closed without this node") != std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: a duplicate node rank is rejected, naming who holds it", "[rendezvous]") {
+  Rendezvous m(opts_for(0, 3, 3, 0));
+  Rendezvous a(opts_for(1, 3, 3, m.port()));
+  Rendezvous dup(opts_for(1, 3, 3, m.port()));
+  auto fm = std::async(std::launch::async, [&] { return m.join(me(0), simple_plan()); });
+  auto fa = std::async(std::launch::async, [&] { return a.join(me(1), simple_plan()); });
+  {
+    // `a` holds rank 1 once its join record is in the store.
+    ClientOptions co;
+    co.port = m.port();
+    co.run_id = "run";
+    TcpStore peek(co);
+    REQUIRE(peek.wait({"/attempt_0/node/1"}, 20s));
+  }
+  try {
+    dup.join(JoinInfo{1, "intruder", "127.0.0.1", 1, {}}, simple_plan());
+    FAIL("duplicate node rank accepted");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(e.kind() == Error::Kind::rejected);
+    CHECK(what.find("node rank 1 is already taken by host host-1") != std::string::npos);
+  }
+  // The round is not disturbed: it completes once node 2 arrives.
+  Rendezvous a2(opts_for(2, 3, 3, m.port()));
+  CHECK(a2.join(me(2), simple_plan()).nnodes == 3);
+  CHECK(get_bounded(fm).nnodes == 3);
+  const auto pa = get_bounded(fa);
+  CHECK(pa.workers[2].host == "host-1");
+}
+
+TEST_CASE("rendezvous: an agent from another run is refused", "[rendezvous]") {
+  Rendezvous m(opts_for(0, 2, 2, 0, "job-A"));
+  auto o = opts_for(1, 2, 2, m.port(), "job-B");
+  Rendezvous other(o);
+  try {
+    other.join(me(1), simple_plan());
+    FAIL("joined a store of another run");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(e.kind() == Error::Kind::rejected);
+    CHECK(what.find("job-A") != std::string::npos);
+    CHECK(what.find("job-B") != std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: a missed join deadline names the endpoint and the missing nodes",
+          "[rendezvous]") {
+  auto mo = opts_for(0, 3, 3, 0);
+  mo.join_timeout = 500ms;
+  mo.expected_hosts = {"node-a", "node-b", "node-c"};
+  Rendezvous m(mo);
+  auto ao = opts_for(1, 3, 3, m.port());
+  ao.join_timeout = 10s;  // the master's verdict reaches it first
+  Rendezvous a(ao);
+  auto fa = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      a.join(me(1), simple_plan());
+      return "joined";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  });
+  try {
+    m.join(me(0), simple_plan());
+    FAIL("round completed with a node missing");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find(m.endpoint()) != std::string::npos);
+    CHECK(what.find("node-c (node rank 2)") != std::string::npos);
+    CHECK(what.find("node-b") == std::string::npos);  // it arrived
+  }
+  const std::string other = get_bounded(fa);
+  CHECK(other.find("node-c (node rank 2)") != std::string::npos);
+
+  // Without the master at all: the agent's error names the endpoint.
+  auto lonely = opts_for(1, 2, 2, testnet::unused_port());
+  lonely.join_timeout = 300ms;
+  Rendezvous l(lonely);
+  try {
+    l.join(me(1), simple_plan());
+    FAIL("joined without a master");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find(fmt::format("127.0.0.1:{}", lonely.port)) != std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: a busy MASTER_PORT is replaced and republished", "[rendezvous]") {
+  testnet::SilentListener busy;  // holds the planned port
+  Job job(2, simple_plan(busy.port));
+  for (const auto& p : job.plans) {
+    CHECK(p.master_port != busy.port);
+    CHECK(p.master_port != job.agents[0]->port());
+    for (const auto& w : p.workers) CHECK(w.env.at("MASTER_PORT") == std::to_string(p.master_port));
+  }
+  // A free planned port is kept.
+  const std::uint16_t free_port = testnet::unused_port();
+  Job kept(2, simple_plan(free_port));
+  CHECK(kept.plans[1].master_port == free_port);
+}
+
+TEST_CASE("rendezvous: port helpers", "[rendezvous]") {
+  testnet::SilentListener busy;
+  CHECK_FALSE(port_is_free(busy.port));
+  const auto p = choose_master_port(busy.port, 0);
+  CHECK(p != busy.port);
+  CHECK(p != 0);
+  const std::uint16_t free_port = testnet::unused_port();
+  CHECK(choose_master_port(free_port, 0) == free_port);
+  CHECK(choose_master_port(free_port, free_port) != free_port);
+  CHECK(describe_missing({0, 2}, 4, {"a", "b"}) == "b (node rank 1), node rank 3");
+  const auto nodes = renumber_nodes({me(5), me(0), me(2)});
+  REQUIRE(nodes.size() == 3);
+  CHECK(nodes[2].node_rank == 2);
+  CHECK(nodes[2].host == "host-5");
+}
+
+TEST_CASE("rendezvous: the first abort wins and reaches every agent", "[rendezvous]") {
+  Job job(4);
+  AbortSink sink;
+  for (int r = 0; r < 4; ++r) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
+  AbortInfo first;
+  first.reason = "worker exited with code 3";
+  first.host = "host-2";
+  first.node_rank = 2;
+  first.rank = 5;
+  first.exit_code = 3;
+  const AbortInfo won = job.agents[2]->abort(first);
+  CHECK(won.exit_code == 3);
+  AbortInfo second = first;
+  second.exit_code = 4;
+  second.node_rank = 3;
+  const AbortInfo lost_race = job.agents[3]->abort(second);
+  CHECK(lost_race.exit_code == 3);  // learns the root cause instead
+  REQUIRE(sink.wait_for(4));
+  std::lock_guard lk(sink.mu);
+  for (int r = 0; r < 4; ++r) {
+    CHECK(sink.got[r].exit_code == 3);
+    CHECK(sink.got[r].rank == 5);
+    CHECK(sink.got[r].host == "host-2");
+    CHECK(sink.calls[r] == 1);
+  }
+  CHECK(job.agents[1]->aborted().has_value());
+}
+
+TEST_CASE("rendezvous: a lost agent aborts everyone else, naming it", "[rendezvous]") {
+  Job job(3);
+  AbortSink sink;
+  for (int r = 0; r < 3; ++r) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
+  job.agents[2].reset();  // its connections drop without a barrier: it died
+  REQUIRE(sink.wait_for(2));
+  std::lock_guard lk(sink.mu);
+  for (int r : {0, 1}) {
+    INFO(sink.got[r].reason);
+    CHECK(sink.got[r].node_rank == 2);
+    CHECK(sink.got[r].host == "host-2");
+    CHECK(sink.got[r].exit_code == 1);
+    CHECK(sink.got[r].reason.find("lost the agent on host-2") != std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: a lost master is noticed by every agent", "[rendezvous]") {
+  Job job(3);
+  AbortSink sink;
+  for (int r = 1; r < 3; ++r) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
+  job.agents[0].reset();
+  REQUIRE(sink.wait_for(2));
+  std::lock_guard lk(sink.mu);
+  for (int r : {1, 2}) {
+    CHECK(sink.got[r].node_rank == 0);
+    CHECK(sink.got[r].reason.find("lost the rendezvous master") != std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: exit barrier passes for all, and is bounded", "[rendezvous]") {
+  Job job(3);
+  AbortSink sink;
+  for (int r = 0; r < 3; ++r) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
+  std::vector<std::future<bool>> fs;
+  for (int r = 0; r < 3; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      return job.agents[static_cast<std::size_t>(r)]->barrier("exit", 20s);
+    }));
+  }
+  for (auto& f : fs) CHECK(get_bounded(f));
+  // Agents leaving after the barrier is not a failure.
+  job.agents[2].reset();
+  job.agents[1].reset();
+  std::this_thread::sleep_for(200ms);
+  {
+    std::lock_guard lk(sink.mu);
+    CHECK(sink.got.empty());
+  }
+
+  Job partial(2);
+  CHECK_FALSE(partial.agents[1]->barrier("exit", 200ms));  // the master never arrives
+}
+
+TEST_CASE("rendezvous: restarts use a fresh namespace", "[rendezvous]") {
+  Job job(2);
+  AbortSink sink;
+  for (int r = 0; r < 2; ++r) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
+  AbortInfo cause;
+  cause.exit_code = 7;
+  job.agents[1]->abort(cause);
+  REQUIRE(sink.wait_for(2));
+  for (auto& a : job.agents) a->next_attempt();
+  std::vector<std::future<launcher::Plan>> fs;
+  for (int r = 0; r < 2; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      return job.agents[static_cast<std::size_t>(r)]->join(me(r), simple_plan());
+    }));
+  }
+  for (auto& f : fs) CHECK(get_bounded(f).nnodes == 2);
+  CHECK(job.agents[0]->attempt() == 1);
+  CHECK_FALSE(job.agents[1]->aborted().has_value());
+}
+
+TEST_CASE("rendezvous: garbage and half-open peers during a rendezvous do not disturb it",
+          "[rendezvous]") {
+  Rendezvous m(opts_for(0, 3, 3, 0));
+  const auto port = m.port();
+  auto fm = std::async(std::launch::async, [&] { return m.join(me(0), simple_plan()); });
+  std::vector<int> fds;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = testnet::raw_connect(port);
+    REQUIRE(fd >= 0);
+    switch (i % 4) {
+      case 0: testnet::send_all(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); break;
+      case 1: testnet::send_all(fd, std::string("\xff\xff\xff\xff garbage", 12)); break;
+      case 2: testnet::send_all(fd, std::string("\x00\x00\x00\x10", 4)); break;  // then silence
+      default: break;                                                          // half-open
+    }
+    fds.push_back(fd);
+  }
+  Rendezvous a1(opts_for(1, 3, 3, port));
+  Rendezvous a2(opts_for(2, 3, 3, port));
+  auto f1 = std::async(std::launch::async, [&] { return a1.join(me(1), simple_plan()); });
+  auto f2 = std::async(std::launch::async, [&] { return a2.join(me(2), simple_plan()); });
+  CHECK(get_bounded(fm).nnodes == 3);
+  CHECK(get_bounded(f1).node_rank == 1);
+  CHECK(get_bounded(f2).node_rank == 2);
+  for (int fd : fds) ::close(fd);
+}
+
+TEST_CASE("rendezvous: AbortInfo JSON round trip", "[rendezvous]") {
+  AbortInfo a;
+  a.reason = "worker killed by SIGSEGV";
+  a.host = "n1";
+  a.node_rank = 1;
+  a.rank = 3;
+  a.local_rank = 1;
+  a.exit_code = 139;
+  a.signal = 11;
+  a.pid = 4242;
+  a.stderr_tail = {"line 1", "line 2"};
+  const AbortInfo b = nlohmann::json(a).get<AbortInfo>();
+  CHECK(b.reason == a.reason);
+  CHECK(b.exit_code == 139);
+  CHECK(b.signal == 11);
+  CHECK(b.pid == 4242);
+  CHECK(b.stderr_tail == a.stderr_tail);
+}
+
+TEST_CASE("rendezvous: bad options are one clear error", "[rendezvous]") {
+  CHECK_THROWS_AS(Rendezvous(opts_for(3, 1, 2, 0)), Error);
+  CHECK_THROWS_AS(Rendezvous(opts_for(0, 3, 2, 0)), Error);
+}
+
+TEST_CASE("rendezvous: the published plan is launcher::build_plan's layout (as --dry-run shows)",
+          "[rendezvous]") {
+  launcher::JobSpec job;
+  job.mode = launcher::Mode::agent;
+  job.master_addr = "127.0.0.1";
+  job.master_port = 0;  // let the bind check pick; compared separately below
+  job.run_id = "run";
+  auto fn = [job](const std::vector<launcher::NodeSpec>& nodes) mutable {
+    job.nnodes = static_cast<int>(nodes.size());
+    return launcher::build_plan(job, nodes);
+  };
+  Job j(3, fn);
+  // The same layout computed directly from the same nodes.
+  launcher::JobSpec direct = job;
+  direct.nnodes = 3;
+  const auto expected =
+      launcher::build_plan(direct, renumber_nodes({me(0), me(1), me(2)}));
+  for (const auto& p : j.plans) {
+    REQUIRE(p.workers.size() == expected.workers.size());
+    for (std::size_t i = 0; i < p.workers.size(); ++i) {
+      CHECK(p.workers[i].rank == expected.workers[i].rank);
+      CHECK(p.workers[i].node_rank == expected.workers[i].node_rank);
+      CHECK(p.workers[i].local_rank == expected.workers[i].local_rank);
+      auto env = p.workers[i].env;
+      auto want = expected.workers[i].env;
+      CHECK(env.at("MASTER_PORT") == std::to_string(p.master_port));
+      env.erase("MASTER_PORT");
+      want.erase("MASTER_PORT");
+      CHECK(env == want);
+    }
+  }
+}
+
+TEST_CASE("rendezvous: a single node needs nobody else", "[rendezvous]") {
+  Rendezvous solo(opts_for(0, 1, 1, 0));
+  const auto plan = solo.join(me(0, 4), simple_plan());
+  CHECK(plan.nnodes == 1);
+  CHECK(plan.world_size == 4);
+  CHECK(solo.barrier("exit", 5s));
+}
