@@ -176,7 +176,11 @@ TEST_CASE("restarts: a new round with TORCHELASTIC_RESTART_COUNT incremented", "
 
 TEST_CASE("restarts give up after --max-restarts and report the last root cause", "[e2e][restart]") {
   Job job;
-  job.start(2, 1, sh("echo x >> \"$DIR/runs_$RANK\"; if [ \"$RANK\" = 1 ]; then exit 9; fi; sleep 300"),
+  // Rank 1 fails only once rank 0 has recorded this attempt, so every attempt is seen on both nodes.
+  job.start(2, 1,
+            sh("echo x >> \"$DIR/runs_$RANK\"; if [ \"$RANK\" = 1 ]; then "
+               "for i in $(seq 1 3000); do [ $(cat \"$DIR/runs_0\" 2>/dev/null | wc -l) -gt "
+               "\"$TORCHELASTIC_RESTART_COUNT\" ] && break; sleep 0.01; done; exit 9; fi; sleep 300"),
             {"--max-restarts", "1"});
   job.wait_all();
   for (auto& a : job.agents) CHECK(a.code == 9);
