@@ -11,7 +11,7 @@ PACKAGES=(
   # Slurm (hostlist oracle, local test cluster) and MUNGE
   libslurm-dev slurm-wlm munge libmunge-dev
   # trainer: Debian's CPU libtorch, gloo and a threaded BLAS
-  libtorch-dev libgloo-dev libopenblas0-pthread
+  libtorch-dev libgloo-dev libopenblas0-pthread zlib1g-dev
   # tests and demo: real PyTorch workers, torchrun, Fashion-MNIST
   python3-torch dataset-fashion-mnist
   # tools: fuzzing, formatting, process inspection in tests

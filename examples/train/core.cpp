@@ -1,0 +1,311 @@
+#include "core.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+namespace ddprun::train {
+namespace fs = std::filesystem;
+
+int preempt_exit_code(int signo) { return 128 + signo; }
+
+namespace {
+
+int parse_int_var(const EnvLookup& env, const std::string& name, int fallback, int lo, int hi) {
+  const auto v = env(name);
+  if (!v || v->empty()) {
+    return fallback;
+  }
+  int out = 0;
+  const char* first = v->data();
+  const char* last = first + v->size();
+  const auto [ptr, ec] = std::from_chars(first, last, out);
+  if (ec != std::errc{} || ptr != last) {
+    throw Error(name + "='" + *v + "' is not an integer; set it to a whole number");
+  }
+  if (out < lo || out > hi) {
+    throw Error(name + "=" + *v + " is out of range [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "]");
+  }
+  return out;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+}  // namespace
+
+DistEnv parse_dist_env(const EnvLookup& env) {
+  DistEnv d;
+  constexpr int kMax = 1 << 24;
+  d.world_size = parse_int_var(env, "WORLD_SIZE", 1, 1, kMax);
+  d.rank = parse_int_var(env, "RANK", 0, 0, kMax);
+  if (d.rank >= d.world_size) {
+    throw Error("RANK=" + std::to_string(d.rank) + " must be below WORLD_SIZE=" +
+                std::to_string(d.world_size));
+  }
+  d.local_rank = parse_int_var(env, "LOCAL_RANK", 0, 0, kMax);
+  d.master_addr = env("MASTER_ADDR").value_or("");
+  d.master_port = parse_int_var(env, "MASTER_PORT", 0, 0, 65535);
+  if (d.world_size > 1) {
+    if (d.master_addr.empty()) {
+      throw Error("MASTER_ADDR is not set but WORLD_SIZE=" + std::to_string(d.world_size) +
+                  "; launch with ddprun (or torchrun) or set MASTER_ADDR/MASTER_PORT");
+    }
+    if (d.master_port == 0) {
+      throw Error("MASTER_PORT is not set but WORLD_SIZE=" + std::to_string(d.world_size) +
+                  "; launch with ddprun (or torchrun) or set MASTER_PORT");
+    }
+  }
+  // Model-parallel grid: unset means every process is one data-parallel replica.
+  d.mp_size = parse_int_var(env, "DDPRUN_MP_SIZE", 1, 1, kMax);
+  d.mp_rank = parse_int_var(env, "DDPRUN_MP_RANK", 0, 0, kMax);
+  d.dp_size = parse_int_var(env, "DDPRUN_DP_SIZE", d.world_size / d.mp_size, 1, kMax);
+  d.dp_rank = parse_int_var(env, "DDPRUN_DP_RANK", d.mp_size == 1 ? d.rank : d.rank / d.mp_size,
+                            0, kMax);
+  if (d.mp_size * d.dp_size != d.world_size) {
+    throw Error("DDPRUN_MP_SIZE=" + std::to_string(d.mp_size) + " x DDPRUN_DP_SIZE=" +
+                std::to_string(d.dp_size) + " must equal WORLD_SIZE=" +
+                std::to_string(d.world_size));
+  }
+  if (d.mp_rank >= d.mp_size) {
+    throw Error("DDPRUN_MP_RANK=" + std::to_string(d.mp_rank) + " must be below DDPRUN_MP_SIZE=" +
+                std::to_string(d.mp_size));
+  }
+  if (d.dp_rank >= d.dp_size) {
+    throw Error("DDPRUN_DP_RANK=" + std::to_string(d.dp_rank) + " must be below DDPRUN_DP_SIZE=" +
+                std::to_string(d.dp_size));
+  }
+  return d;
+}
+
+DistEnv parse_dist_env_from_process() {
+  return parse_dist_env([](const std::string& name) -> std::optional<std::string> {
+    if (const char* v = std::getenv(name.c_str())) {
+      return std::string(v);
+    }
+    return std::nullopt;
+  });
+}
+
+std::int64_t per_rank_batch(std::int64_t global_batch, int dp_size) {
+  if (global_batch <= 0) {
+    throw Error("--batch-size must be positive, got " + std::to_string(global_batch));
+  }
+  if (global_batch % dp_size != 0) {
+    throw Error("--batch-size " + std::to_string(global_batch) +
+                " (global) is not divisible by the data-parallel size " + std::to_string(dp_size) +
+                "; pick a multiple of it");
+  }
+  return global_batch / dp_size;
+}
+
+std::vector<std::int64_t> shard_indices(std::int64_t n, int world, int rank, std::uint64_t seed,
+                                        std::int64_t epoch, bool shuffle) {
+  if (n <= 0 || world <= 0 || rank < 0 || rank >= world) {
+    throw Error("shard_indices: bad arguments n=" + std::to_string(n) + " world=" +
+                std::to_string(world) + " rank=" + std::to_string(rank));
+  }
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    perm[static_cast<std::size_t>(i)] = i;
+  }
+  if (shuffle) {
+    // Own Fisher-Yates over mt19937_64: std::shuffle's algorithm is unspecified, and every
+    // rank (and every build) must produce the same order.
+    std::mt19937_64 rng(seed + static_cast<std::uint64_t>(epoch));
+    for (std::size_t i = perm.size() - 1; i > 0; --i) {
+      const std::size_t j = static_cast<std::size_t>(rng() % (i + 1));
+      std::swap(perm[i], perm[j]);
+    }
+  }
+  const std::int64_t w = world;
+  const std::int64_t per_rank = (n + w - 1) / w;
+  const std::int64_t total = per_rank * w;
+  // Pad by repeating from the start of the permutation (cyclically if n < world).
+  for (std::int64_t i = n; i < total; ++i) {
+    perm.push_back(perm[static_cast<std::size_t>((i - n) % n)]);
+  }
+  std::vector<std::int64_t> out;
+  out.reserve(static_cast<std::size_t>(per_rank));
+  for (std::int64_t i = rank; i < total; i += w) {
+    out.push_back(perm[static_cast<std::size_t>(i)]);
+  }
+  return out;
+}
+
+std::int64_t batches_per_epoch(std::int64_t shard_len, std::int64_t batch) {
+  return (shard_len + batch - 1) / batch;
+}
+
+IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& what) {
+  if (bytes.size() < 4) {
+    throw Error(what + ": not an IDX file (only " + std::to_string(bytes.size()) + " bytes)");
+  }
+  if (bytes[0] != 0 || bytes[1] != 0) {
+    throw Error(what + ": not an IDX file (bad magic number)");
+  }
+  if (bytes[2] != 0x08) {
+    throw Error(what + ": IDX element type " + std::to_string(bytes[2]) +
+                " is not unsigned byte (0x08)");
+  }
+  const std::size_t ndims = bytes[3];
+  if (ndims == 0 || ndims > 4) {
+    throw Error(what + ": IDX file has " + std::to_string(ndims) + " dimensions, expected 1 to 4");
+  }
+  const std::size_t header = 4 + 4 * ndims;
+  if (bytes.size() < header) {
+    throw Error(what + ": truncated IDX header");
+  }
+  IdxArray out;
+  std::uint64_t count = 1;
+  for (std::size_t d = 0; d < ndims; ++d) {
+    const std::size_t o = 4 + 4 * d;
+    const std::uint32_t v = (std::uint32_t{bytes[o]} << 24U) | (std::uint32_t{bytes[o + 1]} << 16U) |
+                            (std::uint32_t{bytes[o + 2]} << 8U) | std::uint32_t{bytes[o + 3]};
+    if (v == 0) {
+      throw Error(what + ": IDX dimension " + std::to_string(d) + " is zero");
+    }
+    out.dims.push_back(static_cast<std::int64_t>(v));
+    count *= v;
+    if (count > (std::uint64_t{1} << 34U)) {
+      throw Error(what + ": IDX dimensions are implausibly large");
+    }
+  }
+  if (bytes.size() - header != count) {
+    throw Error(what + ": IDX payload is " + std::to_string(bytes.size() - header) +
+                " bytes but the header says " + std::to_string(count) +
+                " (truncated or corrupt file)");
+  }
+  out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  return out;
+}
+
+IdxArray read_idx_file(const std::string& path) {
+  // gzread reads plain files transparently, so one path serves both.
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    throw Error(path + ": cannot open (" + errno_text(errno) + ")");
+  }
+  std::vector<std::uint8_t> bytes;
+  std::vector<std::uint8_t> chunk(1U << 20U);
+  for (;;) {
+    const int got = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()));
+    if (got < 0) {
+      int zerr = 0;
+      const std::string msg = gzerror(f, &zerr);
+      gzclose(f);
+      throw Error(path + ": corrupt gzip data (" + msg + ")");
+    }
+    if (got == 0) {
+      break;
+    }
+    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + got);
+  }
+  int zerr = 0;
+  const std::string msg = gzerror(f, &zerr);
+  gzclose(f);
+  if (zerr != Z_OK && zerr != Z_STREAM_END) {
+    throw Error(path + ": corrupt gzip data (" + msg + ")");
+  }
+  return parse_idx(bytes, path);
+}
+
+std::string find_idx_file(const std::string& dir, const std::string& stem) {
+  const fs::path base = fs::path(dir) / stem;
+  const fs::path gz = fs::path(dir) / (stem + ".gz");
+  std::error_code ec;
+  if (fs::is_regular_file(gz, ec)) {
+    return gz.string();
+  }
+  if (fs::is_regular_file(base, ec)) {
+    return base.string();
+  }
+  throw Error("missing data file " + gz.string() + " (or " + base.string() +
+              "); install dataset-fashion-mnist or point --data-dir at MNIST-format IDX files");
+}
+
+void write_file_atomic(const std::string& path, const std::vector<char>& bytes,
+                       const std::function<void(const std::string& tmp)>& before_rename) {
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::path tmp =
+      dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw Error("cannot create " + tmp.string() + ": " + errno_text(errno));
+  }
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error("cannot write " + tmp.string() + ": " + errno_text(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error("cannot flush " + tmp.string() + ": " + errno_text(err));
+  }
+  if (before_rename) {
+    before_rename(tmp.string());
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error("cannot rename " + tmp.string() + " to " + target.string() + ": " +
+                errno_text(err));
+  }
+  // Make the rename itself durable.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void remove_stale_temps(const std::string& path) {
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = "." + target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) {
+      fs::remove(entry.path(), ec);
+    }
+  }
+}
+
+std::optional<std::vector<char>> read_file_if_exists(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+      return std::nullopt;
+    }
+    throw Error("cannot read " + path + ": " + errno_text(errno));
+  }
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    throw Error("cannot read " + path);
+  }
+  return bytes;
+}
+
+}  // namespace ddprun::train

@@ -1,0 +1,84 @@
+// Torch-free parts of ddprun-train: environment, sampler, IDX files, atomic writes.
+// Kept separate so they build under the strict warning set and are unit-tested.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddprun::train {
+
+// The trainer's one error type; what() is a one-line message for the user.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Exit codes. A graceful preemption stop exits 128 + signal number (143 for SIGTERM,
+// 140 for SIGUSR2), like a shell reports a signal death: the job is not "done", so
+// Slurm's afterok dependencies do not fire and requeue scripts can tell it apart from 0.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+int preempt_exit_code(int signo);
+
+// Where this process sits in the job. Defaults describe a single process.
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  int mp_rank = 0;  // model-parallel slice this process belongs to
+  int mp_size = 1;
+  int dp_rank = 0;  // position inside its data-parallel group
+  int dp_size = 1;
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+DistEnv parse_dist_env(const EnvLookup& env);
+DistEnv parse_dist_env_from_process();
+
+// Per-rank batch = global batch / data-parallel size; throws when it does not divide.
+std::int64_t per_rank_batch(std::int64_t global_batch, int dp_size);
+
+// DistributedSampler-style shard: permutation seeded by seed + epoch (identical on every
+// rank), padded by repeating its start to a multiple of world, then every world-th index
+// starting at rank. Every rank gets ceil(n / world) indices.
+std::vector<std::int64_t> shard_indices(std::int64_t n, int world, int rank, std::uint64_t seed,
+                                        std::int64_t epoch, bool shuffle);
+
+// Number of batches per epoch for a shard of shard_len samples (last batch may be short).
+std::int64_t batches_per_epoch(std::int64_t shard_len, std::int64_t batch);
+
+// An IDX array (the MNIST file format), unsigned bytes only.
+struct IdxArray {
+  std::vector<std::int64_t> dims;
+  std::vector<std::uint8_t> data;
+};
+
+// Parses IDX bytes; `what` names the source in errors. Throws Error on a bad magic,
+// dimension count, or a size that does not match the header.
+IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& what);
+
+// Reads an IDX file, gzipped or plain, and parses it.
+IdxArray read_idx_file(const std::string& path);
+
+// Finds <dir>/<stem>.gz or <dir>/<stem>; throws Error naming both when neither exists.
+std::string find_idx_file(const std::string& dir, const std::string& stem);
+
+// Writes bytes to path atomically: temp file in the same directory, fsync, rename,
+// fsync of the directory. A crash at any point leaves either the old or the new file.
+// `before_rename` (tests only) runs after the temp file is durable.
+void write_file_atomic(const std::string& path, const std::vector<char>& bytes,
+                       const std::function<void(const std::string& tmp)>& before_rename = {});
+
+// Removes temp files left by an interrupted write_file_atomic for path.
+void remove_stale_temps(const std::string& path);
+
+std::optional<std::vector<char>> read_file_if_exists(const std::string& path);
+
+}  // namespace ddprun::train

@@ -1,0 +1,952 @@
+// ddprun-train: a data-parallel libtorch trainer (PyTorch DDP semantics, in C++).
+// See docs/trainer.md for usage, checkpoint and preemption semantics.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+#ifdef DDPRUN_TRAIN_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core.hpp"
+
+namespace ddprun::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// First SIGTERM/SIGUSR2 wins; repeats are ignored because Slurm and the launcher may both
+// signal the worker, and a second signal must not cost the checkpoint. SIGKILL is the backstop.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int signo) {
+  if (g_stop_signal == 0) {
+    g_stop_signal = signo;
+  }
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR2, &sa, nullptr);
+}
+
+struct Options {
+  std::string model = "mlp";
+  std::string data;  // empty: follows the model
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int epochs = 1;
+  std::int64_t batch_size = 64;
+  double lr = 0.0;  // 0: the optimizer's default
+  std::string optimizer;  // empty: adam for mlp/ae, sgd for toy
+  double momentum = 0.0;
+  std::uint64_t seed = 0;
+  int threads = 0;
+  std::string backend = "gloo";
+  std::string checkpoint_dir;
+  bool resume = false;
+  std::int64_t checkpoint_every = 0;
+  std::string metrics_file;
+  std::int64_t max_steps = 0;
+  std::string dump_params;
+  bool model_parallel = false;
+  std::int64_t bucket_cap_kb = 25 * 1024;  // DDP's defaults: 25 MB, first bucket 1 MB
+  std::int64_t first_bucket_kb = 1024;
+  int timeout_s = 300;
+  std::int64_t toy_samples = 1024;
+};
+
+std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+// ---------------------------------------------------------------- data
+
+struct Data {
+  torch::Tensor train_x, train_y, test_x, test_y;
+};
+
+torch::Tensor images_to_tensor(const IdxArray& a, const std::string& path) {
+  if (a.dims.size() != 3 || a.dims[1] * a.dims[2] != 784) {
+    throw Error(path + ": expected N x 28 x 28 images");
+  }
+  auto bytes = torch::from_blob(const_cast<std::uint8_t*>(a.data.data()),
+                                {a.dims[0], 784}, torch::kUInt8);
+  // Normalise with the Fashion-MNIST pixel mean/std.
+  return (bytes.to(torch::kFloat32).div_(255.0).sub_(0.2860).div_(0.3530)).contiguous();
+}
+
+torch::Tensor labels_to_tensor(const IdxArray& a, const std::string& path, std::int64_t n) {
+  if (a.dims.size() != 1 || a.dims[0] != n) {
+    throw Error(path + ": expected " + std::to_string(n) + " labels to match the images");
+  }
+  for (auto v : a.data) {
+    if (v > 9) {
+      throw Error(path + ": label " + std::to_string(v) + " is outside 0..9 (corrupt file?)");
+    }
+  }
+  auto bytes = torch::from_blob(const_cast<std::uint8_t*>(a.data.data()), {n}, torch::kUInt8);
+  return bytes.to(torch::kInt64).contiguous();
+}
+
+Data load_fashion_mnist(const std::string& dir) {
+  Data d;
+  auto load_pair = [&](const std::string& img_stem, const std::string& lbl_stem, torch::Tensor& x,
+                       torch::Tensor& y) {
+    const auto ip = find_idx_file(dir, img_stem);
+    const auto lp = find_idx_file(dir, lbl_stem);
+    const auto imgs = read_idx_file(ip);
+    x = images_to_tensor(imgs, ip);
+    y = labels_to_tensor(read_idx_file(lp), lp, x.size(0));
+  };
+  load_pair("train-images-idx3-ubyte", "train-labels-idx1-ubyte", d.train_x, d.train_y);
+  load_pair("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", d.test_x, d.test_y);
+  return d;
+}
+
+// Synthetic regression data for the toy model, identical on every rank for a given seed.
+Data make_toy_data(std::uint64_t seed, std::int64_t n) {
+  auto gen = at::detail::createCPUGenerator(seed + 0x5eed);
+  Data d;
+  auto w = torch::randn({32, 10}, gen);
+  auto make = [&](std::int64_t m, torch::Tensor& x, torch::Tensor& y) {
+    x = torch::randn({m, 32}, gen);
+    y = torch::relu(x).mm(w) * 0.5 + 0.1 * torch::randn({m, 10}, gen);
+  };
+  make(n, d.train_x, d.train_y);
+  make(256, d.test_x, d.test_y);
+  return d;
+}
+
+// ---------------------------------------------------------------- model
+
+// Every model is a head and a tail. Plain data parallel keeps both on one device; the
+// model-parallel variant puts them on the process's two devices. The split path (move the
+// activation between the parts) always runs, so it is exercised on CPU too.
+struct NetImpl : torch::nn::Module {
+  torch::nn::Sequential head{nullptr}, tail{nullptr};
+  torch::Device head_dev = torch::kCPU, tail_dev = torch::kCPU;
+
+  NetImpl(const std::string& kind) {
+    using torch::nn::Linear;
+    using torch::nn::ReLU;
+    if (kind == "toy") {
+      head = torch::nn::Sequential(Linear(32, 32), ReLU());
+      tail = torch::nn::Sequential(Linear(32, 10));
+    } else if (kind == "mlp") {
+      head = torch::nn::Sequential(Linear(784, 256), ReLU());
+      tail = torch::nn::Sequential(Linear(256, 128), ReLU(), Linear(128, 10));
+    } else if (kind == "ae") {
+      head = torch::nn::Sequential(Linear(784, 128), ReLU(), Linear(128, 128), ReLU());
+      tail = torch::nn::Sequential(Linear(128, 128), ReLU(), Linear(128, 784));
+    } else {
+      throw Error("unknown model '" + kind + "'");
+    }
+    register_module("head", head);
+    register_module("tail", tail);
+  }
+
+  void place(torch::Device h, torch::Device t) {
+    head_dev = h;
+    tail_dev = t;
+    head->to(h);
+    tail->to(t);
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    auto mid = head->forward(x.to(head_dev));
+    return tail->forward(mid.to(tail_dev));
+  }
+};
+TORCH_MODULE(Net);
+
+torch::Tensor compute_loss(const std::string& model, const torch::Tensor& out,
+                           const torch::Tensor& x, const torch::Tensor& y) {
+  if (model == "mlp") {
+    return torch::nn::functional::cross_entropy(out, y.to(out.device()));
+  }
+  if (model == "ae") {
+    return torch::mse_loss(out, x.to(out.device()));
+  }
+  return torch::mse_loss(out, y.to(out.device()));
+}
+
+// ---------------------------------------------------------------- gradient reducer
+
+// Bucketed gradient averaging that overlaps backward, like DDP's Reducer: a hook on each
+// parameter copies its gradient into a flat bucket as soon as autograd produces it; when a
+// bucket is full its async all-reduce starts (in bucket order, identical on every rank) while
+// backward continues. finish() waits and writes the averages into .grad before the step.
+// As in DDP the first bucket is kept small so communication starts early. `extra` values
+// ride along in the first bucket (summed, not averaged): the per-step stop vote costs no
+// extra collective.
+class GradReducer {
+ public:
+  GradReducer(const std::vector<torch::Tensor>& params, c10::intrusive_ptr<c10d::ProcessGroup> pg,
+              std::int64_t first_cap_bytes, std::int64_t cap_bytes, std::int64_t extra)
+      : pg_(std::move(pg)), params_(params), extra_(extra) {
+    // Reverse registration order approximates the order gradients become ready.
+    for (std::size_t k = params.size(); k-- > 0;) {
+      const auto& p = params[k];
+      const std::int64_t bytes = p.numel() * static_cast<std::int64_t>(p.element_size());
+      const bool fresh = buckets_.empty();
+      bool split = fresh;
+      if (!fresh) {
+        auto& b = buckets_.back();
+        const auto& first = params_[b.slots.front().param];
+        split = first.device() != p.device() || first.scalar_type() != p.scalar_type() ||
+                (b.bytes + bytes > (buckets_.size() == 1 ? first_cap_bytes : cap_bytes));
+      }
+      if (split) {
+        buckets_.emplace_back();
+      }
+      auto& b = buckets_.back();
+      b.slots.push_back(Slot{k, b.numel, p.numel()});
+      b.numel += p.numel();
+      b.bytes += bytes;
+    }
+    for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
+      auto& b = buckets_[bi];
+      const auto& p0 = params_[b.slots.front().param];
+      b.flat = torch::zeros({b.numel + (bi == 0 ? extra_ : 0)}, p0.options());
+      b.pending = b.slots.size();
+      for (std::size_t si = 0; si < b.slots.size(); ++si) {
+        params_[b.slots[si].param].register_hook(
+            [this, bi, si](const torch::Tensor& g) { on_grad(bi, si, g); });
+      }
+    }
+  }
+
+  std::size_t bucket_count() const { return buckets_.size(); }
+
+  // Values to sum across the group along with this step's gradients; call before backward.
+  void set_extra(const std::vector<double>& v) {
+    auto& b = buckets_.front();
+    for (std::int64_t i = 0; i < extra_; ++i) {
+      b.flat[b.numel + i].fill_(v[static_cast<std::size_t>(i)]);
+    }
+  }
+  // Their sums, valid after finish().
+  const std::vector<double>& extra_sums() const { return extra_sums_; }
+
+  void finish() {
+    if (next_ != buckets_.size()) {
+      throw Error("a parameter received no gradient in backward; every parameter must be used");
+    }
+    const double scale = 1.0 / static_cast<double>(pg_->getSize());
+    for (auto& b : buckets_) {
+      b.work->wait();
+      b.work.reset();
+      if (&b == &buckets_.front() && extra_ > 0) {
+        auto tail = b.flat.narrow(0, b.numel, extra_).to(torch::kCPU, torch::kFloat64);
+        extra_sums_.assign(tail.data_ptr<double>(), tail.data_ptr<double>() + extra_);
+      }
+      b.flat.mul_(scale);
+      for (auto& s : b.slots) {
+        // .grad becomes a view of the bucket: no copy. Safe because clear_grads() drops it
+        // before the next backward, so autograd never accumulates into a bucket in flight.
+        auto& p = params_[s.param];
+        p.mutable_grad() = b.flat.narrow(0, s.offset, s.numel).view(p.sizes());
+        s.seen = false;
+      }
+      b.pending = b.slots.size();
+    }
+    next_ = 0;
+  }
+
+ private:
+  struct Slot {
+    std::size_t param;
+    std::int64_t offset;
+    std::int64_t numel;
+    bool seen = false;
+  };
+  struct Bucket {
+    std::vector<Slot> slots;
+    std::int64_t numel = 0;
+    std::int64_t bytes = 0;
+    torch::Tensor flat;
+    std::size_t pending = 0;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+
+  void on_grad(std::size_t bi, std::size_t si, const torch::Tensor& g) {
+    auto& b = buckets_[bi];
+    auto& s = b.slots[si];
+    if (s.seen) {
+      throw Error("a parameter received two gradients in one backward; not supported");
+    }
+    s.seen = true;
+    b.flat.narrow(0, s.offset, s.numel).copy_(g.reshape({-1}));
+    if (--b.pending == 0) {
+      // Launch strictly in bucket order so every rank issues the same collective sequence.
+      while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
+        std::vector<at::Tensor> t{buckets_[next_].flat};
+        buckets_[next_].work = pg_->allreduce(t);
+        ++next_;
+      }
+    }
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  std::vector<torch::Tensor> params_;
+  std::vector<Bucket> buckets_;
+  std::size_t next_ = 0;
+  std::int64_t extra_ = 0;
+  std::vector<double> extra_sums_;
+};
+
+// Stop votes piggybacked on the gradients: one flag per stop signal, largest signal wins.
+std::vector<double> stop_flags(int signo) {
+  return {signo == SIGTERM ? 1.0 : 0.0, signo == SIGUSR2 ? 1.0 : 0.0};
+}
+int stop_from_flags(const std::vector<double>& sums) {
+  return sums[0] > 0 ? SIGTERM : (sums[1] > 0 ? SIGUSR2 : 0);
+}
+
+// Gradients are set to none rather than zeroed: autograd then hands over its fresh buffer
+// (no zero pass, no accumulate), and the reducer's bucket views are never written by it.
+void clear_grads(Net& net) {
+  for (auto& p : net->parameters()) {
+    p.mutable_grad() = torch::Tensor();
+  }
+}
+
+// ---------------------------------------------------------------- process groups
+
+struct Dist {
+  DistEnv env;
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> world;  // all ranks: broadcast, stop flag
+  c10::intrusive_ptr<c10d::ProcessGroup> dp;     // ranks sharing this MP rank: gradients
+  torch::Device comm_dev = torch::kCPU;
+  bool active() const { return env.world_size > 1; }
+};
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 int rank, int size, const std::string& master,
+                                                 std::chrono::milliseconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  } else if (is_loopback(master)) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+}
+
+Dist init_dist(const DistEnv& env, const Options& o) {
+  Dist d;
+  d.env = env;
+  if (o.backend == "nccl") {
+#ifndef DDPRUN_TRAIN_HAVE_NCCL
+    throw Error(
+        "--backend nccl is unavailable: this ddprun-train was built against a CPU-only libtorch; "
+        "use --backend gloo or rebuild against a CUDA libtorch");
+#endif
+  } else if (o.backend != "gloo") {
+    throw Error("unknown --backend '" + o.backend + "' (use gloo or nccl)");
+  }
+  if (!d.active()) {
+    return d;
+  }
+  const auto timeout = std::chrono::milliseconds(std::int64_t{o.timeout_s} * 1000);
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = static_cast<std::size_t>(env.world_size);
+  so.waitWorkers = true;
+  so.timeout = timeout;
+  d.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  auto world_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_train/world", d.store);
+  auto dp_store = c10::make_intrusive<c10d::PrefixStore>(
+      "ddprun_train/dp" + std::to_string(env.mp_rank), d.store);
+#ifdef DDPRUN_TRAIN_HAVE_NCCL
+  if (o.backend == "nccl") {
+    if (!torch::cuda::is_available()) {
+      throw Error("--backend nccl needs a CUDA device, but none is visible");
+    }
+    // NCCL tensors must sit on this rank's GPU: the head's device (see run()).
+    const auto n = static_cast<int>(torch::cuda::device_count());
+    d.comm_dev = torch::Device(
+        torch::kCUDA, static_cast<c10::DeviceIndex>(o.model_parallel ? 0 : env.local_rank % n));
+    auto nopts = c10d::ProcessGroupNCCL::Options::create();
+    nopts->timeout = timeout;
+    d.world = c10::make_intrusive<c10d::ProcessGroupNCCL>(world_store, env.rank, env.world_size,
+                                                          nopts);
+    d.dp = env.mp_size == 1 ? d.world
+                            : c10::make_intrusive<c10d::ProcessGroupNCCL>(dp_store, env.dp_rank,
+                                                                          env.dp_size, nopts);
+    return d;
+  }
+#endif
+  d.world = make_gloo(world_store, env.rank, env.world_size, env.master_addr, timeout);
+  // Gradients are averaged only among replicas of the same model-parallel slice.
+  d.dp = env.mp_size == 1
+             ? d.world
+             : make_gloo(dp_store, env.dp_rank, env.dp_size, env.master_addr, timeout);
+  return d;
+}
+
+void broadcast_params(Dist& d, Net& net) {
+  if (!d.active()) {
+    return;
+  }
+  torch::NoGradGuard ng;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::vector<at::Tensor>> keep;
+  for (auto& p : net->parameters()) {
+    keep.push_back({p.data()});
+  }
+  for (auto& t : keep) {
+    c10d::BroadcastOptions bo;
+    bo.rootRank = 0;
+    works.push_back(d.world->broadcast(t, bo));
+  }
+  for (auto& w : works) {
+    w->wait();
+  }
+}
+
+// All ranks agree on the largest requested stop signal (0: keep going). The all-reduce is
+// started before a step and read after it, so it overlaps the step instead of adding latency.
+class StopVote {
+ public:
+  StopVote(Dist& d, int local_signal) : d_(d), local_(local_signal) {
+    if (!d_.active()) {
+      return;
+    }
+    t_.push_back(
+        torch::full({1}, static_cast<double>(local_signal), torch::TensorOptions(d_.comm_dev)));
+    c10d::AllreduceOptions ao;
+    ao.reduceOp = c10d::ReduceOp::MAX;
+    work_ = d_.world->allreduce(t_, ao);
+  }
+  int result() {
+    if (!work_) {
+      return local_;
+    }
+    work_->wait();
+    return static_cast<int>(t_[0].item<double>());
+  }
+
+ private:
+  Dist& d_;
+  int local_;
+  std::vector<at::Tensor> t_;
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+int agree_stop(Dist& d, int local_signal) { return StopVote(d, local_signal).result(); }
+
+// Sum of a small vector over the data-parallel group.
+std::vector<double> dp_sum(Dist& d, std::vector<double> v) {
+  if (!d.active()) {
+    return v;
+  }
+  std::vector<at::Tensor> t{
+      torch::tensor(v, torch::TensorOptions().dtype(torch::kFloat64)).to(d.comm_dev)};
+  d.dp->allreduce(t)->wait();
+  auto c = t[0].cpu();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = c[static_cast<std::int64_t>(i)].item<double>();
+  }
+  return v;
+}
+
+void world_barrier(Dist& d) {
+  if (d.active()) {
+    agree_stop(d, 0);
+  }
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+struct Position {
+  std::int64_t epoch = 0;  // epoch to run next (0-based)
+  std::int64_t batch = 0;  // next batch inside that epoch
+  std::int64_t step = 0;   // optimizer steps done in total
+};
+
+constexpr std::int64_t kCheckpointFormat = 1;
+
+std::string checkpoint_path(const Options& o) {
+  return (fs::path(o.checkpoint_dir) / "latest.pt").string();
+}
+
+std::vector<char> serialize_checkpoint(Net& net, torch::optim::Optimizer& opt, const Position& pos,
+                                       const Options& o) {
+  torch::serialize::OutputArchive ar;
+  torch::serialize::OutputArchive model_ar;
+  net->save(model_ar);
+  ar.write("model", model_ar);
+  torch::serialize::OutputArchive opt_ar;
+  opt.save(opt_ar);
+  ar.write("optimizer", opt_ar);
+  ar.write("format", torch::tensor(kCheckpointFormat));
+  ar.write("epoch", torch::tensor(pos.epoch));
+  ar.write("batch", torch::tensor(pos.batch));
+  ar.write("step", torch::tensor(pos.step));
+  ar.write("global_batch", torch::tensor(o.batch_size));
+  ar.write("model_kind", c10::IValue(o.model));
+  ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+  std::ostringstream os;
+  ar.save_to(os);
+  const auto s = os.str();
+  return std::vector<char>(s.begin(), s.end());
+}
+
+Position load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
+                         const Options& o, const std::string& what) {
+  try {
+    torch::serialize::InputArchive ar;
+    ar.load_from(bytes.data(), bytes.size());
+    // read() into a defined tensor resizes it in place; always read into a fresh one.
+    auto read_int = [&ar](const char* key) {
+      torch::Tensor t;
+      ar.read(key, t);
+      return t.item<std::int64_t>();
+    };
+    if (read_int("format") != kCheckpointFormat) {
+      throw Error(what + ": unsupported checkpoint format");
+    }
+    c10::IValue kind;
+    ar.read("model_kind", kind);
+    if (kind.toStringRef() != o.model) {
+      throw Error(what + " holds model '" + kind.toStringRef() + "', not --model " + o.model +
+                  "; use another --checkpoint-dir");
+    }
+    const auto global_batch = read_int("global_batch");
+    if (global_batch != o.batch_size) {
+      throw Error(what + " was trained with --batch-size " + std::to_string(global_batch) +
+                  "; resume with the same global batch");
+    }
+    torch::serialize::InputArchive model_ar;
+    ar.read("model", model_ar);
+    net->load(model_ar);
+    torch::serialize::InputArchive opt_ar;
+    ar.read("optimizer", opt_ar);
+    opt.load(opt_ar);
+    Position pos;
+    pos.epoch = read_int("epoch");
+    pos.batch = read_int("batch");
+    pos.step = read_int("step");
+    torch::Tensor rng;
+    ar.read("rng", rng);
+    at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    gen.set_state(rng);
+    return pos;
+  } catch (const c10::Error& e) {
+    throw Error(what + ": unreadable checkpoint (" + first_line(e.what_without_backtrace()) + ")");
+  }
+}
+
+void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::optim::Optimizer& opt,
+                     const Position& pos) {
+  if (o.checkpoint_dir.empty() || env.rank != 0) {
+    return;
+  }
+  const auto bytes = serialize_checkpoint(net, opt, pos, o);
+  std::function<void(const std::string&)> hook;
+  // Test hook: pause after the temp file is durable, before the rename.
+  if (const char* ms = std::getenv("DDPRUN_TRAIN_TEST_PAUSE_BEFORE_RENAME_MS"); ms && *ms) {
+    const long pause = std::strtol(ms, nullptr, 10);
+    hook = [pause](const std::string& tmp) {
+      std::fprintf(stderr, "ddprun-train: test hook: wrote %s, pausing before rename\n",
+                   tmp.c_str());
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+    };
+  }
+  write_file_atomic(checkpoint_path(o), bytes, hook);
+}
+
+// Rank 0 reads the checkpoint and hands the bytes to the others through the store, so
+// resuming does not need a shared filesystem.
+std::optional<std::vector<char>> fetch_checkpoint(Dist& d, const Options& o) {
+  std::optional<std::vector<char>> bytes;
+  if (d.env.rank == 0) {
+    fs::create_directories(o.checkpoint_dir);
+    remove_stale_temps(checkpoint_path(o));
+    if (o.resume) {
+      bytes = read_file_if_exists(checkpoint_path(o));
+    }
+  }
+  if (!d.active() || !o.resume) {
+    return bytes;
+  }
+  const std::string key = "ddprun_train/resume";
+  if (d.env.rank == 0) {
+    std::vector<std::uint8_t> v;
+    v.push_back(bytes ? 1 : 0);
+    if (bytes) {
+      v.insert(v.end(), bytes->begin(), bytes->end());
+    }
+    d.store->set(key, v);
+    return bytes;
+  }
+  const auto v = d.store->get(key);
+  if (v.empty() || v[0] == 0) {
+    return std::nullopt;
+  }
+  return std::vector<char>(v.begin() + 1, v.end());
+}
+
+// ---------------------------------------------------------------- training
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = -1;
+};
+
+EvalResult evaluate(Net& net, const Data& data, const Options& o, bool classifier) {
+  torch::NoGradGuard ng;
+  net->eval();
+  EvalResult r;
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  const std::int64_t n = data.test_x.size(0);
+  for (std::int64_t i = 0; i < n; i += 1000) {
+    const auto len = std::min<std::int64_t>(1000, n - i);
+    auto x = data.test_x.narrow(0, i, len);
+    auto y = data.test_y.narrow(0, i, len);
+    auto out = net->forward(x);
+    loss_sum += compute_loss(o.model, out, x, y).item<double>() * static_cast<double>(len);
+    if (classifier) {
+      correct += out.argmax(1).cpu().eq(y).sum().item<std::int64_t>();
+    }
+  }
+  net->train();
+  r.loss = loss_sum / static_cast<double>(n);
+  if (classifier) {
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  }
+  return r;
+}
+
+void dump_params(Net& net, const std::string& path) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& kv : net->named_parameters()) {
+    auto t = kv.value().detach().cpu().to(torch::kFloat64).contiguous().view({-1});
+    std::vector<double> v(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+    j[kv.key()] = v;
+  }
+  std::ofstream out(path);
+  out << j.dump() << "\n";
+  if (!out) {
+    throw Error("cannot write --dump-params file " + path);
+  }
+}
+
+// CPU time of the whole process (all threads): a load-independent cost measure for bench/.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+void append_metrics(const std::string& path, const nlohmann::json& rec) {
+  std::ofstream out(path, std::ios::app);
+  out << rec.dump() << "\n";
+  if (!out) {
+    throw Error("cannot append to --metrics-file " + path);
+  }
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(Net& net, const Options& o) {
+  if (o.optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        net->parameters(), torch::optim::AdamOptions(o.lr > 0 ? o.lr : 1e-3));
+  }
+  if (o.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        net->parameters(), torch::optim::SGDOptions(o.lr > 0 ? o.lr : 0.05).momentum(o.momentum));
+  }
+  throw Error("unknown --optimizer '" + o.optimizer + "' (use sgd or adam)");
+}
+
+int run(Options o) {
+  install_signal_handlers();
+  const DistEnv env = parse_dist_env_from_process();
+  if (o.data.empty()) {
+    o.data = o.model == "toy" ? "toy" : "fashion-mnist";
+  }
+  if (o.optimizer.empty()) {
+    o.optimizer = o.model == "toy" ? "sgd" : "adam";
+  }
+  if ((o.model == "toy") != (o.data == "toy")) {
+    throw Error("--model " + o.model + " does not fit --data " + o.data +
+                " (toy model uses toy data; mlp and ae use fashion-mnist)");
+  }
+  if (o.resume && o.checkpoint_dir.empty()) {
+    throw Error("--resume needs --checkpoint-dir");
+  }
+  if (o.bucket_cap_kb <= 0 || o.first_bucket_kb <= 0) {
+    throw Error("--bucket-cap-kb and --first-bucket-kb must be positive");
+  }
+  const std::int64_t local_batch = per_rank_batch(o.batch_size, env.dp_size);
+  int threads = o.threads;
+  if (threads <= 0) {
+    if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && *omp) {
+      threads = std::atoi(omp);
+    }
+  }
+  if (threads > 0) {
+    torch::set_num_threads(threads);
+  }
+  const bool lead = env.rank == 0;
+  auto log = [&](const std::string& msg) {
+    if (lead) {
+      std::printf("%s\n", msg.c_str());
+      std::fflush(stdout);
+    }
+  };
+
+  // Data before the process group: a bad --data-dir fails fast on every rank.
+  const bool classifier = o.model == "mlp";
+  Data data =
+      o.data == "toy" ? make_toy_data(o.seed, o.toy_samples) : load_fashion_mnist(o.data_dir);
+
+  Dist dist = init_dist(env, o);
+
+  torch::manual_seed(o.seed);
+  Net net(o.model);
+  torch::Device head_dev = torch::kCPU, tail_dev = torch::kCPU;
+  if (torch::cuda::is_available()) {
+    const auto n = static_cast<int>(torch::cuda::device_count());
+    if (o.model_parallel) {
+      head_dev = torch::Device(torch::kCUDA, 0);
+      tail_dev = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::min(1, n - 1)));
+    } else {
+      head_dev = tail_dev =
+          torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % n));
+    }
+  } else if (o.model_parallel) {
+    log("model-parallel: no CUDA devices, head and tail both stay on the CPU");
+  }
+  net->place(head_dev, tail_dev);
+  auto opt = make_optimizer(net, o);
+
+  Position pos;
+  if (!o.checkpoint_dir.empty()) {
+    if (auto bytes = fetch_checkpoint(dist, o)) {
+      pos = load_checkpoint(*bytes, net, *opt, o, checkpoint_path(o));
+      log(fmt::format("resumed from {} at epoch {} batch {} (step {})", checkpoint_path(o),
+                      pos.epoch + 1, pos.batch, pos.step));
+    } else if (o.resume) {
+      log("no checkpoint in " + o.checkpoint_dir + ", starting from scratch");
+    }
+  }
+  broadcast_params(dist, net);
+
+  std::unique_ptr<GradReducer> reducer;
+  if (dist.active() && env.dp_size > 1) {
+    reducer = std::make_unique<GradReducer>(net->parameters(), dist.dp, o.first_bucket_kb * 1024,
+                                            o.bucket_cap_kb * 1024, env.mp_size == 1 ? 2 : 0);
+  }
+  // The stop vote must span the world; the gradient all-reduce does only when DP == world.
+  const bool vote_in_grads = reducer && env.mp_size == 1;
+  log(fmt::format("ddprun-train: model {} data {} world {} (dp {} x mp {}) global batch {} "
+                  "per-rank batch {} optimizer {} threads {}",
+                  o.model, o.data, env.world_size, env.dp_size, env.mp_size, o.batch_size,
+                  local_batch, o.optimizer, torch::get_num_threads()));
+
+  const std::int64_t n_train = data.train_x.size(0);
+  int stop_signal = 0;
+  bool hit_max_steps = false;
+  net->train();
+  for (std::int64_t epoch = pos.epoch; epoch < o.epochs; ++epoch) {
+    const auto shard = shard_indices(n_train, env.dp_size, env.dp_rank, o.seed, epoch, true);
+    const auto shard_len = static_cast<std::int64_t>(shard.size());
+    auto idx = torch::tensor(std::vector<std::int64_t>(shard.begin(), shard.end()),
+                             torch::kInt64);
+    const std::int64_t nb = batches_per_epoch(shard_len, local_batch);
+    double loss_sum = 0;
+    double samples = 0;
+    const auto t0 = Clock::now();
+    const double cpu0 = process_cpu_seconds();
+    for (std::int64_t b = pos.batch; b < nb; ++b) {
+      const auto begin = b * local_batch;
+      const auto len = std::min(local_batch, shard_len - begin);
+      std::optional<StopVote> vote;
+      if (vote_in_grads) {
+        reducer->set_extra(stop_flags(static_cast<int>(g_stop_signal)));
+      } else {
+        vote.emplace(dist, static_cast<int>(g_stop_signal));
+      }
+      auto bidx = idx.narrow(0, begin, len);
+      auto x = data.train_x.index_select(0, bidx);
+      auto y = data.train_y.index_select(0, bidx);
+      clear_grads(net);
+      auto out = net->forward(x);
+      auto loss = compute_loss(o.model, out, x, y);
+      loss.backward();
+      if (reducer) {
+        reducer->finish();
+      }
+      opt->step();
+      loss_sum += loss.item<double>() * static_cast<double>(len);
+      samples += static_cast<double>(len);
+      pos = Position{epoch, b + 1, pos.step + 1};
+      stop_signal = vote ? vote->result() : stop_from_flags(reducer->extra_sums());
+      hit_max_steps = o.max_steps > 0 && pos.step >= o.max_steps;
+      if (o.checkpoint_every > 0 && pos.step % o.checkpoint_every == 0 && stop_signal == 0 &&
+          !hit_max_steps) {
+        save_checkpoint(env, o, net, *opt, pos);
+      }
+      if (stop_signal != 0 || hit_max_steps) {
+        break;
+      }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double cpu_secs = process_cpu_seconds() - cpu0;
+    if (stop_signal != 0 || hit_max_steps) {
+      break;
+    }
+    const auto tot = dp_sum(dist, {loss_sum, samples, cpu_secs});
+    pos = Position{epoch + 1, 0, pos.step};
+    const double train_loss = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
+    // Every MP slice trains an identical replica, so global samples/s counts one slice.
+    const double sps = secs > 0 ? tot[1] / secs : 0.0;
+    if (lead) {
+      const auto ev = evaluate(net, data, o, classifier);
+      nlohmann::json rec = {{"epoch", epoch + 1},      {"step", pos.step},
+                            {"loss", train_loss},      {"test_loss", ev.loss},
+                            {"samples_per_sec", sps},  {"world_size", env.world_size},
+                            {"epoch_seconds", secs},   {"cpu_seconds", tot[2]}};
+      std::string acc;
+      if (classifier) {
+        rec["test_accuracy"] = ev.accuracy;
+        acc = fmt::format(" test_accuracy {:.4f}", ev.accuracy);
+      }
+      log(fmt::format("epoch {}/{}: loss {:.4f} test_loss {:.4f}{} samples/s {:.0f}", epoch + 1,
+                      o.epochs, train_loss, ev.loss, acc, sps));
+      if (!o.metrics_file.empty()) {
+        append_metrics(o.metrics_file, rec);
+      }
+    }
+    save_checkpoint(env, o, net, *opt, pos);
+    if (o.max_steps > 0 && pos.step >= o.max_steps) {
+      hit_max_steps = true;
+      break;
+    }
+  }
+
+  if (stop_signal != 0 || hit_max_steps) {
+    save_checkpoint(env, o, net, *opt, pos);
+  }
+  if (lead && !o.dump_params.empty()) {
+    dump_params(net, o.dump_params);
+  }
+  // Nobody leaves before rank 0's checkpoint is durable.
+  world_barrier(dist);
+  if (stop_signal != 0) {
+    log(fmt::format("stopped by signal {} after step {} (epoch {} batch {}); checkpoint {}",
+                    stop_signal, pos.step, pos.epoch + 1, pos.batch,
+                    o.checkpoint_dir.empty() ? std::string("not written (no --checkpoint-dir)")
+                                             : checkpoint_path(o)));
+    return preempt_exit_code(stop_signal);
+  }
+  if (hit_max_steps) {
+    log(fmt::format("stopped at --max-steps {}", o.max_steps));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace ddprun::train
+
+int main(int argc, char** argv) {
+  using namespace ddprun::train;
+  Options o;
+  CLI::App app{"ddprun-train: data-parallel libtorch trainer (see docs/trainer.md)"};
+  // A repeated option takes its last value, so wrappers can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--model", o.model, "toy | mlp | ae")
+      ->check(CLI::IsMember({"toy", "mlp", "ae"}))
+      ->capture_default_str();
+  app.add_option("--data", o.data, "toy | fashion-mnist (default: follows --model)")
+      ->check(CLI::IsMember({"toy", "fashion-mnist"}));
+  app.add_option("--data-dir", o.data_dir, "directory with MNIST-format IDX files (.gz or plain)")
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "number of epochs")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "global batch size (split across DP ranks)")
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate (default: 1e-3 for adam, 0.05 for sgd)");
+  app.add_option("--optimizer", o.optimizer, "sgd | adam (default: adam, sgd for toy)")
+      ->check(CLI::IsMember({"sgd", "adam"}));
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed for init, shuffling and toy data")->capture_default_str();
+  app.add_option("--threads", o.threads, "intra-op threads (default: OMP_NUM_THREADS, else all)");
+  app.add_option("--backend", o.backend, "gloo | nccl")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "where rank 0 writes latest.pt");
+  app.add_flag("--resume", o.resume, "continue from the checkpoint in --checkpoint-dir if any");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: off)")
+      ->capture_default_str();
+  app.add_option("--metrics-file", o.metrics_file, "JSON lines, one per epoch (rank 0)");
+  app.add_option("--max-steps", o.max_steps, "stop after N optimizer steps in total (0: off)")
+      ->capture_default_str();
+  app.add_option("--dump-params", o.dump_params, "rank 0 writes final parameters as JSON");
+  app.add_flag("--model-parallel", o.model_parallel, "head and tail on the process's two devices");
+  app.add_option("--bucket-cap-kb", o.bucket_cap_kb, "gradient bucket size")->capture_default_str();
+  app.add_option("--first-bucket-kb", o.first_bucket_kb, "size of the first gradient bucket")
+      ->capture_default_str();
+  app.add_option("--timeout", o.timeout_s, "seconds a collective may wait for peers")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--toy-samples", o.toy_samples, "size of the synthetic toy training set")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  const char* rank = std::getenv("RANK");
+  const std::string who = rank ? std::string("ddprun-train[rank ") + rank + "]" : "ddprun-train";
+  try {
+    const int rc = run(o);
+    std::fflush(stdout);
+    return rc;
+  } catch (const ddprun::train::Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(),
+                 first_line(e.what_without_backtrace()).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), first_line(e.what()).c_str());
+  }
+  return kExitError;
+}

@@ -1,0 +1,237 @@
+// Unit tests for the torch-free parts of ddprun-train.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core.hpp"
+
+namespace fs = std::filesystem;
+using namespace ddprun::train;
+
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> m) {
+  return [m](const std::string& k) -> std::optional<std::string> {
+    auto it = m.find(k);
+    if (it == m.end()) {
+      return std::nullopt;
+    }
+    return it->second;
+  };
+}
+
+std::vector<std::uint8_t> idx_bytes(std::vector<std::uint32_t> dims, std::size_t payload) {
+  std::vector<std::uint8_t> b{0, 0, 0x08, static_cast<std::uint8_t>(dims.size())};
+  for (auto d : dims) {
+    b.push_back(static_cast<std::uint8_t>(d >> 24U));
+    b.push_back(static_cast<std::uint8_t>(d >> 16U));
+    b.push_back(static_cast<std::uint8_t>(d >> 8U));
+    b.push_back(static_cast<std::uint8_t>(d));
+  }
+  for (std::size_t i = 0; i < payload; ++i) {
+    b.push_back(static_cast<std::uint8_t>(i % 251));
+  }
+  return b;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "ddprun-train-core-XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("dist env defaults to a single process") {
+  const auto d = parse_dist_env(env_of({}));
+  CHECK(d.rank == 0);
+  CHECK(d.world_size == 1);
+  CHECK(d.dp_size == 1);
+  CHECK(d.mp_size == 1);
+}
+
+TEST_CASE("dist env reads torchrun variables and derives the DP group") {
+  const auto d = parse_dist_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
+                                        {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29500"}}));
+  CHECK(d.rank == 3);
+  CHECK(d.local_rank == 1);
+  CHECK(d.dp_rank == 3);
+  CHECK(d.dp_size == 4);
+  CHECK(d.master_addr == "node1");
+  CHECK(d.master_port == 29500);
+}
+
+TEST_CASE("dist env takes the model-parallel grid from DDPRUN_ variables") {
+  const auto d = parse_dist_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
+                                        {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "2"},
+                                        {"DDPRUN_MP_RANK", "1"}, {"DDPRUN_DP_SIZE", "2"},
+                                        {"DDPRUN_DP_RANK", "1"}}));
+  CHECK(d.mp_rank == 1);
+  CHECK(d.dp_rank == 1);
+  CHECK(d.dp_size == 2);
+}
+
+TEST_CASE("dist env rejects inconsistent values with a message naming the variable") {
+  CHECK_THROWS_WITH(parse_dist_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})),
+                    Catch::Contains("RANK=2"));
+  CHECK_THROWS_WITH(parse_dist_env(env_of({{"RANK", "x"}})), Catch::Contains("RANK='x'"));
+  CHECK_THROWS_WITH(parse_dist_env(env_of({{"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}})),
+                    Catch::Contains("MASTER_ADDR"));
+  CHECK_THROWS_WITH(parse_dist_env(env_of({{"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
+                                           {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "3"}})),
+                    Catch::Contains("DDPRUN_MP_SIZE"));
+}
+
+TEST_CASE("per-rank batch divides the global batch") {
+  CHECK(per_rank_batch(64, 2) == 32);
+  CHECK_THROWS_WITH(per_rank_batch(63, 2), Catch::Contains("not divisible"));
+  CHECK_THROWS(per_rank_batch(0, 1));
+}
+
+TEST_CASE("sampler shards are equal-sized, disjoint when divisible, and cover the data") {
+  const std::int64_t n = 100;
+  std::multiset<std::int64_t> all;
+  for (int r = 0; r < 4; ++r) {
+    const auto s = shard_indices(n, 4, r, 5, 0, true);
+    CHECK(s.size() == 25);
+    all.insert(s.begin(), s.end());
+  }
+  CHECK(all.size() == 100);
+  CHECK(std::set<std::int64_t>(all.begin(), all.end()).size() == 100);
+}
+
+TEST_CASE("sampler pads like DistributedSampler by repeating the start of the permutation") {
+  // n = 10, world 4: 12 slots; slots 10 and 11 repeat permutation[0] and permutation[1].
+  const auto whole = shard_indices(10, 1, 0, 9, 2, true);
+  REQUIRE(whole.size() == 10);
+  std::vector<std::vector<std::int64_t>> shards;
+  for (int r = 0; r < 4; ++r) {
+    shards.push_back(shard_indices(10, 4, r, 9, 2, true));
+    CHECK(shards.back().size() == 3);
+  }
+  // Interleaving the shards (rank stride) rebuilds the padded permutation.
+  std::vector<std::int64_t> rebuilt;
+  for (std::size_t i = 0; i < 3; ++i) {
+    for (int r = 0; r < 4; ++r) {
+      rebuilt.push_back(shards[static_cast<std::size_t>(r)][i]);
+    }
+  }
+  std::vector<std::int64_t> expected = whole;
+  expected.push_back(whole[0]);
+  expected.push_back(whole[1]);
+  CHECK(rebuilt == expected);
+}
+
+TEST_CASE("sampler order depends on seed + epoch only") {
+  CHECK(shard_indices(50, 2, 1, 3, 1, true) == shard_indices(50, 2, 1, 3, 1, true));
+  CHECK(shard_indices(50, 2, 1, 3, 1, true) != shard_indices(50, 2, 1, 3, 2, true));
+  CHECK(shard_indices(50, 2, 1, 3, 1, true) != shard_indices(50, 2, 1, 4, 1, true));
+  const auto plain = shard_indices(6, 2, 1, 3, 1, false);
+  CHECK(plain == std::vector<std::int64_t>{1, 3, 5});
+}
+
+TEST_CASE("sampler pads cyclically when there are fewer samples than ranks") {
+  for (int r = 0; r < 5; ++r) {
+    const auto s = shard_indices(2, 5, r, 0, 0, false);
+    REQUIRE(s.size() == 1);
+    CHECK(s[0] == r % 2);
+  }
+}
+
+TEST_CASE("batches per epoch rounds up") {
+  CHECK(batches_per_epoch(100, 32) == 4);
+  CHECK(batches_per_epoch(96, 32) == 3);
+}
+
+TEST_CASE("IDX parser accepts a valid array") {
+  const auto a = parse_idx(idx_bytes({3, 2, 2}, 12), "x");
+  CHECK(a.dims == std::vector<std::int64_t>{3, 2, 2});
+  CHECK(a.data.size() == 12);
+  CHECK(a.data[5] == 5);
+}
+
+TEST_CASE("IDX parser rejects bad magic, type, and sizes naming the source") {
+  auto b = idx_bytes({3}, 3);
+  b[0] = 1;
+  CHECK_THROWS_WITH(parse_idx(b, "f.idx"), Catch::Contains("f.idx") && Catch::Contains("magic"));
+  b = idx_bytes({3}, 3);
+  b[2] = 0x0D;
+  CHECK_THROWS_WITH(parse_idx(b, "f.idx"), Catch::Contains("unsigned byte"));
+  CHECK_THROWS_WITH(parse_idx(idx_bytes({3, 4}, 11), "f.idx"), Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(parse_idx(idx_bytes({3}, 4), "f.idx"), Catch::Contains("header says 3"));
+  CHECK_THROWS_WITH(parse_idx({0, 0}, "f.idx"), Catch::Contains("not an IDX file"));
+}
+
+TEST_CASE("IDX files are read gzipped or plain, and corrupt gzip is reported") {
+  TempDir t;
+  const auto bytes = idx_bytes({4, 3}, 12);
+  {
+    gzFile f = gzopen((t.path / "a-idx.gz").c_str(), "wb");
+    REQUIRE(f != nullptr);
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
+  }
+  {
+    std::ofstream out(t.path / "b-idx", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  CHECK(find_idx_file(t.path.string(), "a-idx") == (t.path / "a-idx.gz").string());
+  CHECK(find_idx_file(t.path.string(), "b-idx") == (t.path / "b-idx").string());
+  CHECK(read_idx_file((t.path / "a-idx.gz").string()).dims == std::vector<std::int64_t>{4, 3});
+  CHECK(read_idx_file((t.path / "b-idx").string()).data.size() == 12);
+  CHECK_THROWS_WITH(find_idx_file(t.path.string(), "missing"), Catch::Contains("missing.gz"));
+
+  // Truncate the gzip stream in the middle.
+  const auto gz = t.path / "a-idx.gz";
+  const auto full = fs::file_size(gz);
+  fs::resize_file(gz, full - 6);
+  CHECK_THROWS_WITH(read_idx_file(gz.string()), Catch::Contains(gz.string()));
+}
+
+TEST_CASE("atomic write replaces the file and leaves no temp behind") {
+  TempDir t;
+  const auto p = (t.path / "latest.pt").string();
+  write_file_atomic(p, {'o', 'l', 'd'});
+  std::string seen_tmp;
+  write_file_atomic(p, {'n', 'e', 'w', '!'}, [&](const std::string& tmp) {
+    seen_tmp = tmp;
+    // Before the rename, the old content is still what readers see.
+    CHECK(read_file_if_exists(p) == std::vector<char>{'o', 'l', 'd'});
+    CHECK(fs::exists(tmp));
+  });
+  CHECK(read_file_if_exists(p) == std::vector<char>{'n', 'e', 'w', '!'});
+  CHECK_FALSE(fs::exists(seen_tmp));
+  CHECK(fs::path(seen_tmp).parent_path() == t.path);
+}
+
+TEST_CASE("stale temps are removed and missing files read as empty optional") {
+  TempDir t;
+  const auto p = (t.path / "latest.pt").string();
+  std::ofstream(t.path / ".latest.pt.tmp.1234") << "partial";
+  std::ofstream(t.path / "keep.txt") << "x";
+  remove_stale_temps(p);
+  CHECK_FALSE(fs::exists(t.path / ".latest.pt.tmp.1234"));
+  CHECK(fs::exists(t.path / "keep.txt"));
+  CHECK_FALSE(read_file_if_exists(p).has_value());
+  CHECK_THROWS_WITH(write_file_atomic((t.path / "no" / "dir.pt").string(), {'x'}),
+                    Catch::Contains("cannot create"));
+}
+
+TEST_CASE("preemption exit code is 128 + signal") {
+  CHECK(preempt_exit_code(15) == 143);
+  CHECK(preempt_exit_code(12) == 140);
+}

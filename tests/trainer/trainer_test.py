@@ -1,0 +1,458 @@
+#!/usr/bin/python3
+"""End-to-end tests of ddprun-train with real processes (run by ctest, label "trainer").
+
+Usage: trainer_test.py TEST --trainer PATH [--data-dir DIR]
+
+Ranks are started by `launch()`. It starts them directly with RANK/WORLD_SIZE/MASTER_*
+set; to go through the ddprun launcher instead, change the one command line marked there.
+Every rank runs in its own session and is SIGKILLed (whole process group) on the way out.
+Exit 0 = pass, 1 = fail, 77 = skipped (e.g. no dataset installed).
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+ARGS = None
+TMP = None
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """N ranks of the trainer; output of rank r goes to <name>.r<r>.{out,err}."""
+
+    def __init__(self, name, nproc, args, env=None, rank_env=None):
+        self.name = name
+        self.procs = []
+        self.files = []
+        port = free_port()
+        for r in range(nproc):
+            e = dict(os.environ)
+            e.update(RANK=str(r), WORLD_SIZE=str(nproc), LOCAL_RANK=str(r),
+                     LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                     MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+            for k in [k for k in e if k.startswith("DDPRUN_")]:
+                del e[k]
+            e.update(env or {})
+            if rank_env:
+                e.update(rank_env(r))
+            out = open(os.path.join(TMP, f"{name}.r{r}.out"), "w+")
+            err = open(os.path.join(TMP, f"{name}.r{r}.err"), "w+")
+            self.files.append((out, err))
+            # launch(): to test through the launcher, replace this command line with
+            # ["ddprun", "--nproc-per-node", str(nproc), ARGS.trainer, *args] (and one process).
+            cmd = [ARGS.trainer, *args]
+            self.procs.append(subprocess.Popen(cmd, env=e, stdout=out, stderr=err,
+                                               start_new_session=True, cwd=TMP))
+
+    def wait(self, timeout=300):
+        deadline = time.monotonic() + timeout
+        rcs = []
+        for p in self.procs:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                rcs.append(p.wait(timeout=left))
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise Fail(f"{self.name}: rank did not finish within {timeout}s\n" + self.logs())
+        return rcs
+
+    def signal(self, rank, sig):
+        self.procs[rank].send_signal(sig)
+
+    def kill(self):
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def out(self, rank=0):
+        f = self.files[rank][0]
+        f.flush()
+        with open(f.name) as g:
+            return g.read()
+
+    def err(self, rank=0):
+        f = self.files[rank][1]
+        f.flush()
+        with open(f.name) as g:
+            return g.read()
+
+    def logs(self):
+        parts = []
+        for r in range(len(self.procs)):
+            parts.append(f"--- {self.name} rank {r} stdout\n{self.out(r)}"
+                         f"--- {self.name} rank {r} stderr\n{self.err(r)}")
+        return "".join(parts)
+
+
+class Launched:
+    """The trainer started by ddprun: one launcher process running NPROC ranks."""
+
+    def __init__(self, name, nproc, args, extra=()):
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("DDPRUN_", "SLURM_"))}
+        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
+            e.pop(k, None)
+        self.name = name
+        self.out_f = open(os.path.join(TMP, f"{name}.ddprun.out"), "w+")
+        self.err_f = open(os.path.join(TMP, f"{name}.ddprun.err"), "w+")
+        cmd = [ARGS.ddprun, "--nproc-per-node", str(nproc), "--master-port", str(free_port()), *extra, "--",
+               ARGS.trainer, *args]
+        self.proc = subprocess.Popen(cmd, env=e, stdout=self.out_f, stderr=self.err_f, start_new_session=True,
+                                     cwd=TMP)
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            raise Fail(f"{self.name}: ddprun did not finish within {timeout}s\n" + self.logs())
+
+    def out(self):
+        self.out_f.flush()
+        with open(self.out_f.name) as g:
+            return g.read()
+
+    def err(self):
+        self.err_f.flush()
+        with open(self.err_f.name) as g:
+            return g.read()
+
+    def logs(self):
+        return f"--- {self.name} stdout\n{self.out()}--- {self.name} stderr\n{self.err()}"
+
+
+def test_launched_preempt():
+    """SIGTERM to ddprun reaches both ranks, which checkpoint; ddprun exits 143; --resume continues."""
+    if not os.path.isdir(ARGS.data_dir):
+        print(f"SKIP: {ARGS.data_dir} missing (install dataset-fashion-mnist)")
+        sys.exit(SKIP)
+    ck = p("ck")
+    args = ["--model", "mlp", "--epochs", "1", "--data-dir", ARGS.data_dir, "--checkpoint-dir", ck]
+    job = Launched("pre", 2, args)
+    wait_for(lambda: "ddprun-train: model" in job.out(), 120, "training to start")
+    time.sleep(0.5)
+    job.proc.send_signal(signal.SIGTERM)
+    rc = job.wait(120)
+    check(rc == 143, f"ddprun exited {rc}, expected 143\n" + job.logs())
+    check(os.path.exists(os.path.join(ck, "latest.pt")), "no checkpoint after SIGTERM\n" + job.logs())
+    res = Launched("post", 2, args + ["--resume"])
+    rc = res.wait(600)
+    check(rc == 0, f"resumed run exited {rc}\n" + res.logs())
+    check("resumed" in res.out() + res.err(), "the second run did not resume\n" + res.logs())
+
+
+JOBS = []
+
+
+def run(name, nproc, args, timeout=300, expect=0, **kw):
+    job = Job(name, nproc, args, **kw)
+    JOBS.append(job)
+    rcs = job.wait(timeout)
+    if expect is not None:
+        check(all(rc == expect for rc in rcs),
+              f"{name}: exit codes {rcs}, expected {expect}\n" + job.logs())
+    return job
+
+
+def load_params(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def max_param_diff(a, b):
+    check(sorted(a) == sorted(b), f"parameter names differ: {sorted(a)} vs {sorted(b)}")
+    worst = 0.0
+    for k in a:
+        check(len(a[k]) == len(b[k]), f"parameter {k} sizes differ")
+        for x, y in zip(a[k], b[k]):
+            worst = max(worst, abs(x - y))
+    return worst
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def p(*names):
+    return os.path.join(TMP, *names)
+
+
+TOY = ["--model", "toy", "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "64",
+       "--toy-samples", "1024", "--seed", "7"]
+
+
+# ------------------------------------------------------------------ tests
+
+def test_equivalence():
+    """2 data-parallel ranks end with the same parameters as 1 rank (same global batch)."""
+    run("one", 1, TOY + ["--epochs", "2", "--dump-params", p("one.json")])
+    run("two", 2, TOY + ["--epochs", "2", "--dump-params", p("two.json")])
+    one, two = load_params(p("one.json")), load_params(p("two.json"))
+    d = max_param_diff(one, two)
+    print(f"max |param(1 rank) - param(2 ranks)| = {d:.3g}")
+    check(d < 1e-5, f"2-rank parameters differ from 1-rank by {d}")
+    # Guard against a vacuous pass: training must have moved the parameters.
+    run("zero", 1, TOY + ["--epochs", "1", "--max-steps", "1", "--dump-params", p("zero.json")])
+    check(max_param_diff(one, load_params(p("zero.json"))) > 1e-3, "training did not move params")
+
+
+def test_equivalence_mp():
+    """World 4 = 2 MP slices x DP 2: gradients are averaged inside each DP group only,
+    and every slice ends equal to the 1-rank run (model-parallel split path enabled)."""
+    run("one", 1, TOY + ["--epochs", "1", "--dump-params", p("one.json")])
+
+    def grid(r):
+        return {"DDPRUN_MP_SIZE": "2", "DDPRUN_MP_RANK": str(r % 2),
+                "DDPRUN_DP_SIZE": "2", "DDPRUN_DP_RANK": str(r // 2)}
+
+    run("grid", 4, TOY + ["--epochs", "1", "--model-parallel", "--dump-params", p("grid.json")],
+        rank_env=grid)
+    d = max_param_diff(load_params(p("one.json")), load_params(p("grid.json")))
+    print(f"max |param(1 rank) - param(2x2 grid)| = {d:.3g}")
+    check(d < 1e-5, f"2x2-grid parameters differ from 1-rank by {d}")
+
+
+def test_resume():
+    """A run stopped mid-epoch and resumed ends where an uninterrupted run ends;
+    resuming after epoch 1 of 2 runs only epoch 2."""
+    args = TOY + ["--momentum", "0.9", "--epochs", "3"]  # momentum: optimizer state matters
+    run("straight", 2, args + ["--dump-params", p("straight.json")])
+    ck = p("ck")
+    run("first", 2, args + ["--checkpoint-dir", ck, "--max-steps", "20"])
+    check(os.path.exists(os.path.join(ck, "latest.pt")), "no checkpoint after --max-steps")
+    job = run("second", 2, args + ["--checkpoint-dir", ck, "--resume",
+                                   "--dump-params", p("resumed.json")])
+    check("epoch 2 batch 4 (step 20)" in job.out(), "did not resume at step 20:\n" + job.out())
+    d = max_param_diff(load_params(p("straight.json")), load_params(p("resumed.json")))
+    print(f"max |param(straight) - param(resumed)| = {d:.3g}")
+    check(d < 1e-6, f"resumed run differs from the uninterrupted one by {d}")
+
+    # Epoch boundary: 1 epoch, then --epochs 2 --resume runs epoch 2 only.
+    ck2, m = p("ck2"), p("m.jsonl")
+    run("e1", 2, TOY + ["--epochs", "1", "--checkpoint-dir", ck2, "--metrics-file", m])
+    run("e2", 2, TOY + ["--epochs", "2", "--checkpoint-dir", ck2, "--resume", "--metrics-file", m])
+    epochs = [r["epoch"] for r in read_metrics(m)]
+    check(epochs == [1, 2], f"metrics epochs {epochs}, expected [1, 2]")
+    job = run("e3", 2, TOY + ["--epochs", "2", "--checkpoint-dir", ck2, "--resume",
+                              "--metrics-file", m])
+    check([r["epoch"] for r in read_metrics(m)] == [1, 2], "a finished run trained again")
+
+
+def test_accuracy():
+    """Fashion-MNIST MLP on 2 ranks reaches >= 0.85 test accuracy after 2 epochs."""
+    if not os.path.isdir(ARGS.data_dir):
+        print(f"SKIP: {ARGS.data_dir} missing (install dataset-fashion-mnist)")
+        sys.exit(SKIP)
+    m = p("m.jsonl")
+    t0 = time.monotonic()
+    # Through the real launcher, exactly as the README's demo runs it.
+    job = Launched("mlp", 2, ["--model", "mlp", "--epochs", "2", "--data-dir", ARGS.data_dir,
+                              "--metrics-file", m])
+    rc = job.wait(900)
+    check(rc == 0, f"ddprun exited {rc}\n" + job.logs())
+    print(f"2 epochs on 2 ranks took {time.monotonic() - t0:.1f}s")
+    recs = read_metrics(m)
+    print("\n".join(json.dumps(r) for r in recs))
+    check([r["epoch"] for r in recs] == [1, 2], f"expected 2 metrics records, got {recs}")
+    check(all(r["world_size"] == 2 for r in recs), "world_size is not 2")
+    for key in ("loss", "test_accuracy", "samples_per_sec"):
+        check(all(key in r for r in recs), f"metrics lack {key}")
+    check(recs[-1]["test_accuracy"] >= 0.85, f"test accuracy {recs[-1]['test_accuracy']} < 0.85")
+    check("[0]: " in job.out() and "test_accuracy" in job.out(), "rank 0 did not print accuracy (prefixed)")
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise Fail(f"timed out waiting for {what}")
+
+
+def test_atomic_checkpoint():
+    """SIGKILL during a checkpoint save leaves the previous checkpoint valid."""
+    ck = p("ck")
+    latest = os.path.join(ck, "latest.pt")
+    run("base", 2, TOY + ["--epochs", "1", "--checkpoint-dir", ck])
+    with open(latest, "rb") as f:
+        before = f.read()
+    # Deterministic: pause inside the save (temp durable, not yet renamed) and kill there.
+    job = Job("killed", 2, TOY + ["--epochs", "3", "--checkpoint-dir", ck, "--resume"],
+              env={"DDPRUN_TRAIN_TEST_PAUSE_BEFORE_RENAME_MS": "60000"})
+    JOBS.append(job)
+    wait_for(lambda: "pausing before rename" in job.err(0), 120, "the save pause")
+    temps = [f for f in os.listdir(ck) if f.startswith(".latest.pt.tmp.")]
+    check(temps, "no temp file while the save was paused")
+    job.kill()
+    with open(latest, "rb") as f:
+        check(f.read() == before, "latest.pt changed although the save never completed")
+    job = run("after", 2, TOY + ["--epochs", "2", "--checkpoint-dir", ck, "--resume"])
+    check("at epoch 2 batch 0 (step 16)" in job.out(), "resume did not use the old checkpoint:\n"
+          + job.out())
+    check(not [f for f in os.listdir(ck) if f.startswith(".latest.pt.tmp.")], "stale temp kept")
+
+    # Random: checkpoint every step and SIGKILL at random moments; every survivor loads.
+    rng = random.Random(1234)
+    for i in range(4):
+        ck2 = p(f"rand{i}")
+        job = Job(f"rand{i}", 2, TOY + ["--epochs", "1000", "--checkpoint-dir", ck2,
+                                        "--checkpoint-every", "1"])
+        JOBS.append(job)
+        wait_for(lambda: os.path.exists(os.path.join(ck2, "latest.pt")), 120, "a checkpoint")
+        time.sleep(rng.uniform(0.0, 0.5))
+        job.kill()
+        job = run(f"rand{i}-resume", 1, TOY + ["--epochs", "1000", "--checkpoint-dir", ck2,
+                                               "--resume", "--max-steps", "1"], expect=None)
+        rcs = job.wait()
+        check("resumed from" in job.out() and rcs == [0],
+              f"checkpoint after random kill {i} did not load\n" + job.logs())
+
+
+def preempt(sig, target_rank):
+    ck = p("ck")
+    job = Job("run", 2, TOY + ["--epochs", "100000", "--checkpoint-dir", ck])
+    JOBS.append(job)
+    wait_for(lambda: "ddprun-train: model" in job.out(0), 120, "training to start")
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    job.signal(target_rank, sig)
+    rcs = job.wait(timeout=60)
+    took = time.monotonic() - t0
+    print(f"exit codes {rcs} {took:.2f}s after signal {int(sig)}")
+    check(rcs == [128 + int(sig)] * 2, f"exit codes {rcs}, expected {128 + int(sig)}\n" + job.logs())
+    check(took < 30, f"took {took:.1f}s to stop (grace 30s)")
+    out = job.out(0)
+    marker = "stopped by signal"
+    check(marker in out, "no stop message:\n" + out)
+    step = int(out.split("after step ")[1].split()[0])
+    check(step > 0, "stopped before any step")
+    job = run("resume", 2, TOY + ["--epochs", "100000", "--checkpoint-dir", ck, "--resume",
+                                  "--max-steps", str(step + 3)])
+    check(f"(step {step})" in job.out(), f"resume did not continue from step {step}:\n" + job.out())
+    check(f"stopped at --max-steps {step + 3}" in job.out(), "resume did not run on")
+
+
+def test_preempt_sigterm():
+    """SIGTERM to one rank: all ranks stop at the same step, checkpoint, exit 143, resume."""
+    preempt(signal.SIGTERM, 1)
+
+
+def test_preempt_sigusr2():
+    """SIGUSR2 to rank 0: same, exit 140."""
+    preempt(signal.SIGUSR2, 0)
+
+
+def test_bad_data():
+    """Missing or corrupt data files give a one-line error naming the file, non-zero exit."""
+    missing = p("nothing-here")
+    job = run("missing", 2, ["--model", "mlp", "--data-dir", missing], expect=None)
+    rcs = job.wait(timeout=60)
+    check(all(rc == 1 for rc in rcs), f"exit codes {rcs}, expected 1")
+    err = job.err(0).strip()
+    check(len(err.splitlines()) == 1, "error is not one line:\n" + err)
+    check(missing in err and "missing data file" in err, "error does not name the file: " + err)
+
+    if not os.path.isdir(ARGS.data_dir):
+        return
+    bad = p("corrupt")
+    os.makedirs(bad)
+    for f in os.listdir(ARGS.data_dir):
+        shutil.copy(os.path.join(ARGS.data_dir, f), bad)
+    victim = os.path.join(bad, "train-labels-idx1-ubyte.gz")
+    with open(victim, "r+b") as f:
+        f.truncate(os.path.getsize(victim) // 2)
+    job = run("corrupt", 1, ["--model", "mlp", "--data-dir", bad], expect=1)
+    err = job.err(0).strip()
+    check(len(err.splitlines()) == 1 and victim in err, "corrupt file not named: " + err)
+
+
+def test_cli_errors():
+    """Usage mistakes fail fast with a clear message."""
+    job = run("nccl", 1, TOY + ["--backend", "nccl"], expect=1)
+    check("CPU-only" in job.err(0) or "CUDA" in job.err(0), "nccl message: " + job.err(0))
+    job = run("batch", 2, TOY + ["--batch-size", "63"], expect=1)
+    check("not divisible" in job.err(0), "batch message: " + job.err(0))
+    job = run("mismatch", 1, ["--model", "toy", "--data", "fashion-mnist"], expect=1)
+    check("does not fit" in job.err(0), "model/data message: " + job.err(0))
+    job = run("badmodel", 1, ["--model", "resnet"], expect=2)
+    job = run("resume", 1, TOY + ["--resume"], expect=1)
+    check("--checkpoint-dir" in job.err(0), "resume message: " + job.err(0))
+    ck = p("garbage")
+    os.makedirs(ck)
+    with open(os.path.join(ck, "latest.pt"), "w") as f:
+        f.write("not a checkpoint")
+    job = run("garbage", 2, TOY + ["--checkpoint-dir", ck, "--resume"], expect=1)
+    err = job.err(0).strip()
+    check(len(err.splitlines()) == 1 and "unreadable checkpoint" in err, "checkpoint message: " + err)
+    run("other-model", 1, TOY + ["--epochs", "1", "--checkpoint-dir", p("ck2")])
+    job = run("other-model2", 1, ["--model", "mlp", "--checkpoint-dir", p("ck2"), "--resume",
+                                  "--data-dir", ARGS.data_dir], expect=None)
+    if os.path.isdir(ARGS.data_dir):
+        check(job.wait() == [1] and "holds model 'toy'" in job.err(0),
+              "model mismatch message: " + job.err(0))
+
+
+def main():
+    global ARGS, TMP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("test")
+    ap.add_argument("--trainer", required=True)
+    ap.add_argument("--ddprun", required=True, help="the ddprun launcher")
+    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ARGS = ap.parse_args()
+    ARGS.trainer = os.path.abspath(ARGS.trainer)  # ranks run with the temp dir as cwd
+    fn = globals().get("test_" + ARGS.test)
+    if fn is None:
+        print(f"unknown test {ARGS.test}")
+        return 2
+    TMP = tempfile.mkdtemp(prefix=f"ddprun-trainer-{ARGS.test}-")
+    try:
+        fn()
+        print(f"PASS {ARGS.test}")
+        return 0
+    except Fail as e:
+        print(f"FAIL {ARGS.test}: {e}")
+        return 1
+    finally:
+        for j in JOBS:
+            j.kill()
+        if ARGS.keep:
+            print("kept", TMP)
+        else:
+            shutil.rmtree(TMP, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
