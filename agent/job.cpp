@@ -1,5 +1,7 @@
 #include "agent/job.hpp"
 
+#include <csignal>
+
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -116,6 +118,13 @@ AgentOptions agent_options(const launcher::Options& o, const launcher::Resolved&
   return a;
 }
 
+// Once the outcome is decided, only the bounded store drain remains. A TERM now (e.g. srun's
+// --kill-on-bad-exit cancelling the step because another node already exited with the root cause)
+// must not replace the root cause's exit code with 143.
+void finishing() {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) std::signal(sig, SIG_IGN);
+}
+
 // A root cause that came from an agent stopped by a signal (scancel, time limit) ends the job:
 // restarting would only fight Slurm.
 bool stopped_job(const Failure& root) { return root.rank < 0 && root.signal != 0; }
@@ -206,7 +215,10 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r) {
     rz.watch([&coord](const rdzv::AbortInfo& a) { coord.on_abort(a); });
     ao.attempt = attempt;
     RunResult res = run_workers(local, plan.world_size, ao, coord);
-    if (res.success) return 0;
+    if (res.success) {
+      finishing();
+      return 0;
+    }
     // Every node exits with the job's root cause: the first one published.
     int code = res.exit_code;
     std::optional<Failure> root = res.root_cause;
@@ -215,7 +227,10 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r) {
       if (!res.stopped_by_signal || published->rank >= 0) code = published->exit_code;
     }
     const bool stop = res.stopped_by_signal || (root && stopped_job(*root));
-    if (stop || attempt >= max_restarts) return code == 0 ? 1 : code;
+    if (stop || attempt >= max_restarts) {
+      finishing();
+      return code == 0 ? 1 : code;
+    }
     fmt::print(stderr, "ddprun: attempt {} failed (exit {}); restarting ({} of {})\n", attempt, code, attempt + 1,
                max_restarts);
     rz.next_attempt();

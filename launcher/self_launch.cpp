@@ -17,8 +17,9 @@ std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
                                   fmt::format("--ntasks={}", nnodes),
                                   "--ntasks-per-node=1",
                                   "--kill-on-bad-exit=1",
-                                  // The agent spawns the workers itself; let it use the node's CPUs.
-                                  "--cpu-bind=none"};
+                                  // The agent spawns all of the node's workers: its step needs all of the
+                                  // job's CPUs and GPUs on the node, not one task's share.
+                                  "--whole"};
   out.insert(out.end(), self_argv.begin(), self_argv.end());
   return out;
 }

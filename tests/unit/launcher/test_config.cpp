@@ -270,3 +270,13 @@ TEST_CASE("bad input: one-line errors naming the culprit", "[config][error]") {
   env["SLURM_STEP_TASKS_PER_NODE"] = "2(x3)";
   CHECK_THAT(bad(o, env), Catch::Contains("counts for 3 nodes"));
 }
+
+#include "launcher/self_launch.hpp"
+
+TEST_CASE("self-launch: one agent task per node with the node's whole allocation", "[config][slurm]") {
+  auto argv = self_launch_argv("srun", 3, {"/opt/ddprun", "--nproc-per-node", "4", "train.py"});
+  const std::vector<std::string> want = {"srun",       "--nodes=3",   "--ntasks=3", "--ntasks-per-node=1",
+                                         "--kill-on-bad-exit=1", "--whole", "/opt/ddprun", "--nproc-per-node",
+                                         "4",          "train.py"};
+  CHECK(argv == want);
+}
