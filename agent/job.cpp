@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "agent/error.hpp"
+#include "agent/events.hpp"
 #include "launcher/dry_run.hpp"
 #include "agent/supervisor.hpp"
 #include "rendezvous/error.hpp"
@@ -118,6 +119,35 @@ AgentOptions agent_options(const launcher::Options& o, const launcher::Resolved&
   return a;
 }
 
+nlohmann::json plan_event(const launcher::Plan& plan, int attempt) {
+  return {{"attempt", attempt},         {"run_id", plan.run_id},           {"world_size", plan.world_size},
+          {"nnodes", plan.nnodes},      {"master_addr", plan.master_addr}, {"master_port", plan.master_port},
+          {"mode", launcher::to_string(plan.mode)}};
+}
+
+// ddprun's own messages outside the supervisor: text, or one JSON event.
+void announce(Events& ev, const launcher::Options& o, const launcher::Plan& plan, int attempt, bool table) {
+  if (ev.json()) {
+    ev.emit("rendezvous_joined", plan_event(plan, attempt));
+  } else if (table && !o.quiet) {
+    fmt::print(stderr, "{}", launcher::render_startup_table(plan, attempt));
+  }
+}
+
+void restarting(Events& ev, int attempt, int code, int max_restarts) {
+  if (ev.json()) {
+    ev.emit("restart", {{"failed_attempt", attempt}, {"exit_code", code}, {"max_restarts", max_restarts}});
+  } else {
+    fmt::print(stderr, "ddprun: attempt {} failed (exit {}); restarting ({} of {})\n", attempt, code, attempt + 1,
+               max_restarts);
+  }
+}
+
+int finished(Events& ev, int code) {
+  if (ev.json()) ev.emit("job_finished", {{"exit_code", code}, {"success", code == 0}});
+  return code;
+}
+
 // Once the outcome is decided, only the bounded store drain remains. A TERM now (e.g. srun's
 // --kill-on-bad-exit cancelling the step because another node already exited with the root cause)
 // must not replace the root cause's exit code with 143.
@@ -129,8 +159,9 @@ void finishing() {
 // restarting would only fight Slurm.
 bool stopped_job(const Failure& root) { return root.rank < 0 && root.signal != 0; }
 
-int run_standalone(const launcher::Options& o, const launcher::Resolved& r) {
+int run_standalone(const launcher::Options& o, const launcher::Resolved& r, Events& ev) {
   AgentOptions ao = agent_options(o, r);
+  ao.events = &ev;
   validate_options(ao);
   const int max_restarts = r.job.max_restarts;
   RunResult res;
@@ -140,18 +171,18 @@ int run_standalone(const launcher::Options& o, const launcher::Resolved& r) {
     job.master_port = rdzv::choose_master_port(job.master_port, 0);
     const launcher::Plan plan = launcher::build_plan(job, r.nodes);
     ao.attempt = attempt;
-    if (!o.quiet && plan.world_size > 1) fmt::print(stderr, "{}", launcher::render_startup_table(plan, attempt));
+    announce(ev, o, plan, attempt, plan.world_size > 1);
     LocalCoordinator coord;
     res = run_workers(plan.workers_on(job.node_rank), plan.world_size, ao, coord);
-    if (res.success) return 0;
-    if (!worth_restarting(res) || attempt >= max_restarts) return res.exit_code;
-    fmt::print(stderr, "ddprun: attempt {} failed (exit {}); restarting ({} of {})\n", attempt, res.exit_code,
-               attempt + 1, max_restarts);
+    if (res.success) return finished(ev, 0);
+    if (!worth_restarting(res) || attempt >= max_restarts) return finished(ev, res.exit_code);
+    restarting(ev, attempt, res.exit_code, max_restarts);
   }
 }
 
-int run_distributed(const launcher::Options& o, const launcher::Resolved& r) {
+int run_distributed(const launcher::Options& o, const launcher::Resolved& r, Events& ev) {
   AgentOptions ao = agent_options(o, r);
+  ao.events = &ev;
   validate_options(ao);
   const bool per_task = r.mode == launcher::Mode::per_task;
   const launcher::Plan local_plan = launcher::build_plan(r.job, r.nodes);
@@ -210,14 +241,14 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r) {
     } else {
       local = plan.workers_on(plan.node_rank);
     }
-    if (!o.quiet && my_id == 0) fmt::print(stderr, "{}", launcher::render_startup_table(plan, attempt));
+    announce(ev, o, plan, attempt, my_id == 0);
     coord.reset();
     rz.watch([&coord](const rdzv::AbortInfo& a) { coord.on_abort(a); });
     ao.attempt = attempt;
     RunResult res = run_workers(local, plan.world_size, ao, coord);
     if (res.success) {
       finishing();
-      return 0;
+      return finished(ev, 0);
     }
     // Every node exits with the job's root cause: the first one published.
     int code = res.exit_code;
@@ -229,10 +260,9 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r) {
     const bool stop = res.stopped_by_signal || (root && stopped_job(*root));
     if (stop || attempt >= max_restarts) {
       finishing();
-      return code == 0 ? 1 : code;
+      return finished(ev, code == 0 ? 1 : code);
     }
-    fmt::print(stderr, "ddprun: attempt {} failed (exit {}); restarting ({} of {})\n", attempt, code, attempt + 1,
-               max_restarts);
+    restarting(ev, attempt, code, max_restarts);
     rz.next_attempt();
   }
 }
@@ -240,15 +270,25 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r) {
 }  // namespace
 
 int run_job(const launcher::Options& o, const launcher::Resolved& r) {
+  Events ev(parse_log_format(o.log_format));
+  ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
+  auto fail = [&](const std::string& what, int code) {
+    if (ev.json()) {
+      ev.emit("error", {{"message", what}, {"exit_code", code}});
+    } else {
+      fmt::print(stderr, "ddprun: error: {}\n", what);
+    }
+    return code;
+  };
   try {
-    if (r.mode == launcher::Mode::standalone) return run_standalone(o, r);
-    return run_distributed(o, r);
+    if (r.mode == launcher::Mode::standalone) return run_standalone(o, r, ev);
+    return run_distributed(o, r, ev);
   } catch (const rdzv::Error& e) {
-    fmt::print(stderr, "ddprun: error: {}\n", e.what());
-    return 1;
+    return fail(e.what(), 1);
+  } catch (const launcher::Error& e) {
+    return fail(e.what(), e.exit_code());
   } catch (const Error& e) {
-    fmt::print(stderr, "ddprun: error: {}\n", e.what());
-    return e.exit_code();
+    return fail(e.what(), e.exit_code());
   }
 }
 

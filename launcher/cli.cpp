@@ -129,6 +129,9 @@ CliResult parse_cli(int argc, const char* const* argv) {
                  "Accepted for torchrun compatibility; ignored (supervision is event driven)")
       ->group(logs);
   app.add_flag("-q,--quiet", o.quiet, "No startup table or summary")->group(logs);
+  app.add_option("--log-format", o.log_format,
+                 "ddprun's own messages: text, or json (one event per line on stderr; worker output unchanged)")
+      ->envname(env("LOG_FORMAT"))->group(logs);
   app.add_flag("-V,--version", version, "Print version and build information");
 
   try {

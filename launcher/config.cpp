@@ -136,6 +136,9 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
     throw Error(fmt::format("--rdzv-timeout {} must be a positive number of seconds", *o.rdzv_timeout));
   }
   if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
+  if (o.log_format != "text" && o.log_format != "json") {
+    throw Error(fmt::format("--log-format '{}' is not known; use text or json", o.log_format));
+  }
   if (o.format != "text" && o.format != "json") {
     throw Error(fmt::format("--format '{}' is not known; use text or json", o.format));
   }

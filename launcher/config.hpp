@@ -44,6 +44,7 @@ struct Options {
   std::optional<std::string> local_ranks_filter;
   std::optional<std::string> error_file;
   bool quiet = false;
+  std::string log_format = "text";  // ddprun's own messages: text or json (one event per line)
 
   // Modes of the CLI itself.
   bool dry_run = false;

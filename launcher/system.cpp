@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
+#include <string_view>
 
 extern char** environ;
 
@@ -36,11 +36,13 @@ SystemInfo probe_system() {
   // /dev/nvidiaN exist on GPU nodes even without nvidia-smi; the last resort when nothing else says.
   std::error_code ec;
   std::vector<int> ids;
-  static const std::regex kDev("nvidia([0-9]+)");
   for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
-    std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, kDev)) ids.push_back(std::stoi(m[1].str()));
+    constexpr std::string_view kPrefix = "nvidia";
+    if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+    const std::string num = name.substr(kPrefix.size());
+    if (num.find_first_not_of("0123456789") != std::string::npos || num.size() > 4) continue;
+    ids.push_back(std::stoi(num));
   }
   std::sort(ids.begin(), ids.end());
   for (int id : ids) s.probed_gpus.push_back(std::to_string(id));

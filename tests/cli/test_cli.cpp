@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sstream>
+
 #include "run_process.hpp"
 
 using ddprun::test::run_process;
@@ -90,7 +92,7 @@ TEST_CASE("flags beat DDPRUN_* variables, which beat defaults", "[cli][precedenc
   CHECK(nlohmann::json::parse(r.out).at("world_size") == 2);
 }
 
-TEST_CASE("--help and --version exit 0", "[cli]") {
+TEST_CASE("help and version flags exit 0", "[cli]") {
   auto h = run_process(cmdline({"--help"}));
   CHECK(h.code == 0);
   CHECK_THAT(h.out, Catch::Contains("--nproc-per-node") && Catch::Contains("--gpus-per-proc"));
@@ -125,4 +127,28 @@ TEST_CASE("bad input table", "[cli][error]") {
   env = slurm_step(0);
   env["SLURM_STEP_NUM_NODES"] = "3";
   check_bad({"true"}, "SLURM_STEP_NUM_NODES=3", env);
+}
+
+TEST_CASE("log format json: every ddprun line on stderr is one JSON event", "[cli][events]") {
+  auto r = run_process(cmdline({"--log-format", "json", "--nproc-per-node", "2", "--", "/bin/sh", "-c",
+                                "echo out; [ \"$RANK\" = 1 ] && exit 3; sleep 30"}));
+  CHECK(r.code == 3);
+  std::istringstream in(r.err);
+  std::vector<std::string> events;
+  std::string line;
+  while (std::getline(in, line)) {
+    INFO(line);
+    auto j = nlohmann::json::parse(line);  // throws, failing the test, on a non-JSON line
+    CHECK(j.contains("time"));
+    CHECK(j.at("host").is_string());
+    events.push_back(j.at("event").get<std::string>());
+  }
+  REQUIRE(events.size() >= 4);
+  CHECK(events.front() == "rendezvous_joined");
+  CHECK(events.back() == "job_finished");
+  CHECK(std::count(events.begin(), events.end(), "worker_started") == 2);
+  CHECK(std::count(events.begin(), events.end(), "failure_report") == 1);
+  // Worker output is untouched.
+  CHECK_THAT(r.out, Catch::Contains("[0]: out") && Catch::Contains("[1]: out"));
+  check_bad({"--log-format", "yaml", "true"}, "--log-format 'yaml'");
 }
