@@ -1,0 +1,101 @@
+#pragma once
+// Shared by store_bench (ddprun's store) and torch/torch_store_bench (c10d::TCPStore): the same
+// workload and the same timing, so the figures compare.
+//
+// Workload for N clients: each connects, sets a 64-byte key, adds 1 to a counter, and waits for
+// "done", which the client that brings the counter to N sets. Timed from releasing the (already
+// created) client threads until the last one finished; thread creation is not timed.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace bench {
+
+// Raises the soft descriptor limit to the hard one: N clients need 2N descriptors in-process.
+inline void raise_fd_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+inline std::size_t fd_limit() {
+  rlimit rl{};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  return static_cast<std::size_t>(rl.rlim_cur);
+}
+
+// Runs `client(i)` on n threads released together; returns wall milliseconds, or -1 on failure.
+inline double run_once(int n, const std::function<void(int)>& client) {
+  std::mutex mu;
+  std::atomic<bool> go{false};  // futex wake-all: no mutex for 1000s of threads to queue on
+  std::atomic<int> failures{0};
+  std::string first_error;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      go.wait(false);
+      try {
+        client(i);
+      } catch (const std::exception& e) {
+        if (failures.fetch_add(1) == 0) {
+          std::lock_guard lk(mu);
+          first_error = e.what();
+        }
+      }
+    });
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  go = true;
+  go.notify_all();
+  for (auto& t : threads) t.join();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (failures.load() > 0) {
+    std::fprintf(stderr, "  %d of %d clients failed; first: %s\n", failures.load(), n,
+                 first_error.c_str());
+    return -1;
+  }
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+
+inline Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  Stats s;
+  if (v.empty()) return s;
+  s.min = v.front();
+  s.max = v.back();
+  s.median = v[v.size() / 2];
+  return s;
+}
+
+// Parses "--runs R" and a list of N values from argv; defaults 64..4096 doubling, 5 runs.
+inline void parse_args(int argc, char** argv, std::vector<int>& ns, int& runs) {
+  runs = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--runs" && i + 1 < argc) {
+      runs = std::atoi(argv[++i]);
+    } else {
+      ns.push_back(std::atoi(argv[i]));
+    }
+  }
+  if (ns.empty()) ns = {64, 128, 256, 512, 1024, 2048, 4096};
+}
+
+}  // namespace bench
