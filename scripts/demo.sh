@@ -3,6 +3,8 @@
 # on Fashion-MNIST with 2 ranks (gloo, CPU) and prints the test accuracy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache hits across clones in different directories (CI builds a fresh clone every time).
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 bash scripts/setup.sh
 cmake --preset default >/dev/null
 cmake --build build -j"$(nproc)" --target ddprun ddprun-train

@@ -16,6 +16,8 @@ PACKAGES=(
   python3-torch dataset-fashion-mnist
   # tools: fuzzing, formatting, process inspection in tests
   clang libclang-rt-14-dev clang-format procps iproute2
+  # benchmarks: plots
+  gnuplot-nox
 )
 
 missing=()

@@ -3,6 +3,8 @@
 # cluster and real PyTorch workers), then the unit tests again under ASan/UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache hits across clones in different directories (CI builds a fresh clone every time).
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 bash scripts/setup.sh
 jobs=$(nproc)
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One command for every benchmark, each side by side with its PyTorch counterpart in the same run:
+#   launcher (launch, teardown, SIGTERM to exit, log throughput, RSS) against torchrun,
+#   store scaling against c10d::TCPStore, ddprun-train against Python DDP.
+# Writes docs/benchmarks.md and the plots under docs/bench/. Run it on a quiet machine.
+#   bench/run_all.sh [--quick]     (--quick: fewer repeats, torchrun only at --monitor_interval 0.1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# ccache hits across clones in different directories (CI builds a fresh clone every time).
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+bash scripts/setup.sh
+cmake --preset default >/dev/null
+cmake --build build -j"$(nproc)" --target ddprun fake_worker store_bench torch_store_bench ddprun-train
+
+out=docs/bench
+mkdir -p "$out"
+reps=3
+store_ns="64 128 256 512 1024 2048 4096"
+launcher_flags=()
+if [ $quick = 1 ]; then
+  reps=2
+  store_ns="64 256 1024 2048"
+  launcher_flags=(--quick)
+fi
+
+echo "== launcher against torchrun"
+/usr/bin/python3 bench/bench_launcher.py build "$out" --repeat "$reps" "${launcher_flags[@]}"
+
+echo "== store scaling against c10d::TCPStore"
+# shellcheck disable=SC2086
+build/bench/store_bench --runs "$reps" $store_ns | tee "$out/store_ddprun.md"
+# c10d's server dies of EMFILE at 4096 clients; a crash there is a result, not a bench failure.
+# shellcheck disable=SC2086
+build/bench/torch/torch_store_bench --runs "$reps" $store_ns | tee "$out/store_c10d.md" || \
+  echo "(torch_store_bench exited $? at the largest N)" | tee -a "$out/store_c10d.md"
+
+echo "== ddprun-train against Python DDP"
+/usr/bin/python3 bench/torch_train/run.py --trainer build/examples/train/ddprun-train --reps "$reps" \
+  | tee "$out/trainer.md"
+
+/usr/bin/python3 bench/assemble.py "$out" docs/benchmarks.md
+echo "wrote docs/benchmarks.md"
