@@ -108,7 +108,9 @@ write_config() {
     echo "SlurmdUser=root"
     echo "AuthType=auth/munge"
     echo "CredType=cred/munge"
-    echo "AuthInfo=socket=$STATE_DIR/munge/sock/munge.socket"
+    # cred_expire also sets how long a requeued job is held (revoked credentials must expire first):
+    # 120 s by default, which would make the requeue tests wait two minutes.
+    echo "AuthInfo=socket=$STATE_DIR/munge/sock/munge.socket,cred_expire=5"
     echo "StateSaveLocation=$STATE_DIR/ctld"
     echo "SlurmdSpoolDir=$STATE_DIR/spool/%n"
     echo "SlurmctldPidFile=$STATE_DIR/run/slurmctld.daemon-pid"
