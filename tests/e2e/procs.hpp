@@ -136,6 +136,16 @@ inline std::vector<pid_t> leftovers_after(const std::string& token, std::chrono:
   return left;
 }
 
+// Waits until `path` exists (bounded).
+inline bool wait_file(const std::string& path, std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (::access(path.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 // A free TCP port on loopback (bound then released) for a test's rendezvous endpoint.
 int free_port();
 

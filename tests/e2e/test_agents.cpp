@@ -60,16 +60,6 @@ struct Job {
   }
 };
 
-// Waits until `path` exists (bounded).
-bool wait_file(const std::string& path, std::chrono::milliseconds limit = 60s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (::access(path.c_str(), F_OK) != 0) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
 std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
 
 const std::string kFake = FAKE_WORKER;

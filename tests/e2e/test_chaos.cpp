@@ -44,15 +44,6 @@ struct Squatter {
   ~Squatter() { ::close(fd); }
 };
 
-bool wait_file(const std::string& path, std::chrono::milliseconds limit = 60s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (::access(path.c_str(), F_OK) != 0) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("chaos: a SIGSTOPped agent misses heartbeats and everyone exits non-zero", "[e2e][chaos]") {
