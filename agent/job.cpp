@@ -1,6 +1,7 @@
 #include "agent/job.hpp"
 
 #include <csignal>
+#include <cstdlib>
 
 #include <chrono>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "agent/error.hpp"
 #include "agent/events.hpp"
 #include "launcher/dry_run.hpp"
+#include "launcher/error.hpp"
 #include "agent/supervisor.hpp"
 #include "rendezvous/error.hpp"
 #include "rendezvous/rendezvous.hpp"
@@ -180,6 +182,35 @@ int run_standalone(const launcher::Options& o, const launcher::Resolved& r, Even
   }
 }
 
+// Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
+// munged; the token is then removed from our environment so the workers do not inherit it.
+rdzv::auth::Config resolve_auth(const launcher::Resolved& r, bool master, Events& ev) {
+  std::optional<std::string> token;
+  if (const char* t = std::getenv("DDPRUN_TOKEN"); t && *t) token = std::string(t);
+  const char* sock = std::getenv("DDPRUN_MUNGE_SOCKET");
+  rdzv::auth::Config cfg;
+  try {
+    cfg = rdzv::auth::resolve(rdzv::auth::parse_policy(r.rdzv_auth), token, r.rdzv_token_file,
+                              sock ? std::string(sock) : "");
+  } catch (const rdzv::Error& e) {
+    // A bad token file or an unsatisfiable --rdzv-auth is the user's input: usage exit code.
+    if (e.kind() == rdzv::Error::Kind::usage) throw launcher::Error(e.what());
+    throw;
+  }
+  ::unsetenv("DDPRUN_TOKEN");
+  if (master && cfg.mode == rdzv::auth::Mode::none && r.rdzv_auth == "auto") {
+    const std::string msg =
+        "the rendezvous store is unauthenticated (no munged, no DDPRUN_TOKEN): anyone who can "
+        "reach its port can join or abort this job; see docs/security.md";
+    if (ev.json()) {
+      ev.emit("warning", {{"message", msg}});
+    } else {
+      fmt::print(stderr, "ddprun: warning: {}\n", msg);
+    }
+  }
+  return cfg;
+}
+
 int run_distributed(const launcher::Options& o, const launcher::Resolved& r, Events& ev) {
   AgentOptions ao = agent_options(o, r);
   ao.events = &ev;
@@ -195,6 +226,14 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r, Eve
   ro.port = r.rdzv_port;
   ro.run_id = r.job.run_id;
   ro.node_rank = my_id;
+  ro.auth = resolve_auth(r, my_id == 0, ev);
+  ro.log = [&ev](const std::string& line) {
+    if (ev.json()) {
+      ev.emit("rejected_peer", {{"message", line}});
+    } else {
+      fmt::print(stderr, "{}\n", line);
+    }
+  };
   ro.nnodes_min = per_task ? participants : r.nnodes_min;
   ro.nnodes_max = participants;
   ro.join_timeout = milliseconds(static_cast<long>(r.rdzv_timeout * 1000.0));

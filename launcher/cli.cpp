@@ -40,7 +40,7 @@ CliResult parse_cli(int argc, const char* const* argv) {
   app.get_formatter()->column_width(36);
 
   std::string nnodes, nproc, rdzv_endpoint, rdzv_id, master_addr, master_port, prefix, log_dir, ranks_filter,
-      error_file, rdzv_backend, rdzv_conf, tee_level, redirects;
+      error_file, rdzv_token_file, rdzv_backend, rdzv_conf, tee_level, redirects;
   int node_rank = 0, max_restarts = 0, gpus_per_proc = 0, procs_per_replica = 0;
   double rdzv_timeout = 0, last_call = 0, monitor_interval = 0;
   bool version = false;
@@ -94,6 +94,14 @@ CliResult parse_cli(int argc, const char* const* argv) {
   app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend, "Accepted for torchrun compatibility; ignored")
       ->group(rdzv);
   app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf, "Accepted for torchrun compatibility; ignored")->group(rdzv);
+  app.add_option("--rdzv-auth", o.rdzv_auth,
+                 "Who may join the store: auto (MUNGE if munged runs, else a token if given, else none), "
+                 "munge, token, or none; same on every node (see docs/security.md)")
+      ->envname(env("RDZV_AUTH"))->group(rdzv)->type_name("auto|munge|token|none");
+  auto* o_tf = app.add_option("--rdzv-token-file", rdzv_token_file,
+                              "File (mode 0600, yours) holding the shared secret for --rdzv-auth token; "
+                              "or set DDPRUN_TOKEN")
+                   ->envname(env("TOKEN_FILE"))->group(rdzv)->type_name("PATH");
   auto* o_mr = app.add_option("--max-restarts,--max_restarts", max_restarts,
                               "Restart the whole job up to N times after a failure (default 0)")
                    ->envname(env("MAX_RESTARTS"))->group(rdzv);
@@ -160,6 +168,7 @@ CliResult parse_cli(int argc, const char* const* argv) {
   store_if(o_ma, master_addr, o.master_addr);
   store_if(o_mp, master_port, o.master_port);
   store_if(o_mr, max_restarts, o.max_restarts);
+  store_if(o_tf, rdzv_token_file, o.rdzv_token_file);
   store_if(o_prefix, prefix, o.prefix);
   store_if(o_ld, log_dir, o.log_dir);
   store_if(o_lrf, ranks_filter, o.local_ranks_filter);

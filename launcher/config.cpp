@@ -149,6 +149,11 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   std::optional<std::pair<std::string, std::optional<std::uint16_t>>> endpoint;
   if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
   if (o.rdzv_timeout) r.rdzv_timeout = *o.rdzv_timeout;
+  if (o.rdzv_auth != "auto" && o.rdzv_auth != "munge" && o.rdzv_auth != "token" && o.rdzv_auth != "none") {
+    throw Error(fmt::format("--rdzv-auth '{}' is not one of auto, munge, token, none", o.rdzv_auth));
+  }
+  r.rdzv_auth = o.rdzv_auth;
+  r.rdzv_token_file = o.rdzv_token_file;
   if (o.last_call) r.last_call = *o.last_call;
 
   JobSpec& job = r.job;

@@ -25,6 +25,8 @@ struct Options {
   std::optional<std::string> master_port;     // kept as text so a bad value gets our message
   bool standalone = false;
   std::optional<int> max_restarts;
+  std::string rdzv_auth = "auto";              // auto | munge | token | none (docs/security.md)
+  std::optional<std::string> rdzv_token_file;  // shared secret file, mode 0600
   std::optional<int> gpus_per_proc;
   std::optional<int> procs_per_replica;
   std::string role = "default";
@@ -70,6 +72,8 @@ struct Resolved {
   std::uint16_t rdzv_port = 0;     // 0: pick a free port (standalone)
   double rdzv_timeout = 900.0;
   double last_call = 30.0;
+  std::string rdzv_auth = "auto";              // validated: auto | munge | token | none
+  std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
   std::vector<std::string> command;           // final argv (python prepended where needed)
   std::optional<std::set<int>> local_ranks_filter;

@@ -221,6 +221,13 @@ struct TcpStore::Impl {
     proto::Hello h;
     h.run_id = opts.run_id;
     h.label = opts.label;
+    h.auth = static_cast<std::uint8_t>(opts.auth.mode);
+    try {
+      h.credential = auth::make_credential(opts.auth, opts.run_id, opts.label);
+    } catch (const Error& e) {
+      drop(e.what());  // no descriptor left behind when munged is gone
+      throw;
+    }
     h.liveness_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(
         std::max<std::int64_t>(opts.liveness.count(), 0), 0xffffffffLL));
     write_all(proto::encode_hello(h), deadline, "connect", {});

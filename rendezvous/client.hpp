@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "rendezvous/auth.hpp"
 #include "rendezvous/codec.hpp"
 #include "rendezvous/store.hpp"
 
@@ -36,6 +37,7 @@ struct ClientOptions {
   // true: the constructor waits for the server's answer and throws a refusal itself.
   bool wait_for_handshake = false;
   proto::Limits limits;
+  auth::Config auth;  // must match the server's mode (rendezvous/auth.hpp)
 };
 
 class TcpStore final : public Store {

@@ -110,6 +110,10 @@ std::string encode_hello(const Hello& h) {
   put_be<std::uint32_t>(f, h.liveness_ms);
   put_str(f, h.run_id);
   put_str(f, h.label);
+  if (h.version >= 2) {  // encode what decode_hello reads, whatever the version
+    put_u8(f, h.auth);
+    put_str(f, h.credential);
+  }
   return end_frame(std::move(f));
 }
 
@@ -126,6 +130,11 @@ Hello decode_hello(std::string_view payload, const Limits& limits) {
   h.liveness_ms = r.be<std::uint32_t>("liveness");
   h.run_id = r.str(limits.max_id, "run id");
   h.label = r.str(limits.max_id, "label");
+  // A version-1 hello ends here; the server then refuses its version with a clear answer.
+  if (h.version >= 2) {
+    h.auth = r.u8();
+    h.credential = r.str(kMaxCredential, "credential");
+  }
   r.finish();
   return h;
 }

@@ -11,9 +11,10 @@
 namespace ddprun::rdzv::proto {
 
 inline constexpr std::uint32_t kMagic = 0x44524456;  // "DRDV"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;  // 2: hello carries an auth credential
 inline constexpr std::size_t kHeaderSize = 4;
-inline constexpr std::size_t kMaxHelloSize = 1024;  // cap on the first frame, before we trust the peer
+inline constexpr std::size_t kMaxHelloSize = 4096;  // cap on the first frame, before we trust the peer
+inline constexpr std::size_t kMaxCredential = 2048;  // a MUNGE credential for a 256-byte run id fits
 
 struct Limits {
   std::size_t max_key = 4096;
@@ -45,6 +46,8 @@ struct Hello {
   std::uint32_t liveness_ms = 0;  // >0: the server drops us if no request arrives for this long
   std::string run_id;
   std::string label;  // names the connection in the server's "lost peer" reports (e.g. "agent/0/3")
+  std::uint8_t auth = 0;   // auth::Mode: 0 none, 1 munge, 2 token
+  std::string credential;  // see rendezvous/auth.hpp
 };
 
 struct Request {

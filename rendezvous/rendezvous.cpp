@@ -173,6 +173,8 @@ Rendezvous::Rendezvous(RendezvousOptions o) : opts_(std::move(o)) {
     so.host = opts_.listen_host;
     so.port = opts_.port;
     so.run_id = opts_.run_id;
+    so.auth = opts_.auth;
+    so.log = opts_.log;
     so.on_lost = [this](const std::string& label, const std::string& reason) {
       on_lost(label, reason);
     };
@@ -227,6 +229,7 @@ std::shared_ptr<TcpStore> Rendezvous::connect_client(const std::string& label, M
   co.host = !server_ ? opts_.host : (wildcard ? std::string("127.0.0.1") : opts_.listen_host);
   co.port = port_;
   co.run_id = opts_.run_id;
+  co.auth = opts_.auth;
   co.label = label;
   co.liveness = liveness;
   co.connect_timeout = connect_timeout;

@@ -24,6 +24,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "launcher/plan.hpp"
+#include "rendezvous/auth.hpp"
 #include "rendezvous/error.hpp"
 
 namespace ddprun::rdzv {
@@ -74,6 +75,9 @@ struct RendezvousOptions {
   // on the master names the missing nodes by hostname. Empty or shorter: named by node rank.
   std::vector<std::string> expected_hosts;
   std::string listen_host = "0.0.0.0";  // master only: where the store listens
+  auth::Config auth;  // every agent of a run must resolve to the same mode (docs/security.md)
+  // Master only: where the store's "rejected peer" lines go; unset = stderr.
+  std::function<void(const std::string& line)> log;
 };
 
 using PlanFn = std::function<launcher::Plan(const std::vector<launcher::NodeSpec>&)>;

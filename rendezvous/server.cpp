@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <iostream>
 #include <future>
 #include <thread>
 #include <unordered_map>
@@ -51,6 +52,7 @@ struct Conn {
   asio::steady_timer watchdog;
   Clock::time_point deadline = Clock::time_point::max();
   std::string label;
+  std::string peer;  // "addr:port", for the rejected-peer log line
   std::chrono::milliseconds liveness{0};
   bool open = true;
   bool hello_done = false;
@@ -83,7 +85,8 @@ tcp::endpoint listen_endpoint(const std::string& host, std::uint16_t port) {
 }  // namespace
 
 struct StoreServer::Impl {
-  explicit Impl(ServerOptions o) : opts(std::move(o)), acceptor(io) {}
+  explicit Impl(ServerOptions o)
+      : opts(std::move(o)), acceptor(io), verifier(opts.auth, opts.run_id) {}
 
   ServerOptions opts;
   asio::io_context io{1};
@@ -96,6 +99,9 @@ struct StoreServer::Impl {
   std::atomic<std::size_t> n_conns{0};
   std::atomic<std::uint64_t> n_dropped{0};
   std::atomic<std::uint64_t> n_refused{0};
+  auth::Verifier verifier;
+  // A port scan or a misconfigured job must not flood the master's stderr.
+  auth::LogLimiter log_limit{5, std::chrono::seconds(10)};
   bool stopping = false;
   std::atomic<bool> stopped{false};
   std::thread thread;
@@ -169,6 +175,9 @@ struct StoreServer::Impl {
         s.set_option(tcp::no_delay(true), aec);
         s.set_option(asio::socket_base::keep_alive(true), aec);
         auto c = std::make_shared<Conn>(std::move(s));
+        const auto rep = c->sock.remote_endpoint(aec);
+        c->peer = aec ? std::string("unknown peer")
+                      : fmt::format("{}:{}", rep.address().to_string(), rep.port());
         c->deadline = Clock::now() + opts.handshake_timeout;
         conns.insert(c);
         n_conns = conns.size();
@@ -244,6 +253,7 @@ struct StoreServer::Impl {
     const proto::Hello h = proto::decode_hello(payload, opts.limits);
     auto refuse = [&](std::string why) {
       ++n_refused;
+      log_rejection(*c, h.label, why);
       c->close_after_write = true;
       c->close_reason = why;
       send(c, proto::encode_response({proto::Status::error, 0, std::move(why)}));
@@ -260,12 +270,39 @@ struct StoreServer::Impl {
                          opts.run_id, h.run_id));
       return;
     }
+    const auto mode = auth::mode_from_wire(h.auth);
+    if (!mode) {
+      refuse(fmt::format("unknown authentication mode {}", h.auth));
+      return;
+    }
+    if (auto why = verifier.check(*mode, h.credential, h.label)) {
+      refuse(std::move(*why));
+      return;
+    }
     c->hello_done = true;
     c->label = h.label;
     c->liveness = std::chrono::milliseconds(h.liveness_ms);
     touch(*c);
     c->watchdog.cancel();  // re-arm at the new deadline
     send(c, proto::encode_response({proto::Status::ok, proto::kVersion, {}}));
+  }
+
+  void log_rejection(const Conn& c, const std::string& label, const std::string& why) {
+    if (!log_limit.allow(Clock::now())) return;
+    const std::uint64_t skipped = log_limit.take_suppressed();
+    std::string line = fmt::format(
+        "ddprun: rendezvous store: rejected peer {}{}: {}{}", c.peer,
+        label.empty() ? std::string() : fmt::format(" ('{}')", label), why,
+        skipped ? fmt::format(" ({} more rejection(s) not shown)", skipped) : std::string());
+    // Label and run id come from an unauthenticated peer: no control characters into our log.
+    for (char& ch : line) {
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+    }
+    if (opts.log) {
+      opts.log(line);
+    } else {
+      std::cerr << line << '\n' << std::flush;
+    }
   }
 
   void handle(const ConnPtr& c, proto::Request q) {

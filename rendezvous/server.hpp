@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "rendezvous/auth.hpp"
 #include "rendezvous/codec.hpp"
 
 namespace ddprun::rdzv {
@@ -22,6 +23,11 @@ struct ServerOptions {
   // Connections without a liveness promise are closed after this long without a request; 0 = never.
   std::chrono::milliseconds idle_timeout{0};
   proto::Limits limits;
+  // Who may talk to the store (rendezvous/auth.hpp); a hello without the right credential is
+  // refused before anything else is read.
+  auth::Config auth;
+  // Where "rejected peer" lines go (rate-limited); unset = stderr.
+  std::function<void(const std::string& line)> log;
   // Called on the server thread when a connection that gave a label in its handshake closes or
   // misses its liveness deadline (not when the server itself stops). Must not block, and must not
   // call back into this server synchronously.
@@ -43,7 +49,7 @@ class StoreServer {
   // Counters for tests and diagnostics.
   std::size_t connection_count() const;   // open connections now
   std::uint64_t dropped_count() const;    // connections dropped for protocol errors or timeouts
-  std::uint64_t refused_count() const;    // connections refused: cap reached, run id, version
+  std::uint64_t refused_count() const;    // connections refused: cap reached, run id, version, auth
   // Open connections whose handshake label starts with `prefix` (asks the server thread).
   std::size_t labelled_count(const std::string& prefix) const;
 

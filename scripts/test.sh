@@ -18,6 +18,6 @@ if [ "${DDPRUN_SKIP_ASAN:-0}" != "1" ]; then
   echo "== unit tests under ASan + UBSan"
   cmake --preset asan >/dev/null
   cmake --build build-asan -j"$jobs"
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit --timeout 600
 fi

@@ -1,5 +1,5 @@
 // libFuzzer target for the store wire codec (rendezvous/codec.hpp). The input is a byte stream as
-// it arrives on a socket. It goes through the server's path (hello under the 1 KiB first-frame cap,
+// it arrives on a socket. It goes through the server's path (hello under the 4 KiB first-frame cap,
 // then requests under max_message) and the client's path (responses), each with the default
 // limits and with tiny ones so the caps are reached by short inputs. Checked:
 //   - nothing crashes or reads out of bounds (sanitizers), and the only exception is
@@ -48,7 +48,7 @@ proto::Limits tiny_limits() {
 
 bool same(const proto::Hello& a, const proto::Hello& b) {
   return a.magic == b.magic && a.version == b.version && a.liveness_ms == b.liveness_ms &&
-         a.run_id == b.run_id && a.label == b.label;
+         a.run_id == b.run_id && a.label == b.label && a.auth == b.auth && a.credential == b.credential;
 }
 bool same(const proto::Request& a, const proto::Request& b) {
   return a.op == b.op && a.key == b.key && a.value == b.value && a.value2 == b.value2 &&

@@ -286,6 +286,8 @@ cmd_env() {
     [[ $v == SLURM_* || $v == SBATCH_* || $v == SALLOC_* || $v == SRUN_* ]] && [[ $v != SLURM_CONF ]] && echo "unset $v"
   done
   echo "export SLURM_CONF=$STATE_DIR/etc/slurm.conf"
+  # ddprun authenticates its rendezvous with the same private munged as Slurm (see docs/security.md).
+  echo "export DDPRUN_MUNGE_SOCKET=$STATE_DIR/munge/sock/munge.socket"
   echo "export DDPRUN_SLURM_DIR=$STATE_DIR"
 }
 
