@@ -13,6 +13,9 @@ timeout 300 srun -N2 -w 'node[1-2]' --ntasks-per-node=1 "$DDPRUN" --nproc-per-no
 rc=$?
 [[ $rc == 0 ]] || fail "srun ddprun exited $rc (expected 0)"
 "$PYTHON" "$SLURM_TEST_DIR/check_allreduce.py" out 4 node1 node2 || fail "worker records are wrong (see above)"
+# The cluster's munged authenticates the rendezvous (DDPRUN_MUNGE_SOCKET): no fallback warning.
+! grep -q "unauthenticated" agent.err || fail "the rendezvous fell back to no authentication under Slurm"
+note "ok: the rendezvous was authenticated with MUNGE"
 
 note "the same inside a batch script, with srun started by the user"
 rm -rf out && mkdir out
