@@ -238,6 +238,14 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r, Eve
   ro.nnodes_max = participants;
   ro.join_timeout = milliseconds(static_cast<long>(r.rdzv_timeout * 1000.0));
   ro.last_call = milliseconds(static_cast<long>(r.last_call * 1000.0));
+  // Every 10 s of waiting, say who is still missing.
+  ro.on_progress = [&ev, quiet = o.quiet](const std::string& m) {
+    if (ev.json()) {
+      ev.emit("rendezvous_waiting", {{"message", m}});
+    } else if (!quiet) {
+      fmt::print(stderr, "ddprun: {}\n", m);
+    }
+  };
   if (per_task) {
     for (const auto& w : local_plan.workers) ro.expected_hosts.push_back(w.host.value_or(""));
   } else {

@@ -290,7 +290,16 @@ launcher::Plan Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) 
 
   if (server_) run_master_round(make_plan);
 
-  const auto got = s.wait_any({kPlanKey, kJoinErrorKey}, left_until(deadline));
+  std::optional<std::size_t> got;
+  for (;;) {
+    const Millis left = left_until(deadline);
+    const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
+    got = s.wait_any({kPlanKey, kJoinErrorKey}, slice);
+    if (got || slice >= left || Clock::now() >= deadline) break;
+    opts_.on_progress(fmt::format("rendezvous {} waiting {:.0f} s for the master (node rank 0) to "
+                                  "publish the plan",
+                                  endpoint(), std::chrono::duration<double>(Clock::now() - start).count()));
+  }
   if (!got) {
     throw Error(Error::Kind::timeout,
                 fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: the master (node "
@@ -332,8 +341,22 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
     return ranks;
   };
 
-  // Waiting is event driven: the n-th arrival writes "arrived/<n>".
-  if (!s.wait({fmt::format("arrived/{}", opts_.nnodes_min)}, left_until(deadline))) {
+  // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
+  // only to say, now and then, who is still missing.
+  const std::string enough = fmt::format("arrived/{}", opts_.nnodes_min);
+  bool arrived = false;
+  for (;;) {
+    const Millis left = left_until(deadline);
+    const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
+    arrived = s.wait({enough}, slice);
+    if (arrived || slice >= left || Clock::now() >= deadline) break;
+    const auto ranks = joined_ranks();
+    opts_.on_progress(fmt::format(
+        "rendezvous {} waiting {:.0f} s: {} of {} node(s) joined; missing: {}", endpoint(),
+        std::chrono::duration<double>(Clock::now() - start).count(), ranks.size(), opts_.nnodes_max,
+        describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts)));
+  }
+  if (!arrived) {
     const auto ranks = joined_ranks();
     fail_join(fmt::format(
         "rendezvous {} (run {}) timed out after {:.1f} s: {} of {} node(s) joined{}; never "

@@ -78,6 +78,10 @@ struct RendezvousOptions {
   auth::Config auth;  // every agent of a run must resolve to the same mode (docs/security.md)
   // Master only: where the store's "rejected peer" lines go; unset = stderr.
   std::function<void(const std::string& line)> log;
+  // While join() waits, every progress_interval: a one-line message saying what it waits for
+  // (on the master, which nodes are still missing). Unset: silent.
+  std::function<void(const std::string& message)> on_progress;
+  std::chrono::milliseconds progress_interval{10000};
 };
 
 using PlanFn = std::function<launcher::Plan(const std::vector<launcher::NodeSpec>&)>;

@@ -496,3 +496,39 @@ TEST_CASE("rendezvous: a single node needs nobody else", "[rendezvous]") {
   CHECK(plan.world_size == 4);
   CHECK(solo.barrier("exit", 5s));
 }
+
+TEST_CASE("rendezvous: while waiting, progress names the nodes still missing", "[rendezvous]") {
+  auto mo = opts_for(0, 3, 3, 0);
+  mo.join_timeout = 2s;
+  mo.progress_interval = 100ms;
+  mo.expected_hosts = {"node-a", "node-b", "node-c"};
+  std::mutex mu;
+  std::vector<std::string> master_msgs, agent_msgs;
+  mo.on_progress = [&](const std::string& m) {
+    std::lock_guard lk(mu);
+    master_msgs.push_back(m);
+  };
+  Rendezvous m(mo);
+  auto ao = opts_for(1, 3, 3, m.port());
+  ao.join_timeout = 10s;
+  ao.progress_interval = 100ms;
+  ao.on_progress = [&](const std::string& msg) {
+    std::lock_guard lk(mu);
+    agent_msgs.push_back(msg);
+  };
+  Rendezvous a(ao);
+  auto fa = std::async(std::launch::async, [&] {
+    try {
+      a.join(me(1), simple_plan());
+    } catch (const Error&) {
+    }
+  });
+  CHECK_THROWS_AS(m.join(me(0), simple_plan()), Error);
+  get_bounded(fa);
+  std::lock_guard lk(mu);
+  REQUIRE_FALSE(master_msgs.empty());
+  CHECK_THAT(master_msgs.back(), Catch::Contains("missing: node-c (node rank 2)") &&
+                                     Catch::Contains(m.endpoint()) && !Catch::Contains("node-b"));
+  REQUIRE_FALSE(agent_msgs.empty());
+  CHECK_THAT(agent_msgs.front(), Catch::Contains("for the master"));
+}
