@@ -60,7 +60,7 @@ def store_section(d):
     verdict = ""
     if "2048" in ours:
         v = float(ours["2048"][0])
-        verdict = (f"\n2048 clients: {v:.0f} ms against the target of 150 ms "
+        verdict = (f"\n\n2048 clients: {v:.0f} ms against the target of 150 ms "
                    f"({'met' if v <= 150 else 'not met on this machine'}).")
     png = os.path.join(d, "store.png")
     if shutil.which("gnuplot") and plot:
@@ -69,7 +69,7 @@ def store_section(d):
             for n, o, t in plot:
                 f.write(f"{n} {o} {t if t is not None else 'NaN'}\n")
         subprocess.run(["gnuplot", "-e",
-                        f"set terminal png size 800,450; set output '{png}'; set logscale xy;"
+                        f"set terminal png size 800,450 noenhanced; set output '{png}'; set logscale xy;"
                         f"set xlabel 'clients'; set ylabel 'ms (median)'; set key left top;"
                         f"plot '{dat}' using 1:2 with linespoints title 'ddprun store',"
                         f"'{dat}' using 1:3 with linespoints title 'c10d::TCPStore'"], check=False)
@@ -96,7 +96,9 @@ def main():
         "monitor interval and at 0.1 s. Across two agents torchrun uses the static rendezvous; it does",
         "not tear the other node down, which runs until its worker's own 20 s sleep ends.",
         "",
-        read(os.path.join(d, "launcher.md")).strip(),
+        # The fragment's own first line repeats the machine; keep the rest.
+        "\n".join(l for l in read(os.path.join(d, "launcher.md")).strip().splitlines()
+                  if not l.startswith("Machine:")).strip(),
     ]
     if os.path.exists(os.path.join(d, "launcher.png")):
         parts += ["", f"![launcher timings]({rel}/launcher.png)"]

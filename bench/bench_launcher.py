@@ -221,7 +221,8 @@ def main():
         cols = " , ".join(f"'{data}' using ($1+{0.25 * k - 0.25}):{k + 3} with boxes title '{n}'"
                           for k, n in enumerate(names))
         xtics = ", ".join('"%s" %d' % (r["title"].split(" (")[0], i) for i, r in enumerate(rows))
-        script = (f"set terminal png size 1100,500; set output '{plot}'; set logscale y; set style fill solid 0.6;"
+        script = (f"set terminal png size 1100,550 noenhanced; set output '{plot}'; set logscale y;"
+                  f"set style fill solid 0.6; set key outside top center horizontal;"
                   f"set boxwidth 0.25; set ylabel 'seconds (median, log scale)'; set xtics rotate by -20;"
                   f"set xtics ({xtics}); plot {cols}")
         subprocess.run(["gnuplot", "-e", script], check=False)

@@ -110,6 +110,7 @@ TEST_CASE("a command after -- may start with a dash", "[cli]") {
 TEST_CASE("bad input table", "[cli][error]") {
   check_bad({"--bogus", "true"}, "unknown flag '--bogus'");
   check_bad({"--dry-run"}, "no command");
+  check_bad({"--dry-run", "--format", "xml", "true"}, "--format 'xml'");
   check_bad({"--nproc-per-node", "0", "true"}, "--nproc-per-node 0");
   check_bad({"--nproc-per-node", "gpu", "true"}, "no GPUs are visible");
   check_bad({"--gpus-per-proc", "0", "true"}, "--gpus-per-proc 0");
