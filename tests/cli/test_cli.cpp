@@ -131,8 +131,15 @@ TEST_CASE("bad input table", "[cli][error]") {
 }
 
 TEST_CASE("log format json: every ddprun line on stderr is one JSON event", "[cli][events]") {
-  auto r = run_process(cmdline({"--log-format", "json", "--nproc-per-node", "2", "--", "/bin/sh", "-c",
-                                "echo out; [ \"$RANK\" = 1 ] && exit 3; sleep 30"}));
+  // Rank 1 fails only after rank 0 has printed, so both lines must come through.
+  char dir_tmpl[] = "/tmp/ddprun-cli-XXXXXX";
+  const std::string dir = ::mkdtemp(dir_tmpl);
+  auto r = run_process(
+      cmdline({"--log-format", "json", "--nproc-per-node", "2", "--", "/bin/sh", "-c",
+               "echo out; if [ \"$RANK\" = 1 ]; then for i in $(seq 1 3000); do [ -e \"$D/r0\" ] && exit 3; "
+               "sleep 0.01; done; exit 3; fi; touch \"$D/r0\"; sleep 30"}),
+      {{"D", dir}});
+  std::system(("rm -rf '" + dir + "'").c_str());
   CHECK(r.code == 3);
   std::istringstream in(r.err);
   std::vector<std::string> events;
