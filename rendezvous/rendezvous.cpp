@@ -247,8 +247,10 @@ std::shared_ptr<TcpStore> Rendezvous::connect_client(const std::string& label, M
 void Rendezvous::ensure_connected() {
   if (client_ && client_->connected()) return;
   // Non-master agents keep retrying while the master starts, up to the join timeout.
-  client_ = connect_client(fmt::format("main/{}", opts_.node_rank), Millis{0},
-                           opts_.join_timeout, std::max(opts_.heartbeat_timeout, Millis{30000}));
+  // The handshake is pipelined with the first call, so a peer that never answers (not our store)
+  // is noticed by that call: bound it by the join timeout too (--rdzv-timeout).
+  client_ = connect_client(fmt::format("main/{}", opts_.node_rank), Millis{0}, opts_.join_timeout,
+                           std::min(std::max(opts_.heartbeat_timeout, Millis{30000}), opts_.join_timeout));
 }
 
 std::string Rendezvous::host_of(int orig_rank) const {
