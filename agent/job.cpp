@@ -268,8 +268,7 @@ int run_distributed(const launcher::Options& o, const launcher::Resolved& r, Eve
       job.restart_count = attempt;
       if (per_task) {
         // Slurm fixed the layout; the rendezvous only agrees on the port and the run.
-        launcher::Plan p = launcher::build_plan(job, r.nodes);
-        return p;
+        return launcher::build_plan(job, r.nodes);
       }
       job.nnodes = static_cast<int>(joined.size());
       job.node_rank = 0;

@@ -2,6 +2,8 @@
 // Test support: start processes with captured output, wait with a deadline, find leftovers.
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -48,17 +50,22 @@ struct Proc {
   std::string err() const { return read_file(err_path); }
 };
 
-// Starts argv with the current environment plus `extra`; stdout/stderr go to files in `dir`.
+// Starts argv with the current environment plus `extra` (or, with inherit_env false, only `extra`
+// and a standard PATH); stdout/stderr go to files in `dir`.
 inline Proc start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra,
-                  const std::string& dir, const std::string& name) {
+                  const std::string& dir, const std::string& name, bool inherit_env = true) {
   Proc p;
   p.out_path = dir + "/" + name + ".out";
   p.err_path = dir + "/" + name + ".err";
   std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  if (inherit_env) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string kv(*e);
+      auto eq = kv.find('=');
+      if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  } else {
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
   }
   for (auto it = env.begin(); it != env.end();) {  // never inherit the test runner's Slurm context
     it = it->first.rfind("SLURM_", 0) == 0 ? env.erase(it) : std::next(it);
@@ -147,6 +154,16 @@ inline bool wait_file(const std::string& path, std::chrono::milliseconds limit =
 }
 
 // A free TCP port on loopback (bound then released) for a test's rendezvous endpoint.
-int free_port();
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 }  // namespace ddprun::test

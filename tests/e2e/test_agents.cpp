@@ -2,9 +2,6 @@
 // signals, agents killed, restarts, and logs.
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <regex>
 
 #include "e2e/procs.hpp"
@@ -12,19 +9,6 @@
 using namespace ddprun::test;
 using namespace std::chrono_literals;
 
-namespace ddprun::test {
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-}  // namespace ddprun::test
 
 namespace {
 
