@@ -8,6 +8,12 @@
 // threads, but calls are serialised: a blocking wait holds the connection until it returns. Use
 // one TcpStore per thread that needs to block independently.
 //
+// Pipelining: set() returns once its request is sent; its answer is read by the next call (or
+// flush(), or the destructor, which waits for it up to min(op_timeout, 5 s)). Requests on one
+// connection are served in order, so this client reads its own writes; a failed set surfaces from
+// the next call. At most 4 sets are in flight. This saves a round trip per set, as c10d's
+// unacknowledged set does, without giving up the acknowledgement.
+//
 // Failure model: every call has a deadline (op_timeout, plus the requested wait for blocking
 // calls). A timeout or I/O error closes the connection; later calls fail at once with the same
 // cause (no silent reconnect: a lost store means a lost rendezvous).
@@ -63,6 +69,8 @@ class TcpStore final : public Store {
   std::optional<std::size_t> wait_any(const std::vector<std::string>& keys,
                                       Millis timeout) override;
 
+  // Reads every outstanding answer (the hello's, pipelined sets'); throws what they report.
+  void flush();
   void ping();
   // Closes the connection; later calls fail. Safe to call from another thread to interrupt a
   // blocked call (it then fails promptly).

@@ -2,9 +2,14 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <linux/sockios.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +19,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/as_tuple.hpp>
@@ -38,11 +44,14 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 constexpr std::size_t kMaxQueuedAnswers = 8;
+constexpr std::size_t kConnBuffer = 1024;  // per connection; most requests fit
+constexpr std::size_t kMaxBatch = 64 * 1024;  // answers to one read sent in one write, up to this
 
 struct Waiter {
   explicit Waiter(asio::any_io_executor ex) : timer(std::move(ex)) {}
   std::vector<std::string> keys;
   bool any = false;
+  std::string fired_by;  // the key whose write satisfied it; empty on timeout
   asio::steady_timer timer;
 };
 
@@ -52,7 +61,7 @@ struct Conn {
   asio::steady_timer watchdog;
   Clock::time_point deadline = Clock::time_point::max();
   std::string label;
-  std::string peer;  // "addr:port", for the rejected-peer log line
+  sockaddr_storage peer_addr{};  // for the rejected-peer log line
   std::chrono::milliseconds liveness{0};
   bool open = true;
   bool hello_done = false;
@@ -61,6 +70,9 @@ struct Conn {
   bool close_after_write = false;
   std::string close_reason;
   std::deque<std::string> outq;
+  // While the frames of one read are served, their answers collect here and go out in one write.
+  bool batching = false;
+  std::string batch;
   std::shared_ptr<Waiter> waiter;
 };
 using ConnPtr = std::shared_ptr<Conn>;
@@ -82,6 +94,22 @@ tcp::endpoint listen_endpoint(const std::string& host, std::uint16_t port) {
   return results.begin()->endpoint();
 }
 
+// "addr:port" of an accepted peer.
+std::string peer_text(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    return fmt::format("[{}]:{}", host, ntohs(a->sin6_port));
+  }
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    return fmt::format("{}:{}", host, ntohs(a->sin_port));
+  }
+  return "unknown peer";
+}
+
 }  // namespace
 
 struct StoreServer::Impl {
@@ -90,6 +118,7 @@ struct StoreServer::Impl {
 
   ServerOptions opts;
   asio::io_context io{1};
+  std::array<char, 65536> read_buf{};  // shared by every connection: reads happen on this thread only
   tcp::acceptor acceptor;
   std::uint16_t bound_port = 0;
   StoreData data;
@@ -169,42 +198,44 @@ struct StoreServer::Impl {
           ::close(fd);
           continue;
         }
-        // Without this, Asio's synchronous write_some (our fast path in send) would wait for a
-        // full socket buffer to drain: one peer that does not read would stall everyone.
-        s.non_blocking(true, aec);
+        // The descriptor is non-blocking (accept4), and the fast paths below call recv/send with
+        // MSG_DONTWAIT themselves: one peer that does not read can never stall the server.
         s.set_option(tcp::no_delay(true), aec);
         s.set_option(asio::socket_base::keep_alive(true), aec);
         auto c = std::make_shared<Conn>(std::move(s));
-        const auto rep = c->sock.remote_endpoint(aec);
-        c->peer = aec ? std::string("unknown peer")
-                      : fmt::format("{}:{}", rep.address().to_string(), rep.port());
+        c->peer_addr = ss;  // formatted only if a rejection is logged
         c->deadline = Clock::now() + opts.handshake_timeout;
         conns.insert(c);
         n_conns = conns.size();
         asio::co_spawn(io, session(c), asio::detached);
-        asio::co_spawn(io, watchdog(c), asio::detached);
+        arm_watchdog(c);
       }
     }
   }
 
   // ---- per connection
 
-  asio::awaitable<void> watchdog(ConnPtr c) {
-    while (c->open) {
-      c->watchdog.expires_at(c->deadline);
-      co_await c->watchdog.async_wait(use_nothrow);
-      if (!c->open) co_return;
-      if (Clock::now() >= c->deadline) {
-        ++n_dropped;
-        if (!c->hello_done) {
-          close(c, fmt::format("no handshake within {} ms", opts.handshake_timeout.count()));
-        } else if (c->liveness.count() > 0) {
-          close(c, fmt::format("no heartbeat for {} ms", c->liveness.count()));
-        } else {
-          close(c, fmt::format("idle for {} ms", opts.idle_timeout.count()));
-        }
-        co_return;
-      }
+  // One timer per connection, armed only while it has a deadline (the handshake, a liveness
+  // promise, an idle timeout); a plain handler, not a coroutine: 1000s of agents connect at once.
+  void arm_watchdog(const ConnPtr& c) {
+    if (!c->open || c->deadline == Clock::time_point::max()) return;
+    c->watchdog.expires_at(c->deadline);
+    c->watchdog.async_wait([this, c](const boost::system::error_code&) { on_watchdog(c); });
+  }
+
+  void on_watchdog(const ConnPtr& c) {
+    if (!c->open) return;
+    if (Clock::now() < c->deadline) {
+      arm_watchdog(c);  // the deadline moved (a request arrived, or the handshake ended)
+      return;
+    }
+    ++n_dropped;
+    if (!c->hello_done) {
+      close(c, fmt::format("no handshake within {} ms", opts.handshake_timeout.count()));
+    } else if (c->liveness.count() > 0) {
+      close(c, fmt::format("no heartbeat for {} ms", c->liveness.count()));
+    } else {
+      close(c, fmt::format("idle for {} ms", opts.idle_timeout.count()));
     }
   }
 
@@ -218,19 +249,49 @@ struct StoreServer::Impl {
     }
   }
 
+  // Each connection reads into a small buffer of its own (Asio tries the read before waiting, so
+  // a request that is already there costs no epoll round); when that fills, the rest is read at
+  // once into the server's one large buffer. Thousands of idle agents cost the server little.
   asio::awaitable<void> session(ConnPtr c) {
     proto::FrameParser parser(proto::kMaxHelloSize);
-    std::vector<char> buf(16384);
+    const auto small = std::make_unique_for_overwrite<char[]>(kConnBuffer);
     try {
       while (c->open) {
-        auto [ec, n] = co_await c->sock.async_read_some(asio::buffer(buf), use_nothrow);
+        auto [ec, n] =
+            co_await c->sock.async_read_some(asio::buffer(small.get(), kConnBuffer), use_nothrow);
         if (!c->open) co_return;
-        if (ec) {
-          close(c, ec == asio::error::eof ? std::string("connection closed by peer")
-                                          : ec.message());
-          co_return;
+        std::string ended;  // why the peer is gone, once its last bytes are served
+        bool clean_end = false;
+        if (ec == asio::error::eof) {
+          ended = "connection closed by peer";
+          clean_end = true;
+        } else if (ec == asio::error::connection_reset) {
+          ended = "connection closed by peer (reset)";  // ddprun's client resets once all is read
+        } else if (ec) {
+          ended = ec.message();
+        } else {
+          parser.feed(std::string_view(small.get(), n));
         }
-        parser.feed(std::string_view(buf.data(), n));
+        // Bounded, so a peer that streams requests cannot keep the server to itself.
+        for (int rounds = 0; ended.empty() && n == kConnBuffer && rounds < 16; ++rounds) {
+          const ssize_t got =
+              ::recv(c->sock.native_handle(), read_buf.data(), read_buf.size(), MSG_DONTWAIT);
+          if (got > 0) {
+            parser.feed(std::string_view(read_buf.data(), static_cast<std::size_t>(got)));
+            if (static_cast<std::size_t>(got) < read_buf.size()) break;  // drained
+            continue;
+          }
+          if (got == 0) {
+            ended = "connection closed by peer";
+            clean_end = true;
+          } else if (errno == ECONNRESET) {
+            ended = "connection closed by peer (reset)";
+          } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            ended = std::strerror(errno);
+          }
+          break;
+        }
+        c->batching = true;
         while (c->open && !c->close_after_write) {
           auto payload = parser.next();
           if (!payload) break;
@@ -241,12 +302,27 @@ struct StoreServer::Impl {
             handle(c, proto::decode_request(*payload, opts.limits));
           }
         }
+        c->batching = false;
+        if (!c->batch.empty()) send(c, std::exchange(c->batch, {}));
+        if (!ended.empty()) {
+          close(c, ended, /*abortive=*/clean_end && nothing_unsent(*c));
+          co_return;
+        }
       }
     } catch (const std::exception& e) {
       // Garbage, absurd lengths, HTTP, pipelined requests: this peer goes, nobody else notices.
       ++n_dropped;
       close(c, e.what());
     }
+  }
+
+  // After the peer's orderly close, a reset instead of our FIN is safe when every answer has left
+  // (nothing queued here, nothing unacknowledged in the kernel), and it spares both sides the
+  // FIN/ACK exchange: a third of the server's time when thousands of agents leave at once.
+  static bool nothing_unsent(Conn& c) {
+    if (c.writing || !c.outq.empty()) return false;
+    int unsent = 0;
+    return ::ioctl(c.sock.native_handle(), SIOCOUTQ, &unsent) == 0 && unsent == 0;
   }
 
   void handshake(const ConnPtr& c, const std::string& payload) {
@@ -283,7 +359,7 @@ struct StoreServer::Impl {
     c->label = h.label;
     c->liveness = std::chrono::milliseconds(h.liveness_ms);
     touch(*c);
-    c->watchdog.cancel();  // re-arm at the new deadline
+    c->watchdog.cancel();  // its handler re-arms at the new deadline, if there is one
     send(c, proto::encode_response({proto::Status::ok, proto::kVersion, {}}));
   }
 
@@ -291,7 +367,7 @@ struct StoreServer::Impl {
     if (!log_limit.allow(Clock::now())) return;
     const std::uint64_t skipped = log_limit.take_suppressed();
     std::string line = fmt::format(
-        "ddprun: rendezvous store: rejected peer {}{}: {}{}", c.peer,
+        "ddprun: rendezvous store: rejected peer {}{}: {}{}", peer_text(c.peer_addr),
         label.empty() ? std::string() : fmt::format(" ('{}')", label), why,
         skipped ? fmt::format(" ({} more rejection(s) not shown)", skipped) : std::string());
     // Label and run id come from an unauthenticated peer: no control characters into our log.
@@ -385,11 +461,21 @@ struct StoreServer::Impl {
     return w.any ? data.first_present(w.keys).has_value() : data.check(w.keys);
   }
 
+  // Fired waiters leave this key's list here, in one pass: 1000s of agents waiting on one key
+  // must not each search the list when they wake.
   void notify(const std::string& key) {
     auto it = waiters.find(key);
     if (it == waiters.end()) return;
-    for (const auto& w : it->second) {
-      if (satisfied(*w)) w->timer.cancel();
+    std::vector<std::shared_ptr<Waiter>> fired;
+    std::erase_if(it->second, [&](const std::shared_ptr<Waiter>& w) {
+      if (!satisfied(*w)) return false;
+      fired.push_back(w);
+      return true;
+    });
+    if (it->second.empty()) waiters.erase(it);
+    for (const auto& w : fired) {
+      w->fired_by = key;
+      w->timer.cancel();
     }
   }
 
@@ -417,6 +503,7 @@ struct StoreServer::Impl {
     co_await w->timer.async_wait(use_nothrow);
 
     for (const auto& k : w->keys) {
+      if (k == w->fired_by) continue;  // notify() took it off that list already
       auto it = waiters.find(k);
       if (it == waiters.end()) continue;
       std::erase(it->second, w);
@@ -448,18 +535,30 @@ struct StoreServer::Impl {
 
   void send(const ConnPtr& c, std::string frame) {
     if (!c->open) return;
+    if (c->batching) {
+      if (c->batch.size() + frame.size() <= kMaxBatch) {
+        c->batch += frame;
+        return;
+      }
+      // Large answers go out one by one, so the cap on queued answers below still bites.
+      c->batching = false;
+      if (!c->batch.empty()) send(c, std::exchange(c->batch, {}));
+      send(c, std::move(frame));
+      c->batching = true;
+      return;
+    }
     if (!c->writing) {
-      boost::system::error_code ec;
-      const std::size_t n = c->sock.write_some(asio::buffer(frame), ec);
-      if (!ec && n == frame.size()) {
+      const ssize_t n = ::send(c->sock.native_handle(), frame.data(), frame.size(),
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n == static_cast<ssize_t>(frame.size())) {
         if (c->close_after_write) close(c, c->close_reason);
         return;
       }
-      if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-        close(c, ec.message());
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        close(c, std::strerror(errno));
         return;
       }
-      frame.erase(0, ec ? 0 : n);
+      frame.erase(0, n > 0 ? static_cast<std::size_t>(n) : 0);
     }
     // A client has at most two answers in flight (hello + one request). A longer queue means a
     // peer that sends without reading: drop it before its answers eat the server's memory.
@@ -493,8 +592,11 @@ struct StoreServer::Impl {
     if (!c->open) return;
     c->open = false;
     boost::system::error_code ignored;
-    if (abortive) c->sock.set_option(asio::socket_base::linger(true, 0), ignored);
-    c->sock.shutdown(tcp::socket::shutdown_both, ignored);
+    if (abortive) {
+      c->sock.set_option(asio::socket_base::linger(true, 0), ignored);  // close() sends a reset
+    } else {
+      c->sock.shutdown(tcp::socket::shutdown_both, ignored);
+    }
     c->sock.close(ignored);
     c->watchdog.cancel();
     if (c->waiter) c->waiter->timer.cancel();
@@ -518,7 +620,10 @@ struct StoreServer::Impl {
 StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
   impl_->listen();
   asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
-  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    ::pthread_setname_np(::pthread_self(), "ddprun-store");  // names it in top -H, perf, gdb
+    impl->io.run();
+  });
 }
 
 StoreServer::~StoreServer() { stop(); }

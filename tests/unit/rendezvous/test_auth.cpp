@@ -371,6 +371,7 @@ TEST_CASE("auth: MUNGE credentials bind uid and run id and are single use", "[au
   TcpStore a(client_with(server.port(), cfg, "a"));
   TcpStore b(client_with(server.port(), cfg, "b"));
   a.set("k", "1");
+  a.flush();  // set is pipelined: acknowledged (so visible to b) once flushed
   CHECK(b.get("k", 0ms).value_or("") == "1");
   CHECK_THAT(rejection(client_with(server.port(), token_cfg("tok"), "tokenuser")),
              Catch::Contains("mode mismatch"));

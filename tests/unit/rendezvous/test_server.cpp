@@ -404,6 +404,7 @@ TEST_CASE("server: a peer that never reads its answers does not stall anyone", "
     small.op = ddprun::rdzv::proto::Op::get;
     small.key = "mid";
     writer.set("mid", std::string(1u << 20, 'm'));  // 64 x 1 MiB: more than any socket buffers
+    writer.flush();  // the flood's gets must find it
     std::string burst = ddprun::rdzv::proto::encode_hello(h);
     for (int i = 0; i < 64; ++i) burst += ddprun::rdzv::proto::encode_request(small);
     std::thread sender([flood, burst] { testnet::send_all(flood, burst); });
@@ -421,4 +422,94 @@ TEST_CASE("server: a peer that never reads its answers does not stall anyone", "
   CHECK(fut.get() == "100");
   ::close(lazy);
   ::close(flood);
+}
+
+TEST_CASE("client: a set is pipelined, yet reaches the store and reports failure", "[client]") {
+  StoreServer server(server_opts());
+  TcpStore reader(client_opts(server.port()));
+  {
+    // The writer ends right behind its sets: its destructor waits for the acknowledgements.
+    TcpStore writer(client_opts(server.port()));
+    for (int i = 0; i < 10; ++i) writer.set(fmt::format("k{}", i), std::to_string(i));
+  }
+  for (int i = 0; i < 10; ++i) CHECK(reader.get(fmt::format("k{}", i), 0ms) == std::to_string(i));
+
+  // Read-your-writes on one connection, with no flush in between.
+  TcpStore c(client_opts(server.port()));
+  c.set("mine", "1");
+  CHECK(c.get("mine", 0ms) == "1");
+  c.set("n", "not a number");
+  CHECK_THROWS_AS(c.add("n", 1), Error);  // the add's own error, after the set's ack was read
+
+  // A refused hello behind a pipelined set surfaces from the next call (or flush), and the set
+  // is never executed.
+  TcpStore stranger(client_opts(server.port(), "other-run"));
+  stranger.set("intruder", "x");
+  try {
+    stranger.flush();
+    FAIL("flush should report the refusal");
+  } catch (const Error& e) {
+    CHECK(e.kind() == Error::Kind::rejected);
+    CHECK_THAT(e.what(), Catch::Contains("run id mismatch"));
+  }
+  CHECK_FALSE(reader.get("intruder", 0ms).has_value());
+}
+
+TEST_CASE("client: a connection idle after connecting is not mistaken for a half-open one",
+          "[client]") {
+  // The hello is held back to travel with the first request, but only briefly: a client that
+  // makes no call for longer than the handshake timeout must still be served.
+  auto so = server_opts();
+  so.handshake_timeout = 1s;
+  StoreServer server(so);
+  TcpStore c(client_opts(server.port()));
+  std::this_thread::sleep_for(1500ms);
+  CHECK_NOTHROW(c.ping());
+  CHECK(server.dropped_count() == 0);
+}
+
+TEST_CASE("server: pipelined requests are answered in order, large values included", "[server]") {
+  StoreServer server(server_opts());
+  const int fd = testnet::raw_connect(server.port());
+  REQUIRE(fd >= 0);
+  proto::Hello h;
+  h.run_id = "run";
+  std::string burst = proto::encode_hello(h);
+  const std::string big(3u << 20, 'z');  // larger than the server's read buffers
+  std::vector<proto::Request> qs;
+  for (int i = 0; i < 50; ++i) {
+    proto::Request q;
+    q.op = i % 2 == 0 ? proto::Op::set : proto::Op::add;
+    q.key = i % 2 == 0 ? fmt::format("key{}", i) : "counter";
+    q.value = i == 10 ? big : fmt::format("v{}", i);
+    q.number = 1;
+    burst += proto::encode_request(q);
+  }
+  proto::Request g;
+  g.op = proto::Op::get;
+  g.key = "key10";
+  burst += proto::encode_request(g);
+  std::thread sender([fd, burst] { testnet::send_all(fd, burst); });
+  proto::FrameParser parser(64u << 20);
+  std::vector<proto::Response> answers;
+  std::vector<char> buf(1 << 16);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (answers.size() < 52 && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 1000) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n <= 0) break;
+    parser.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+    while (auto payload = parser.next()) answers.push_back(proto::decode_response(*payload, {}));
+  }
+  sender.join();
+  ::close(fd);
+  REQUIRE(answers.size() == 52);  // hello + 50 requests + get
+  CHECK(answers[0].status == proto::Status::ok);
+  for (std::size_t i = 0; i < 50; ++i) {
+    CHECK(answers[i + 1].status == proto::Status::ok);
+    // The counter counts up in request order.
+    if (i % 2 == 1) CHECK(answers[i + 1].number == static_cast<std::int64_t>((i + 1) / 2));
+  }
+  CHECK(answers[51].value == big);
 }
