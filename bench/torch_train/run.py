@@ -29,7 +29,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_cpp(trainer, n, data_dir, batch, tmp):
+def run_cpp(trainer, n, data_dir, batch, tmp, allreduce="auto"):
     metrics = os.path.join(tmp, f"m{n}.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
@@ -40,7 +40,8 @@ def run_cpp(trainer, n, data_dir, batch, tmp):
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen(
             [trainer, "--model", "mlp", "--epochs", "1", "--data-dir", data_dir,
-             "--threads", "1", "--batch-size", str(batch), "--metrics-file", metrics],
+             "--threads", "1", "--batch-size", str(batch), "--metrics-file", metrics,
+             "--allreduce", allreduce],
             env=env, stdout=subprocess.DEVNULL, start_new_session=True))
     rcs = [p.wait(timeout=600) for p in procs]
     if any(rcs):
@@ -55,7 +56,10 @@ def run_python(n, data_dir, batch):
            "--nproc_per_node", str(n), "-r", "1", "-t", "1",
            os.path.join(HERE, "ddp_mlp.py"), "--data-dir", data_dir, "--threads", "1",
            "--batch-size", str(batch)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # One thread per rank on both sides: torchrun sets OMP_NUM_THREADS=1 only for more than one
+    # process, and without it a single Python rank's BLAS would use every core.
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
     for line in out.stdout.splitlines():
         if '"python-ddp"' in line:
             rec = json.loads(line[line.index("{"):])

@@ -1,5 +1,7 @@
 // ddprun-train: a data-parallel libtorch trainer (PyTorch DDP semantics, in C++).
 // See docs/trainer.md for usage, checkpoint and preemption semantics.
+#include <unistd.h>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -22,12 +24,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core.hpp"
+#include "shm_allreduce.hpp"
 
 namespace ddprun::train {
 namespace {
@@ -66,6 +70,7 @@ struct Options {
   std::uint64_t seed = 0;
   int threads = 0;
   std::string backend = "gloo";
+  std::string allreduce = "auto";  // gradients: auto (shm when the group shares a node) | shm | gloo
   std::string checkpoint_dir;
   bool resume = false;
   std::int64_t checkpoint_every = 0;
@@ -242,6 +247,18 @@ class GradReducer {
   }
 
   std::size_t bucket_count() const { return buckets_.size(); }
+  std::vector<std::int64_t> bucket_numels() const {
+    std::vector<std::int64_t> v;
+    for (const auto& b : buckets_) v.push_back(b.flat.numel());
+    return v;
+  }
+  bool all_cpu_float() const {
+    return std::all_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) {
+      return b.flat.device().is_cpu() && b.flat.scalar_type() == torch::kFloat32;
+    });
+  }
+  // From now on buckets are summed through shared memory (same node), in the hook itself.
+  void use_shm(std::unique_ptr<ShmAllreduce> shm) { shm_ = std::move(shm); }
 
   // Values to sum across the group along with this step's gradients; call before backward.
   void set_extra(const std::vector<double>& v) {
@@ -259,8 +276,10 @@ class GradReducer {
     }
     const double scale = 1.0 / static_cast<double>(pg_->getSize());
     for (auto& b : buckets_) {
-      b.work->wait();
-      b.work.reset();
+      if (b.work) {
+        b.work->wait();
+        b.work.reset();
+      }
       if (&b == &buckets_.front() && extra_ > 0) {
         auto tail = b.flat.narrow(0, b.numel, extra_).to(torch::kCPU, torch::kFloat64);
         extra_sums_.assign(tail.data_ptr<double>(), tail.data_ptr<double>() + extra_);
@@ -305,8 +324,13 @@ class GradReducer {
     if (--b.pending == 0) {
       // Launch strictly in bucket order so every rank issues the same collective sequence.
       while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
-        std::vector<at::Tensor> t{buckets_[next_].flat};
-        buckets_[next_].work = pg_->allreduce(t);
+        auto& flat = buckets_[next_].flat;
+        if (shm_) {
+          shm_->allreduce_sum(next_, flat.data_ptr<float>(), flat.numel());
+        } else {
+          std::vector<at::Tensor> t{flat};
+          buckets_[next_].work = pg_->allreduce(t);
+        }
         ++next_;
       }
     }
@@ -318,7 +342,10 @@ class GradReducer {
   std::size_t next_ = 0;
   std::int64_t extra_ = 0;
   std::vector<double> extra_sums_;
+  std::unique_ptr<ShmAllreduce> shm_;
 };
+
+
 
 // Stop votes piggybacked on the gradients: one flag per stop signal, largest signal wins.
 std::vector<double> stop_flags(int signo) {
@@ -416,6 +443,76 @@ Dist init_dist(const DistEnv& env, const Options& o) {
              ? d.world
              : make_gloo(dp_store, env.dp_rank, env.dp_size, env.master_addr, timeout);
   return d;
+}
+
+// Sets up the shared-memory gradient path when every rank of the DP group can map one segment
+// (same node, same IPC namespace). All ranks agree through the store: each reports whether it
+// attached, and the shm path is used only if all did; otherwise gloo carries the gradients.
+void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
+  const DistEnv& env = d.env;
+  if (o.allreduce == "gloo" || !reducer.all_cpu_float()) {
+    if (o.allreduce == "shm") {
+      throw Error("--allreduce shm needs float32 CPU gradients");
+    }
+    return;
+  }
+  const std::string prefix = fmt::format("ddprun_train/shm/{}/", env.mp_rank);
+  auto key_bytes = [](const std::string& v) { return std::vector<std::uint8_t>(v.begin(), v.end()); };
+  auto text = [](const std::vector<std::uint8_t>& v) { return std::string(v.begin(), v.end()); };
+  std::unique_ptr<ShmAllreduce> shm;
+  std::string why;
+  const auto timeout = std::chrono::milliseconds(std::int64_t{o.timeout_s} * 1000);
+  try {
+    auto attach = [&](const std::string& name) {
+      try {
+        shm = std::make_unique<ShmAllreduce>(name, env.dp_rank == 0, env.dp_size, env.dp_rank,
+                                             reducer.bucket_numels(), timeout);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    };
+    if (env.dp_rank == 0) {
+      // Created, sized and initialised before anyone learns its name.
+      std::random_device rd;
+      const std::string name = fmt::format("/ddprun-train-{}-{}-{}-{:08x}", ::getuid(),
+                                           env.master_port, env.mp_rank, rd());
+      attach(name);
+      d.store->set(prefix + "name", key_bytes(shm ? name : std::string()));
+    } else {
+      const std::string name = text(d.store->get(prefix + "name"));
+      if (name.empty()) {
+        why = "rank 0 could not create the segment";
+      } else {
+        attach(name);
+      }
+    }
+    d.store->set(prefix + "ok/" + std::to_string(env.dp_rank), key_bytes(shm ? "1" : why));
+    for (int r = 0; r < env.dp_size; ++r) {
+      const std::string v = text(d.store->get(prefix + "ok/" + std::to_string(r)));
+      if (v != "1" && why.empty()) why = fmt::format("rank {}: {}", r, v);
+    }
+  } catch (const std::exception& e) {
+    if (why.empty()) why = e.what();
+  }
+  why = why.substr(0, why.find('\n'));  // c10d errors carry a stack trace
+  if (!why.empty()) {
+    if (o.allreduce == "shm") {
+      throw Error("--allreduce shm: " + why);
+    }
+    if (env.rank == 0) {
+      std::fprintf(stderr, "ddprun-train: gradients go through gloo (shared memory unavailable: %s)\n",
+                   why.c_str());
+    }
+    return;
+  }
+  // Every rank has attached (all "ok" keys were there): the name is no longer needed, and
+  // nothing is left in /dev/shm whatever happens next.
+  shm->unlink_name();
+  reducer.use_shm(std::move(shm));
+  if (env.dp_rank == 0) {
+    std::fprintf(stderr, "ddprun-train: gradients: shared-memory all-reduce across %d ranks on this "
+                 "node\n", env.dp_size);
+  }
 }
 
 void broadcast_params(Dist& d, Net& net) {
@@ -773,6 +870,7 @@ int run(Options o) {
   if (dist.active() && env.dp_size > 1) {
     reducer = std::make_unique<GradReducer>(net->parameters(), dist.dp, o.first_bucket_kb * 1024,
                                             o.bucket_cap_kb * 1024, env.mp_size == 1 ? 2 : 0);
+    setup_shm_allreduce(dist, *reducer, o);
   }
   // The stop vote must span the world; the gradient all-reduce does only when DP == world.
   const bool vote_in_grads = reducer && env.mp_size == 1;
@@ -910,6 +1008,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed for init, shuffling and toy data")->capture_default_str();
   app.add_option("--threads", o.threads, "intra-op threads (default: OMP_NUM_THREADS, else all)");
   app.add_option("--backend", o.backend, "gloo | nccl")->capture_default_str();
+  app.add_option("--allreduce", o.allreduce,
+                 "gradient all-reduce: auto (shared memory when the data-parallel group shares a "
+                 "node, else the backend) | shm | gloo")
+      ->check(CLI::IsMember({"auto", "shm", "gloo"}))
+      ->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "where rank 0 writes latest.pt");
   app.add_flag("--resume", o.resume, "continue from the checkpoint in --checkpoint-dir if any");
   app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: off)")

@@ -1,16 +1,22 @@
 // Unit tests for the torch-free parts of ddprun-train.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 
 #include "core.hpp"
+#include "shm_allreduce.hpp"
 
 namespace fs = std::filesystem;
 using namespace ddprun::train;
@@ -234,4 +240,131 @@ TEST_CASE("stale temps are removed and missing files read as empty optional") {
 TEST_CASE("preemption exit code is 128 + signal") {
   CHECK(preempt_exit_code(15) == 143);
   CHECK(preempt_exit_code(12) == 140);
+}
+
+// ------------------------------------------------------------ shared-memory all-reduce
+
+TEST_CASE("shm all-reduce: shares cover a bucket exactly, in rank order", "[shm]") {
+  for (std::int64_t n : {0, 1, 2, 7, 64, 1001}) {
+    for (int w : {1, 2, 3, 8}) {
+      std::int64_t next = 0;
+      for (int r = 0; r < w; ++r) {
+        const auto [lo, hi] = shm_share(n, w, r);
+        CHECK(lo == next);
+        CHECK(hi >= lo);
+        CHECK(hi - lo <= n / w + 1);
+        next = hi;
+      }
+      CHECK(next == n);
+    }
+  }
+}
+
+namespace {
+
+// Runs `body(rank)` in `world` forked processes; returns their exit statuses.
+std::vector<int> run_ranks(int world, const std::function<int(int)>& body) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int rc = 3;
+      try {
+        rc = body(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        rc = 4;
+      }
+      ::_exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> st;
+  for (pid_t p : pids) {
+    int s = 0;
+    ::waitpid(p, &s, 0);
+    st.push_back(WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s));
+  }
+  return st;
+}
+
+std::string shm_name(const char* tag) {
+  return "/ddprun-train-test-" + std::to_string(::getpid()) + "-" + tag;
+}
+
+}  // namespace
+
+TEST_CASE("shm all-reduce: every rank gets the sum, step after step", "[shm]") {
+  const std::vector<std::int64_t> buckets{5, 1000, 7};
+  for (int world : {2, 3}) {
+    const std::string name = shm_name(world == 2 ? "sum2" : "sum3");
+    // Rank 0 creates before the others fork, as the trainer creates before publishing the name.
+    auto owner = std::make_unique<ShmAllreduce>(name, true, world, 0, buckets,
+                                                std::chrono::seconds(30));
+    const auto st = run_ranks(world, [&](int rank) {
+      std::unique_ptr<ShmAllreduce> mine;
+      ShmAllreduce* s = owner.get();
+      if (rank != 0) {
+        mine = std::make_unique<ShmAllreduce>(name, false, world, rank, buckets,
+                                              std::chrono::seconds(30));
+        s = mine.get();
+      }
+      s->barrier();  // everyone attached
+      for (int step = 0; step < 200; ++step) {
+        for (std::size_t b = 0; b < buckets.size(); ++b) {
+          std::vector<float> v(static_cast<std::size_t>(buckets[b]));
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            v[i] = static_cast<float>((rank + 1) * 1000 + step + static_cast<int>(i % 13));
+          }
+          s->allreduce_sum(b, v.data(), buckets[b]);
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            float want = 0;
+            for (int r = 0; r < world; ++r) {
+              want += static_cast<float>((r + 1) * 1000 + step + static_cast<int>(i % 13));
+            }
+            if (v[i] != want) return 1;
+          }
+        }
+      }
+      return 0;
+    });
+    owner->unlink_name();
+    CHECK(st == std::vector<int>(static_cast<std::size_t>(world), 0));
+  }
+}
+
+TEST_CASE("shm all-reduce: a rank that dies is an error for the others, not a hang", "[shm]") {
+  const std::string name = shm_name("death");
+  const std::vector<std::int64_t> buckets{16};
+  auto owner = std::make_unique<ShmAllreduce>(name, true, 2, 0, buckets, std::chrono::seconds(60));
+  const auto start = std::chrono::steady_clock::now();
+  const auto st = run_ranks(2, [&](int rank) {
+    if (rank == 1) {
+      ShmAllreduce s(name, false, 2, 1, buckets, std::chrono::seconds(60));
+      s.barrier();
+      ::_exit(9);  // dies before its first all-reduce
+    }
+    owner->barrier();
+    std::vector<float> v(16, 1.0f);
+    try {
+      owner->allreduce_sum(0, v.data(), 16);
+    } catch (const Error& e) {
+      return std::string(e.what()).find("rank 1") != std::string::npos ? 0 : 5;
+    }
+    return 6;
+  });
+  owner->unlink_name();
+  CHECK(st == std::vector<int>{0, 9});
+  // Well inside the 60 s timeout: the death was noticed, not waited out.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+}
+
+TEST_CASE("shm all-reduce: a missing or foreign segment is a clear error", "[shm]") {
+  const std::vector<std::int64_t> buckets{4};
+  CHECK_THROWS_WITH(ShmAllreduce(shm_name("absent"), false, 2, 1, buckets, std::chrono::seconds(1)),
+                    Catch::Contains("cannot open"));
+  const std::string name = shm_name("foreign");
+  ShmAllreduce three(name, true, 3, 0, buckets, std::chrono::seconds(1));
+  CHECK_THROWS_WITH(ShmAllreduce(name, false, 2, 1, buckets, std::chrono::seconds(1)),
+                    Catch::Contains("not this group's segment"));
 }

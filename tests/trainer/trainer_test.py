@@ -198,6 +198,10 @@ def max_param_diff(a, b):
     return worst
 
 
+def shm_segments():
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("ddprun-train-"))
+
+
 def read_metrics(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -215,12 +219,27 @@ TOY = ["--model", "toy", "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "
 
 def test_equivalence():
     """2 data-parallel ranks end with the same parameters as 1 rank (same global batch)."""
+    shm_before = shm_segments()
     run("one", 1, TOY + ["--epochs", "2", "--dump-params", p("one.json")])
-    run("two", 2, TOY + ["--epochs", "2", "--dump-params", p("two.json")])
-    one, two = load_params(p("one.json")), load_params(p("two.json"))
-    d = max_param_diff(one, two)
-    print(f"max |param(1 rank) - param(2 ranks)| = {d:.3g}")
-    check(d < 1e-5, f"2-rank parameters differ from 1-rank by {d}")
+    one = load_params(p("one.json"))
+    # Both gradient paths: shared memory (the default on one node) and gloo.
+    for path in ("shm", "gloo"):
+        job = run(f"two_{path}", 2, TOY + ["--epochs", "2", "--allreduce", path,
+                                          "--dump-params", p(f"two_{path}.json")])
+        check(("shared-memory all-reduce" in job.err(0)) == (path == "shm"),
+              f"--allreduce {path}: rank 0 names the wrong gradient path:\n{job.err(0)}")
+        d = max_param_diff(one, load_params(p(f"two_{path}.json")))
+        print(f"max |param(1 rank) - param(2 ranks, {path})| = {d:.3g}")
+        check(d < 1e-5, f"2-rank parameters ({path}) differ from 1-rank by {d}")
+    # 3 ranks: shares of uneven size, and the default path picks shared memory by itself.
+    toy3 = ["--model", "toy", "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "96",
+            "--toy-samples", "960", "--seed", "7", "--epochs", "1"]
+    job = run("three", 3, toy3 + ["--dump-params", p("three.json")])
+    check("shared-memory all-reduce across 3 ranks" in job.err(0), job.err(0))
+    run("three_ref", 1, toy3 + ["--dump-params", p("three_ref.json")])
+    d = max_param_diff(load_params(p("three_ref.json")), load_params(p("three.json")))
+    check(d < 1e-5, f"3-rank parameters differ from 1-rank by {d}")
+    check(shm_segments() == shm_before, "a shared-memory segment was left in /dev/shm")
     # Guard against a vacuous pass: training must have moved the parameters.
     run("zero", 1, TOY + ["--epochs", "1", "--max-steps", "1", "--dump-params", p("zero.json")])
     check(max_param_diff(one, load_params(p("zero.json"))) > 1e-3, "training did not move params")
