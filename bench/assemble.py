@@ -133,9 +133,11 @@ def main():
     eff = "\n".join(l.strip() for l in trainer.splitlines() if l.strip().startswith("scaling efficiency"))
     parts += ["", "## ddprun-train against Python DDP", "",
               "`bench/torch_train/run.py`: one epoch of the Fashion-MNIST MLP (784-256-128-10, Adam, global",
-              "batch 64, one thread per rank, CPU, gloo) in ddprun-train and in Python",
+              "batch 64, one thread per rank, CPU) in ddprun-train and in Python",
               "`DistributedDataParallel` (`bench/torch_train/ddp_mlp.py`, launched by torchrun). Samples/s of",
-              "the training loop; samples per CPU-second is less sensitive to other load.", "", table, "",
+              "the training loop; samples per CPU-second is less sensitive to other load. ddprun-train runs",
+              "its default `--allreduce auto`: shared memory on one node (Python DDP uses gloo over",
+              "loopback TCP); see docs/trainer.md.", "", table, "",
               eff.replace("\n", "; ") + ".", ""]
     with open(out, "w") as f:
         f.write("\n".join(parts) + "\n")
