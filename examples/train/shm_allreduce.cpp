@@ -22,20 +22,22 @@ constexpr std::uint64_t kMagic = 0x6464707273686d31ULL;  // "ddprshm1"
 constexpr int kSpins = 2000;                             // before sleeping on the futex
 constexpr std::size_t kAlign = 64;
 
-std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+std::size_t round_up(std::size_t v, std::size_t a) {
+  return (v + a - 1) / a * a;
+}
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 // Shared (not private) futex: the word lives in a mapping shared between processes.
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected, int timeout_ms) {
   timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1'000'000L};
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr,
-            0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
 void futex_wake_all(std::atomic<std::uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr,
-            nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 // Gone, or a zombie its parent has not reaped yet: either way it will never arrive.
@@ -77,22 +79,20 @@ std::size_t ShmAllreduce::segment_bytes(int world, const std::vector<std::int64_
 }
 
 ShmAllreduce::ShmAllreduce(const std::string& name, bool create, int world, int rank,
-                           const std::vector<std::int64_t>& bucket_numels,
-                           std::chrono::milliseconds timeout)
-    : name_(name), owner_(create), world_(world), rank_(rank), numels_(bucket_numels),
-      timeout_(timeout) {
+                           const std::vector<std::int64_t>& bucket_numels, std::chrono::milliseconds timeout)
+    : name_(name), owner_(create), world_(world), rank_(rank), numels_(bucket_numels), timeout_(timeout) {
   for (auto n : numels_) {
     offsets_.push_back(slot_floats_);
-    slot_floats_ += static_cast<std::int64_t>(
-        round_up(static_cast<std::size_t>(n) * sizeof(float), kAlign) / sizeof(float));
+    slot_floats_ += static_cast<std::int64_t>(round_up(static_cast<std::size_t>(n) * sizeof(float), kAlign) /
+                                              sizeof(float));
   }
   bytes_ = segment_bytes(world, numels_);
-  data_offset_ = bytes_ - static_cast<std::size_t>(slot_floats_) * sizeof(float) *
-                              static_cast<std::size_t>(world + 1);
+  data_offset_ =
+      bytes_ - static_cast<std::size_t>(slot_floats_) * sizeof(float) * static_cast<std::size_t>(world + 1);
   const int fd = ::shm_open(name.c_str(), create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
   if (fd < 0) {
-    throw Error("shared-memory all-reduce: cannot " + std::string(create ? "create" : "open") +
-                " /dev/shm" + name + ": " + errno_text());
+    throw Error("shared-memory all-reduce: cannot " + std::string(create ? "create" : "open") + " /dev/shm" +
+                name + ": " + errno_text());
   }
   // posix_fallocate, not ftruncate alone: a full /dev/shm must fail here, not SIGBUS later.
   if (create) {
@@ -110,8 +110,7 @@ ShmAllreduce::ShmAllreduce(const std::string& name, bool create, int world, int 
   if (base_ == MAP_FAILED) {
     base_ = nullptr;
     if (create) ::shm_unlink(name.c_str());
-    throw Error("shared-memory all-reduce: cannot map /dev/shm" + name + ": " +
-                std::strerror(map_errno));
+    throw Error("shared-memory all-reduce: cannot map /dev/shm" + name + ": " + std::strerror(map_errno));
   }
   Header* h = header();
   if (create) {
@@ -138,22 +137,26 @@ void ShmAllreduce::unlink_name() {
   owner_ = false;
 }
 
-ShmAllreduce::Header* ShmAllreduce::header() const { return static_cast<Header*>(base_); }
+ShmAllreduce::Header* ShmAllreduce::header() const {
+  return static_cast<Header*>(base_);
+}
 
 float* ShmAllreduce::slot(int r, std::size_t bucket) const {
   auto* data = reinterpret_cast<float*>(static_cast<char*>(base_) + data_offset_);
   return data + static_cast<std::int64_t>(r) * slot_floats_ + offsets_[bucket];
 }
 
-float* ShmAllreduce::result(std::size_t bucket) const { return slot(world_, bucket); }
+float* ShmAllreduce::result(std::size_t bucket) const {
+  return slot(world_, bucket);
+}
 
 void ShmAllreduce::check_peers() const {
   const Header* h = header();
   for (int r = 0; r < world_; ++r) {
     const pid_t pid = h->pids[r];
     if (r != rank_ && pid > 0 && !alive(pid)) {
-      throw Error("shared-memory all-reduce: rank " + std::to_string(r) + " (pid " +
-                  std::to_string(pid) + ") exited while the group waited for it");
+      throw Error("shared-memory all-reduce: rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
+                  ") exited while the group waited for it");
     }
   }
 }
@@ -179,8 +182,8 @@ void ShmAllreduce::barrier() {
     if (h->generation.load(std::memory_order_acquire) != gen) return;
     check_peers();
     if (std::chrono::steady_clock::now() > deadline) {
-      throw Error("shared-memory all-reduce: timed out after " +
-                  std::to_string(timeout_.count() / 1000) + " s waiting for the other ranks");
+      throw Error("shared-memory all-reduce: timed out after " + std::to_string(timeout_.count() / 1000) +
+                  " s waiting for the other ranks");
     }
   }
 }

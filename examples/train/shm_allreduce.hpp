@@ -8,11 +8,11 @@
 // a waiting rank checks that its peers are still alive, so a dead rank is an error, not a hang.
 #pragma once
 
+#include <sys/types.h>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 namespace ddprun::train {
