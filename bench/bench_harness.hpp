@@ -57,9 +57,9 @@ inline double run_once(int n, const std::function<void(int)>& client) {
   std::mutex mu;
   std::atomic<bool> go{false};  // futex wake-all: no mutex for 1000s of threads to queue on
   std::atomic<int> failures{0};
-  std::atomic<std::int64_t> last_done{0};
+  std::atomic<std::int64_t> last_done{0};  // steady_clock ticks when the latest client returned
   std::atomic<int> finished{0};
-  std::atomic<bool> exit_gate{false};  // steady_clock ticks when the latest client returned
+  std::atomic<bool> exit_gate{false};
   std::string first_error;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));

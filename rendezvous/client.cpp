@@ -224,7 +224,6 @@ struct TcpStore::Impl {
         attempts.push_back({where, fmt::format("cannot resolve host: {}", ::gai_strerror(gai))});
       } else {
         for (const addrinfo* ai = first; ai != nullptr; ai = ai->ai_next) {
-
           // Each attempt gets a little time even at the very end, so the last one can still answer.
           const auto attempt_deadline =
               std::max(std::min(deadline, Clock::now() + opts.op_timeout),

@@ -560,8 +560,8 @@ struct StoreServer::Impl {
       }
       frame.erase(0, n > 0 ? static_cast<std::size_t>(n) : 0);
     }
-    // A client has at most two answers in flight (hello + one request). A longer queue means a
-    // peer that sends without reading: drop it before its answers eat the server's memory.
+    // Writes the kernel could not take pile up here only for a peer that sends without reading:
+    // drop it before its answers eat the server's memory.
     if (c->outq.size() >= kMaxQueuedAnswers) {
       ++n_dropped;
       // Abortive (RST): what is queued for it in the kernel is thrown away too.

@@ -345,8 +345,6 @@ class GradReducer {
   std::unique_ptr<ShmAllreduce> shm_;
 };
 
-
-
 // Stop votes piggybacked on the gradients: one flag per stop signal, largest signal wins.
 std::vector<double> stop_flags(int signo) {
   return {signo == SIGTERM ? 1.0 : 0.0, signo == SIGUSR2 ? 1.0 : 0.0};
