@@ -22,6 +22,7 @@
 #include <fmt/core.h>
 
 #include "rendezvous/error.hpp"
+#include "rendezvous/sockaddr.hpp"
 
 namespace ddprun::rdzv {
 namespace {
@@ -60,18 +61,6 @@ int remaining_ms(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
   if (left <= 0) return 0;
   return left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left);
-}
-
-std::string addr_text(const sockaddr* sa) {
-  char host[NI_MAXHOST] = {};
-  char serv[NI_MAXSERV] = {};
-  const socklen_t len = sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-  if (::getnameinfo(sa, len, host, sizeof host, serv, sizeof serv,
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "?";
-  }
-  return sa->sa_family == AF_INET6 ? fmt::format("[{}]:{}", host, serv)
-                                   : fmt::format("{}:{}", host, serv);
 }
 
 }  // namespace
@@ -230,7 +219,7 @@ struct TcpStore::Impl {
                        Clock::now() + std::chrono::milliseconds(200));
           const int f = connect_one(ai, attempt_deadline, err);
           if (f < 0) {
-            attempts.push_back({addr_text(ai->ai_addr), err});
+            attempts.push_back({sockaddr_text(ai->ai_addr), err});
             continue;
           }
           fd = f;
@@ -247,7 +236,7 @@ struct TcpStore::Impl {
             }
             // The server closed on us (e.g. its connection cap): count it as a failed attempt.
             attempts.push_back(
-                {addr_text(ai->ai_addr), broken.empty() ? std::string(e.what()) : broken});
+                {sockaddr_text(ai->ai_addr), broken.empty() ? std::string(e.what()) : broken});
           }
         }
         if (res != nullptr) ::freeaddrinfo(res);
@@ -372,18 +361,21 @@ struct TcpStore::Impl {
     }
   }
 
+  void require_connected(const std::string& op, const std::string& key) const {
+    if (fd.load() >= 0) return;
+    throw Error(Error::Kind::io,
+                fmt::format("store {} at {}: not connected ({})", op, where,
+                            broken.empty() ? "closed" : broken),
+                op, where, key);
+  }
+
   // `pipelined`: send the request and return without reading its answer (sets only: their answer
   // carries nothing but success, which the next call or flush() checks).
   proto::Response call(const proto::Request& q, Millis wait = Millis{0}, bool pipelined = false) {
     std::lock_guard lk(mu);
     const std::string op = proto::to_string(q.op);
     const std::string& key = q.key.empty() && !q.keys.empty() ? q.keys.front() : q.key;
-    if (fd.load() < 0) {
-      throw Error(Error::Kind::io,
-                  fmt::format("store {} at {}: not connected ({})", op, where,
-                              broken.empty() ? "closed" : broken),
-                  op, where, key);
-    }
+    require_connected(op, key);
     const std::string frame = proto::encode_request(q);
     if (frame.size() - proto::kHeaderSize > opts.limits.max_message) {
       throw Error(Error::Kind::usage,
@@ -440,12 +432,7 @@ TcpStore::~TcpStore() {
 void TcpStore::flush() {
   std::lock_guard lk(impl_->mu);
   if (impl_->unacked.empty() && !impl_->hello_pending) return;
-  if (impl_->fd.load() < 0) {
-    throw Error(Error::Kind::io,
-                fmt::format("store flush at {}: not connected ({})", impl_->where,
-                            impl_->broken.empty() ? "closed" : impl_->broken),
-                "flush", impl_->where);
-  }
+  impl_->require_connected("flush", {});
   impl_->drain(Clock::now() + impl_->opts.op_timeout, "flush", {});
 }
 
