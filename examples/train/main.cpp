@@ -372,6 +372,16 @@ struct Dist {
   bool active() const { return env.world_size > 1; }
 };
 
+// c10d stores hold bytes; the set-up handshakes exchange short texts.
+void store_set_text(c10d::Store& store, const std::string& key, const std::string& text) {
+  store.set(key, std::vector<std::uint8_t>(text.begin(), text.end()));
+}
+
+std::string store_get_text(c10d::Store& store, const std::string& key) {
+  const std::vector<std::uint8_t> v = store.get(key);
+  return {v.begin(), v.end()};
+}
+
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
@@ -455,8 +465,6 @@ void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
     return;
   }
   const std::string prefix = fmt::format("ddprun_train/shm/{}/", env.mp_rank);
-  auto key_bytes = [](const std::string& v) { return std::vector<std::uint8_t>(v.begin(), v.end()); };
-  auto text = [](const std::vector<std::uint8_t>& v) { return std::string(v.begin(), v.end()); };
   std::unique_ptr<ShmAllreduce> shm;
   std::string why;
   const auto timeout = std::chrono::milliseconds(std::int64_t{o.timeout_s} * 1000);
@@ -475,18 +483,18 @@ void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
       const std::string name = fmt::format("/ddprun-train-{}-{}-{}-{:08x}", ::getuid(),
                                            env.master_port, env.mp_rank, rd());
       attach(name);
-      d.store->set(prefix + "name", key_bytes(shm ? name : std::string()));
+      store_set_text(*d.store, prefix + "name", shm ? name : std::string());
     } else {
-      const std::string name = text(d.store->get(prefix + "name"));
+      const std::string name = store_get_text(*d.store, prefix + "name");
       if (name.empty()) {
         why = "rank 0 could not create the segment";
       } else {
         attach(name);
       }
     }
-    d.store->set(prefix + "ok/" + std::to_string(env.dp_rank), key_bytes(shm ? "1" : why));
+    store_set_text(*d.store, prefix + "ok/" + std::to_string(env.dp_rank), shm ? "1" : why);
     for (int r = 0; r < env.dp_size; ++r) {
-      const std::string v = text(d.store->get(prefix + "ok/" + std::to_string(r)));
+      const std::string v = store_get_text(*d.store, prefix + "ok/" + std::to_string(r));
       if (v != "1" && why.empty()) why = fmt::format("rank {}: {}", r, v);
     }
   } catch (const std::exception& e) {
