@@ -1,6 +1,6 @@
 // Store scaling: N clients connect, set a 64-byte key, add to a counter and wait for "done".
-// Usage: store_bench [--runs R] [--sched batch|normal] [N ...]   (default N = 64..4096, R = 5,
-// batch: see bench_harness.hpp). Prints a Markdown table.
+// Usage: store_bench [--runs R] [--sched idle|batch|normal] [N ...]   (default N = 64..4096, R = 5,
+// idle: see bench_harness.hpp). Prints a Markdown table.
 // The PyTorch c10d::TCPStore version of the same workload is bench/torch/torch_store_bench.
 #include <cstdio>
 #include <string>

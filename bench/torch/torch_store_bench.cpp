@@ -1,6 +1,6 @@
 // The store-scaling workload of bench/store_bench.cpp on c10d::TCPStore (libtorch 1.13):
 // N clients connect, set a 64-byte key, add to a counter, wait for "done" set by the last one.
-// Usage: torch_store_bench [--runs R] [--sched batch|normal] [N ...]. Prints a Markdown table.
+// Usage: torch_store_bench [--runs R] [--sched idle|batch|normal] [N ...]. Prints a Markdown table.
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdio>
