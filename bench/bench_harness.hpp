@@ -62,8 +62,7 @@ inline void gate_wait(std::atomic<int>& gate) {
 
 inline void gate_open(std::atomic<int>& gate) {
   gate.store(1);
-  ::syscall(SYS_futex, reinterpret_cast<int*>(&gate), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
-            0);
+  ::syscall(SYS_futex, reinterpret_cast<int*>(&gate), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 inline int& client_policy() {
@@ -120,11 +119,10 @@ inline double run_once(int n, const std::function<void(int)>& client) {
   for (int f = finished.load(); f < n; f = finished.load()) finished.wait(f);
   gate_open(exit_gate);
   for (auto& t : threads) t.join();
-  const auto t1 = std::chrono::steady_clock::time_point(
-      std::chrono::steady_clock::duration(last_done.load()));
+  const auto t1 =
+      std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(last_done.load()));
   if (failures.load() > 0) {
-    std::fprintf(stderr, "  %d of %d clients failed; first: %s\n", failures.load(), n,
-                 first_error.c_str());
+    std::fprintf(stderr, "  %d of %d clients failed; first: %s\n", failures.load(), n, first_error.c_str());
     return -1;
   }
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
