@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "helpers/simple_plan.hpp"
 #include "rendezvous/rendezvous.hpp"
 
 using namespace ddprun;
@@ -33,25 +34,7 @@ void say(const std::string& line) {
 }
 
 launcher::Plan simple_plan(const std::vector<launcher::NodeSpec>& nodes) {
-  launcher::Plan p;
-  p.mode = launcher::Mode::agent;
-  p.nnodes = static_cast<int>(nodes.size());
-  p.master_addr = "127.0.0.1";
-  p.master_port = 29500;
-  int rank = 0;
-  for (const auto& n : nodes) {
-    for (int lr = 0; lr < n.local_world_size; ++lr) {
-      launcher::Worker w;
-      w.node_rank = n.node_rank;
-      w.host = n.host;
-      w.rank = rank++;
-      w.local_rank = lr;
-      w.env["MASTER_PORT"] = "29500";
-      p.workers.push_back(w);
-    }
-  }
-  p.world_size = rank;
-  return p;
+  return testplan::simple_plan(nodes, 29500);
 }
 
 }  // namespace

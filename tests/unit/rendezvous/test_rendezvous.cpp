@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "helpers/simple_plan.hpp"
 #include "net_util.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/error.hpp"
@@ -23,30 +24,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A hand-made plan: ranks in node order, MASTER_PORT as planned.
 PlanFn simple_plan(int master_port = 0) {
   return [master_port](const std::vector<launcher::NodeSpec>& nodes) {
-    launcher::Plan p;
-    p.mode = launcher::Mode::agent;
-    p.nnodes = static_cast<int>(nodes.size());
-    p.master_addr = "127.0.0.1";
-    p.master_port = master_port;
-    p.run_id = "run";
-    int rank = 0;
-    for (const auto& n : nodes) {
-      for (int lr = 0; lr < n.local_world_size; ++lr) {
-        launcher::Worker w;
-        w.node_rank = n.node_rank;
-        w.host = n.host;
-        w.rank = rank++;
-        w.local_rank = lr;
-        w.env["RANK"] = std::to_string(w.rank);
-        w.env["MASTER_PORT"] = std::to_string(master_port);
-        p.workers.push_back(w);
-      }
-    }
-    p.world_size = rank;
-    return p;
+    return testplan::simple_plan(nodes, master_port);
   };
 }
 
