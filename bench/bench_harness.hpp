@@ -165,4 +165,29 @@ inline void parse_args(int argc, char** argv, std::vector<int>& ns, int& runs) {
   std::printf("client threads: %s\n\n", policy_name(client_policy()));
 }
 
+// The main of both benches: for each N, R calls of `one_run(n)` (a fresh server and run_once;
+// milliseconds, or -1 on failure), printed as a Markdown row of median, min and max.
+inline int table_main(int argc, char** argv, const char* store, const std::function<double(int)>& one_run) {
+  std::vector<int> ns;
+  int runs = 0;
+  parse_args(argc, argv, ns, runs);
+  raise_fd_limit();
+  std::printf("| clients | %s median ms | min | max |\n|---|---|---|---|\n", store);
+  for (int n : ns) {
+    if (static_cast<std::size_t>(2 * n + 64) > fd_limit()) {
+      std::printf("| %d | skipped: descriptor limit %zu too low |  |  |\n", n, fd_limit());
+      continue;
+    }
+    std::vector<double> times;
+    for (int r = 0; r < runs; ++r) {
+      const double ms = one_run(n);
+      if (ms >= 0) times.push_back(ms);
+    }
+    const Stats s = stats(times);
+    std::printf("| %d | %.1f | %.1f | %.1f |\n", n, s.median, s.min, s.max);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace bench

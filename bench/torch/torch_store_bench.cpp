@@ -3,47 +3,30 @@
 // Usage: torch_store_bench [--runs R] [--sched idle|batch|normal] [N ...]. Prints a Markdown table.
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <cstdio>
 #include <string>
 
 #include "bench_harness.hpp"
 
 int main(int argc, char** argv) {
-  std::vector<int> ns;
-  int runs = 0;
-  bench::parse_args(argc, argv, ns, runs);
-  bench::raise_fd_limit();
-  std::printf("| clients | c10d::TCPStore median ms | min | max |\n|---|---|---|---|\n");
-  for (int n : ns) {
-    if (static_cast<std::size_t>(2 * n + 64) > bench::fd_limit()) {
-      std::printf("| %d | skipped: descriptor limit %zu too low |  |  |\n", n, bench::fd_limit());
-      continue;
-    }
-    std::vector<double> times;
-    for (int r = 0; r < runs; ++r) {
-      c10d::TCPStoreOptions so;
-      so.port = 0;
-      so.isServer = true;
-      so.waitWorkers = false;
-      so.timeout = std::chrono::seconds(120);
-      c10d::TCPStore server("127.0.0.1", so);
-      const std::uint16_t port = server.getPort();
-      const std::vector<uint8_t> value(64, 'v');
-      const double ms = bench::run_once(n, [&](int i) {
-        c10d::TCPStoreOptions co;
-        co.port = port;
-        co.isServer = false;
-        co.waitWorkers = false;
-        co.timeout = std::chrono::seconds(120);
-        c10d::TCPStore c("127.0.0.1", co);
-        c.set("key/" + std::to_string(i), value);
-        if (c.add("counter", 1) == n) c.set("done", std::vector<uint8_t>{'1'});
-        c.wait({"done"});
-      });
-      if (ms >= 0) times.push_back(ms);
-    }
-    const auto s = bench::stats(times);
-    std::printf("| %d | %.1f | %.1f | %.1f |\n", n, s.median, s.min, s.max);
-    std::fflush(stdout);
-  }
+  return bench::table_main(argc, argv, "c10d::TCPStore", [](int n) {
+    c10d::TCPStoreOptions so;
+    so.port = 0;
+    so.isServer = true;
+    so.waitWorkers = false;
+    so.timeout = std::chrono::seconds(120);
+    c10d::TCPStore server("127.0.0.1", so);
+    const std::uint16_t port = server.getPort();
+    const std::vector<uint8_t> value(64, 'v');
+    return bench::run_once(n, [&](int i) {
+      c10d::TCPStoreOptions co;
+      co.port = port;
+      co.isServer = false;
+      co.waitWorkers = false;
+      co.timeout = std::chrono::seconds(120);
+      c10d::TCPStore c("127.0.0.1", co);
+      c.set("key/" + std::to_string(i), value);
+      if (c.add("counter", 1) == n) c.set("done", std::vector<uint8_t>{'1'});
+      c.wait({"done"});
+    });
+  });
 }
