@@ -5,8 +5,8 @@
 #include <string>
 
 #include "bench_harness.hpp"
-#include "rendezvous/client.hpp"
-#include "rendezvous/server.hpp"
+#include "store/client.hpp"
+#include "store/server.hpp"
 
 using namespace ddprun::rdzv;
 

@@ -19,16 +19,16 @@
 #include <string_view>
 #include <vector>
 
-#include "rendezvous/codec.hpp"
-#include "rendezvous/error.hpp"
+#include "store/codec.hpp"
+#include "store/error.hpp"
 
 // abort() is what libFuzzer and the replay report as a failure; say which property broke first.
-#define FUZZ_REQUIRE(cond)                                                         \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
+#define FUZZ_REQUIRE(cond)                                                        \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
       std::fprintf(stderr, "fuzz_codec.cpp:%d: violated: %s\n", __LINE__, #cond); \
-      std::abort();                                                                \
-    }                                                                              \
+      std::abort();                                                               \
+    }                                                                             \
   } while (false)
 
 namespace rdzv = ddprun::rdzv;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/codec.hpp"
+#include "store/codec.hpp"
 
 namespace proto = ddprun::rdzv::proto;
 namespace fs = std::filesystem;
@@ -93,10 +93,9 @@ int main(int argc, char** argv) {
 
   // Responses, as the client reads them (the same bytes also go through the server path).
   write("response_ok", proto::encode_response({proto::Status::ok, 1, "value"}));
-  write("response_sequence",
-        proto::encode_response({proto::Status::timeout, 0, ""}) +
-            proto::encode_response({proto::Status::not_found, -1, ""}) +
-            proto::encode_response({proto::Status::error, 0, "run id mismatch"}));
+  write("response_sequence", proto::encode_response({proto::Status::timeout, 0, ""}) +
+                                 proto::encode_response({proto::Status::not_found, -1, ""}) +
+                                 proto::encode_response({proto::Status::error, 0, "run id mismatch"}));
 
   // Hostile or broken peers.
   write("http_get", "GET / HTTP/1.1\r\nHost: n0:29500\r\nUser-Agent: curl/7.88\r\n\r\n");

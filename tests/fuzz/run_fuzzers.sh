@@ -29,8 +29,8 @@ jobs=${FUZZ_JOBS:-1}
 # alone and far more on a loaded machine; only a real hang should fail.
 sources_of() {
   case $1 in
-    hostlist) echo "launcher/hostlist.cpp" ;;
-    codec) echo "rendezvous/codec.cpp" ;;
+    hostlist) echo "core/src/hostlist.cpp" ;;
+    codec) echo "store/src/codec.cpp" ;;
     *) echo "unknown fuzz target '$1' (known: hostlist codec)" >&2; exit 2 ;;
   esac
 }
@@ -46,7 +46,7 @@ for t in "${targets[@]}"; do sources_of "$t" >/dev/null; done  # unknown names f
 launcher=()
 command -v ccache >/dev/null && launcher=(ccache)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=undefined -DFMT_HEADER_ONLY -I"$root")
+       -fno-sanitize-recover=undefined -DFMT_HEADER_ONLY -I"$root/core/include" -I"$root/store/include")
 
 mkdir -p "$out/obj" "$out/bin"
 probe="$out/obj/probe.cpp"

@@ -8,19 +8,19 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "helpers/simple_plan.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "support/simple_plan.hpp"
 
 using namespace ddprun;
 using namespace std::chrono_literals;
@@ -33,7 +33,7 @@ void say(const std::string& line) {
   (void)!::write(1, s.data(), s.size());
 }
 
-launcher::Plan simple_plan(const std::vector<launcher::NodeSpec>& nodes) {
+core::Plan simple_plan(const std::vector<core::NodeSpec>& nodes) {
   return testplan::simple_plan(nodes, 29500);
 }
 
@@ -52,14 +52,22 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const std::string v = argv[i + 1];
-    if (k == "--port") o.port = static_cast<std::uint16_t>(std::stoi(v));
-    else if (k == "--node-rank") o.node_rank = std::stoi(v);
-    else if (k == "--nnodes") o.nnodes_min = o.nnodes_max = std::stoi(v);
-    else if (k == "--run-id") o.run_id = v;
-    else if (k == "--mode") mode = v;
-    else if (k == "--port-file") port_file = v;
-    else if (k == "--abort-code") abort_code = std::stoi(v);
-    else if (k == "--join-timeout-ms") o.join_timeout = std::chrono::milliseconds(std::stoi(v));
+    if (k == "--port")
+      o.port = static_cast<std::uint16_t>(std::stoi(v));
+    else if (k == "--node-rank")
+      o.node_rank = std::stoi(v);
+    else if (k == "--nnodes")
+      o.nnodes_min = o.nnodes_max = std::stoi(v);
+    else if (k == "--run-id")
+      o.run_id = v;
+    else if (k == "--mode")
+      mode = v;
+    else if (k == "--port-file")
+      port_file = v;
+    else if (k == "--abort-code")
+      abort_code = std::stoi(v);
+    else if (k == "--join-timeout-ms")
+      o.join_timeout = std::chrono::milliseconds(std::stoi(v));
   }
   try {
     rdzv::Rendezvous r(o);
@@ -69,15 +77,15 @@ int main(int argc, char** argv) {
       std::rename(tmp.c_str(), port_file.c_str());
     }
     rdzv::JoinInfo me{o.node_rank, "host-" + std::to_string(o.node_rank), "127.0.0.1", 2, {}};
-    const launcher::Plan plan = r.join(me, simple_plan);
+    const core::Plan plan = testplan::join_plan(r, me, testplan::plan_fn(simple_plan));
     say("PLAN " + std::to_string(plan.node_rank) + " " + std::to_string(plan.nnodes) + " " +
         std::to_string(plan.world_size) + " " + std::to_string(plan.master_port));
     // Like the real agent: the callback only reports; the main thread tears down and returns,
     // so the Rendezvous destructor runs (the master drains before it stops serving).
     std::mutex mu;
     std::condition_variable cv;
-    std::optional<rdzv::AbortInfo> aborted;
-    r.watch([&](const rdzv::AbortInfo& a) {
+    std::optional<core::Failure> aborted;
+    r.watch([&](const core::Failure& a) {
       {
         std::lock_guard lk(mu);
         aborted = a;
@@ -85,7 +93,7 @@ int main(int argc, char** argv) {
       cv.notify_all();
     });
     if (mode == "abort") {
-      rdzv::AbortInfo cause;
+      core::Failure cause;
       cause.reason = "worker exited with code " + std::to_string(abort_code);
       cause.host = me.hostname;
       cause.node_rank = plan.node_rank;
@@ -99,7 +107,7 @@ int main(int argc, char** argv) {
     }
     std::unique_lock lk(mu);
     cv.wait(lk, [&] { return aborted.has_value(); });  // until aborted or killed
-    say("ABORT " + nlohmann::json(*aborted).dump());
+    say("ABORT " + ddprun::core::encode_failure(*aborted));
     return aborted->exit_code;
   } catch (const std::exception& e) {
     say(std::string("ERROR ") + e.what());

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "launcher/hostlist.hpp"
+#include "core/hostlist.hpp"
 
-using ddprun::launcher::compress_hostlist;
-using ddprun::launcher::Error;
-using ddprun::launcher::expand_hostlist;
+using ddprun::core::compress_hostlist;
+using ddprun::core::Error;
+using ddprun::core::expand_hostlist;
 using Hosts = std::vector<std::string>;
 
 namespace {

@@ -19,7 +19,7 @@
 #include "agent/coordinator.hpp"
 #include "agent/report.hpp"
 #include "agent/supervisor.hpp"
-#include "launcher/plan.hpp"
+#include "core/plan.hpp"
 
 namespace agent_test {
 
@@ -67,11 +67,11 @@ inline bool wait_for_file(const std::string& path, std::chrono::seconds timeout 
 }
 
 // Workers of node 0, one per entry of `actions` (FAKE_WORKER_ACTIONS of that rank).
-inline std::vector<ddprun::launcher::Worker> make_workers(const std::vector<std::string>& actions,
-                                                          int node_rank = 0, int first_rank = 0) {
-  std::vector<ddprun::launcher::Worker> ws;
+inline std::vector<ddprun::core::Worker> make_workers(const std::vector<std::string>& actions,
+                                                      int node_rank = 0, int first_rank = 0) {
+  std::vector<ddprun::core::Worker> ws;
   for (std::size_t i = 0; i < actions.size(); ++i) {
-    ddprun::launcher::Worker w;
+    ddprun::core::Worker w;
     w.node_rank = node_rank;
     w.host = "testhost";
     w.local_rank = static_cast<int>(i);
@@ -101,7 +101,7 @@ struct ChildRun {
 
 // Runs run_workers in a forked child with stdout/stderr captured in `dir`. `setup` runs in the
 // child before run_workers; `during` runs in the parent with the child's pid while it runs.
-inline ChildRun run_agent_in_child(const TempDir& dir, const std::vector<ddprun::launcher::Worker>& workers,
+inline ChildRun run_agent_in_child(const TempDir& dir, const std::vector<ddprun::core::Worker>& workers,
                                    int world_size, const ddprun::agent::AgentOptions& opts,
                                    const std::function<void(pid_t)>& during = {},
                                    const std::function<void()>& setup = {}) {

@@ -57,7 +57,7 @@ TEST_CASE("a local failure is published once - no exit barrier") {
   CHECK(c.published[0].exit_code == 2);
   CHECK(c.barriers == 0);
   CHECK_FALSE(c.handler);  // cleared at the end of the run
-  CHECK(worth_restarting(r));
+  CHECK(after_attempt(r, std::nullopt, 0, 1).restart);
 }
 
 TEST_CASE("a remote abort tears down this node and its code becomes ours") {
@@ -71,7 +71,7 @@ TEST_CASE("a remote abort tears down this node and its code becomes ours") {
     f.rank = 5;
     f.exit_code = 42;
     f.reason = "exited with code 42";
-    f.time = std::chrono::system_clock::now();
+    f.time = ddprun::core::failure_now();
     c.abort(f);
   });
   const auto r = run_workers(
@@ -115,14 +115,16 @@ TEST_CASE("success passes the exit barrier and runs can repeat with signal handl
   CHECK(after.sa_handler == pipe_before.sa_handler);
 }
 
-TEST_CASE("a command that cannot start is published and not worth restarting") {
+TEST_CASE("a command that cannot start is published as fatal and not restarted") {
   RecordingCoordinator c;
   auto opts = quiet_options();
   opts.command = {"/nonexistent/prog"};
   const auto r = run_workers(make_workers({""}), 1, opts, c);
   CHECK(r.spawn_failed);
   CHECK(r.exit_code == 127);
-  CHECK_FALSE(worth_restarting(r));
+  CHECK_FALSE(after_attempt(r, std::nullopt, 0, 1).restart);
+  REQUIRE(c.published.size() == 1);
+  CHECK(c.published[0].fatal);  // so the other nodes do not restart either
   REQUIRE(c.published.size() == 1);
   CHECK(c.published[0].reason.find("no such file") != std::string::npos);
 }
@@ -137,7 +139,7 @@ TEST_CASE("another node failing while this one waits at the exit barrier fails t
       f.node_rank = 1;
       f.rank = 3;
       f.exit_code = 9;
-      f.time = std::chrono::system_clock::now();
+      f.time = ddprun::core::failure_now();
       abort(f);  // what the store's watch thread does
       return false;
     }

@@ -121,7 +121,9 @@ TEST_CASE("invalid UTF-8 from a worker still gives a valid JSON line") {
   const std::string bad = std::string("ab") + static_cast<char>(0xff) + "cd";
   const std::string line = format_event("T", "failure_report", "h", 0, {{"stderr_tail", {bad}}});
   const json j = json::parse(line);
-  CHECK(j.at("stderr_tail").at(0).get<std::string>() == "ab\xEF\xBF\xBD" "cd");  // U+FFFD
+  CHECK(j.at("stderr_tail").at(0).get<std::string>() ==
+        "ab\xEF\xBF\xBD"
+        "cd");  // U+FFFD
 }
 
 TEST_CASE("json mode: one complete line per emit, even from many threads") {
@@ -437,7 +439,7 @@ TEST_CASE("json mode: another node's failure gives remote_abort, then teardown")
     f.rank = 5;
     f.exit_code = 42;
     f.reason = "exited with code 42";
-    f.time = std::chrono::system_clock::now();
+    f.time = ddprun::core::failure_now();
     c.abort(f);
   });
   const auto r = run_workers(make_workers({"touch " + (dir / "ready0") + " hang"}), 2, opts, c);

@@ -29,7 +29,7 @@ Failure failure_at(int rank, int ms, int code = 1) {
   f.rank = rank;
   f.exit_code = code;
   f.pid = 100 + rank;
-  f.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+  f.time = ddprun::core::FailureTime(std::chrono::milliseconds(ms));
   return f;
 }
 }  // namespace
@@ -170,7 +170,7 @@ TEST_CASE("failure records survive a JSON round trip (what nodes exchange)") {
   CHECK(g.pid == f.pid);
   CHECK(g.time == f.time);
   CHECK(g.stderr_tail == f.stderr_tail);
-  CHECK_THROWS_AS(failure_from_json(nlohmann::json{{"host", "x"}}), Error);
+  CHECK_THROWS_AS(failure_from_json(nlohmann::json{{"host", "x"}}), ddprun::core::Error);
 }
 
 TEST_CASE("report puts the root cause first and the summary has one row per worker") {

@@ -1,0 +1,39 @@
+#pragma once
+// How one node's supervisor talks to the rest of the job. The lead implements it over the
+// rendezvous store; LocalCoordinator is the single-node version. Kept free of rendezvous headers
+// so the agent can be built and tested on its own.
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/failure.hpp"
+
+namespace ddprun::agent {
+
+using core::Failure;
+
+class Coordinator {
+ public:
+  virtual ~Coordinator() = default;
+  // Called once, from the supervisor's thread, when a worker on this node fails first (or the agent
+  // is stopped by a signal). The first failure published in the job is the job's root cause.
+  virtual void publish_failure(const Failure& f) = 0;
+  // The supervisor installs a handler at the start of each run and an empty function at its end.
+  // The implementation calls it (from any thread) with the job's root cause when another node
+  // failed; calling it with this node's own published failure is harmless.
+  virtual void set_remote_abort_handler(std::function<void(const Failure& root)> h) = 0;
+  // Called only after every local worker exited 0. Returns true once every node got there, false
+  // on timeout or abort. Must return within `timeout` (plus a little).
+  virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+};
+
+// A job of one node: nothing to tell anyone.
+class LocalCoordinator : public Coordinator {
+ public:
+  void publish_failure(const Failure&) override {}
+  void set_remote_abort_handler(std::function<void(const Failure&)>) override {}
+  bool exit_barrier(std::chrono::milliseconds) override { return true; }
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,44 @@
+#pragma once
+// Failure policy: pure decisions about exit statuses, root causes and the job's exit code.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/coordinator.hpp"
+
+namespace ddprun::agent {
+
+// A worker's end as waitpid() reports it, decoded.
+struct ExitStatus {
+  int exit_code = 0;  // exit status, or 128+signal
+  int signal = 0;     // 0 when the worker exited normally
+  bool failed() const { return exit_code != 0; }
+};
+
+ExitStatus decode_wait_status(int wait_status);
+
+using core::signal_name;
+
+// "exited with code 3" / "killed by SIGSEGV" / "exited normally".
+std::string describe_exit(const ExitStatus& s);
+
+// "3" or "SIGKILL (137)": the short form used in tables.
+std::string short_exit(const ExitStatus& s);
+
+// The job's root cause given the first local failure (if any) and the root cause another node
+// reported (if any): the earlier one wins; on a tie the remote one, so that every node agrees.
+// A worker stopped by our own teardown is never passed in here.
+std::optional<Failure> choose_root_cause(const std::optional<Failure>& local,
+                                         const std::optional<Failure>& remote);
+
+// The code the agent exits with. 0 only when nothing failed, no signal stopped the job and every
+// worker exited 0; otherwise the root cause's code; a signal received by the agent when no worker
+// failed first gives 128+signal.
+int job_exit_code(const std::optional<Failure>& root_cause, int agent_signal,
+                  const std::vector<ExitStatus>& exits);
+
+// Signals the agent forwards to every worker process group, and which of them end the job.
+const std::vector<int>& forwarded_signals();
+bool is_stopping_signal(int sig);  // TERM, INT, HUP, QUIT: forward, then grace and kill
+
+}  // namespace ddprun::agent

@@ -1,0 +1,63 @@
+#pragma once
+// Entry point: run this node's workers once and supervise them until they all ended.
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/coordinator.hpp"
+#include "agent/result.hpp"
+#include "core/plan.hpp"
+
+namespace ddprun::agent {
+
+class Events;
+
+// Grace between SIGTERM and SIGKILL (the CLI's --term-timeout default too). Well inside Slurm's
+// default KillWait (30 s): a time limit or scancel TERMs the agent, which forwards it, waits this
+// long, kills, and still has time to report before slurmstepd's own SIGKILL.
+inline constexpr std::chrono::milliseconds kDefaultTermTimeout{10000};
+// Bound on the exit barrier (a node whose workers finished waits here for the others).
+inline constexpr std::chrono::milliseconds kDefaultExitBarrierTimeout{300000};
+
+struct AgentOptions {
+  std::vector<std::string> command;  // COMMAND [ARGS...], or MODULE [ARGS...] with module
+  bool no_python = false;
+  bool module = false;
+  std::string python = "python3";
+  std::chrono::milliseconds term_timeout = kDefaultTermTimeout;
+  std::chrono::milliseconds exit_barrier_timeout = kDefaultExitBarrierTimeout;
+  std::optional<std::string> prefix_template;  // default "[{rank}]: "; set = prefix on
+  bool no_prefix = false;
+  bool tee = false;                    // accepted for torchrun users; needs log_dir
+  std::optional<std::string> log_dir;  // per-rank files DIR/attempt_<n>/rank_<r>/std{out,err}.log
+  std::optional<std::set<int>> local_ranks_filter;  // local ranks shown on the console
+  std::optional<std::string> error_file;            // JSON report of a failed run
+  int attempt = 0;
+  bool quiet = false;  // no summary/report on stderr (JSON still written)
+  // Where ddprun's own messages go as JSON events (--log-format json); null or text mode: the usual
+  // text on stderr. In json mode the supervisor writes no text of its own, whatever `quiet` says.
+  Events* events = nullptr;
+};
+
+// Checks options that do not depend on the workers (prefix template, tee without log dir, empty
+// command). Throws Error with a one-line message. run_workers calls it too; the CLI may call it
+// early to fail before the rendezvous.
+void validate_options(const AgentOptions& opts);
+
+// Paths of the per-run log files.
+std::string attempt_dir(const std::string& log_dir, int attempt);
+std::string rank_log_dir(const std::string& log_dir, int attempt, int rank);
+std::string error_json_path(const AgentOptions& opts, int node_rank);  // "" when none
+
+// Spawns `local` (this node's workers), relays their output, supervises them, tears down on the
+// first failure, a remote abort or a stopping signal, and returns how it ended. Prints the failure
+// report and the summary table on stderr (unless quiet), or emits them as events in json mode.
+// Can be called again for a restart; it must be called from a thread that lives as long as the
+// workers (their death signal follows it).
+// Throws Error only for invalid options; a command that cannot start gives spawn_failed.
+RunResult run_workers(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
+                      Coordinator& coordinator);
+
+}  // namespace ddprun::agent

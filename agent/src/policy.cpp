@@ -1,0 +1,79 @@
+#include "agent/policy.hpp"
+
+#include "agent/result.hpp"
+
+#include <sys/wait.h>
+#include <csignal>
+#include <cstring>
+#include <string>
+
+namespace ddprun::agent {
+
+ExitStatus decode_wait_status(int wait_status) {
+  ExitStatus s;
+  if (WIFEXITED(wait_status)) {
+    s.exit_code = WEXITSTATUS(wait_status);
+  } else if (WIFSIGNALED(wait_status)) {
+    s.signal = WTERMSIG(wait_status);
+    s.exit_code = 128 + s.signal;
+  } else {
+    // Stopped/continued are not ends; treat anything else as a generic failure.
+    s.exit_code = 1;
+  }
+  return s;
+}
+
+std::string describe_exit(const ExitStatus& s) {
+  if (s.signal != 0) return "killed by " + signal_name(s.signal);
+  if (s.exit_code == 0) return "exited normally";
+  return "exited with code " + std::to_string(s.exit_code);
+}
+
+std::string short_exit(const ExitStatus& s) {
+  if (s.signal != 0) return signal_name(s.signal) + " (" + std::to_string(s.exit_code) + ")";
+  return std::to_string(s.exit_code);
+}
+
+std::optional<Failure> choose_root_cause(const std::optional<Failure>& local,
+                                         const std::optional<Failure>& remote) {
+  if (!local) return remote;
+  if (!remote) return local;
+  return local->time < remote->time ? local : remote;
+}
+
+int job_exit_code(const std::optional<Failure>& root_cause, int agent_signal,
+                  const std::vector<ExitStatus>& exits) {
+  if (root_cause) return root_cause->exit_code != 0 ? root_cause->exit_code : 1;
+  if (agent_signal != 0) return 128 + agent_signal;
+  for (const auto& e : exits) {
+    // A failure without a recorded root cause should not happen; never report success for it.
+    if (e.failed()) return e.exit_code;
+  }
+  return 0;
+}
+
+const std::vector<int>& forwarded_signals() {
+  static const std::vector<int> sigs{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  return sigs;
+}
+
+bool is_stopping_signal(int sig) {
+  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+}
+
+AttemptDecision after_attempt(const RunResult& r, const std::optional<Failure>& published, int attempt,
+                              int max_restarts) {
+  if (r.success) return {false, 0};
+  int code = r.exit_code;
+  std::optional<Failure> root = r.root_cause;
+  if (published) {
+    root = published;
+    // A node stopped by its own signal keeps 128+signal unless a worker failed first somewhere.
+    if (!r.stopped_by_signal || published->rank >= 0) code = published->exit_code;
+  }
+  if (code == 0) code = 1;
+  const bool final = r.stopped_by_signal || r.spawn_failed || (root && core::ends_job(*root));
+  return {!final && attempt < max_restarts, code};
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,124 @@
+#include "agent/report.hpp"
+
+#include <fmt/format.h>
+#include <ctime>
+
+#include "agent/error.hpp"
+#include "agent/events.hpp"
+
+namespace ddprun::agent {
+
+namespace {
+
+bool same_worker(const Failure& f, const WorkerExit& e) {
+  return f.rank == e.rank && f.pid == e.pid;
+}
+
+std::string worker_label(int rank, int local_rank) {
+  if (rank < 0) return "the ddprun agent";
+  return fmt::format("rank {} (local rank {})", rank, local_rank);
+}
+
+std::string exit_text(int exit_code, int sig) {
+  if (sig != 0) return fmt::format("{} (exit {})", signal_name(sig), exit_code);
+  return fmt::format("{}", exit_code);
+}
+
+std::string duration_text(std::chrono::milliseconds d) {
+  return fmt::format("{:.2f}s", static_cast<double>(d.count()) / 1000.0);
+}
+
+}  // namespace
+
+std::string format_report(const RunResult& r, bool colour) {
+  std::string out = paint(fmt::format("ddprun: job failed with exit code {} (attempt {}, node {}, host {})",
+                                      r.exit_code, r.attempt, r.node_rank, r.host),
+                          Style::bold_red, colour) +
+                    "\n";
+  if (r.stopped_by_signal) {
+    out += fmt::format("ddprun: {} received by ddprun; workers were stopped\n", signal_name(r.signal));
+  }
+  if (const auto& f = r.root_cause) {
+    out += paint("Root cause (first observed failure):", Style::bold_red, colour) + "\n";
+    out += fmt::format("  time      : {}\n", format_time(f->time));
+    out += fmt::format("  host      : {}\n", f->host);
+    out += fmt::format("  node rank : {}\n", f->node_rank);
+    if (f->rank >= 0) {
+      out += fmt::format("  rank      : {} (local rank {})\n", f->rank, f->local_rank);
+      out += fmt::format("  exit code : {}\n", exit_text(f->exit_code, f->signal));
+      out += fmt::format("  pid       : {}\n", f->pid);
+    }
+    out += fmt::format("  reason    : {}\n", f->reason);
+    if (!f->stderr_tail.empty()) {
+      out += fmt::format("  last {} stderr lines:\n", f->stderr_tail.size());
+      for (const auto& l : f->stderr_tail) out += "    | " + l + "\n";
+    }
+  }
+  std::string others;
+  for (const auto& e : r.exits) {
+    if (!e.status.failed()) continue;
+    if (r.root_cause && same_worker(*r.root_cause, e)) continue;
+    others += fmt::format("  {} on {}: {}, pid {}, at {}\n", worker_label(e.rank, e.local_rank), e.host,
+                          e.reason, e.pid, format_time(e.end_time));
+  }
+  if (!others.empty()) out += "Other failures on this node:\n" + others;
+  return out;
+}
+
+nlohmann::json report_to_json(const RunResult& r) {
+  nlohmann::json j;
+  j["version"] = 1;
+  j["success"] = r.success;
+  j["exit_code"] = r.exit_code;
+  j["attempt"] = r.attempt;
+  j["node_rank"] = r.node_rank;
+  j["host"] = r.host;
+  j["stopped_by_signal"] = r.stopped_by_signal;
+  j["signal"] = r.signal != 0 ? nlohmann::json(signal_name(r.signal)) : nlohmann::json(nullptr);
+  j["spawn_failed"] = r.spawn_failed;
+  j["remote_abort"] = r.remote_abort;
+  j["root_cause"] = r.root_cause ? failure_to_json(*r.root_cause) : nlohmann::json(nullptr);
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& e : r.exits) {
+    nlohmann::json w;
+    w["rank"] = e.rank;
+    w["local_rank"] = e.local_rank;
+    w["node_rank"] = e.node_rank;
+    w["host"] = e.host;
+    w["pid"] = e.pid;
+    w["exit_code"] = e.status.exit_code;
+    w["signal"] =
+        e.status.signal != 0 ? nlohmann::json(signal_name(e.status.signal)) : nlohmann::json(nullptr);
+    w["stopped_by_ddprun"] = e.stopped_by_ddprun;
+    w["reason"] = e.reason;
+    w["time"] = format_time(e.end_time);
+    w["duration_s"] = static_cast<double>(e.duration.count()) / 1000.0;
+    w["stderr_tail"] = e.stderr_tail;
+    workers.push_back(std::move(w));
+  }
+  j["workers"] = std::move(workers);
+  return j;
+}
+
+std::string format_summary(const RunResult& r, bool colour) {
+  std::size_t host_w = 4;
+  for (const auto& e : r.exits) host_w = std::max(host_w, e.host.size());
+  std::string out = fmt::format(
+      "ddprun: summary (attempt {}, node {}): {}, exit code {}\n", r.attempt, r.node_rank,
+      r.success ? paint("success", Style::green, colour) : paint("FAILED", Style::bold_red, colour),
+      r.exit_code);
+  out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", "rank", "local", "host", host_w, "exit",
+                     "duration");
+  for (const auto& e : r.exits) {
+    std::string ex = short_exit(e.status);
+    if (e.stopped_by_ddprun && e.status.failed()) ex += " *";
+    out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", e.rank, e.local_rank, e.host, host_w, ex,
+                       duration_text(e.duration));
+  }
+  bool any_stopped = false;
+  for (const auto& e : r.exits) any_stopped = any_stopped || (e.stopped_by_ddprun && e.status.failed());
+  if (any_stopped) out += "  * stopped by ddprun during teardown\n";
+  return out;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,105 @@
+#pragma once
+// Config resolution: flags beat DDPRUN_* variables (both arrive in Options), which beat Slurm, which
+// beats defaults. Pure: the environment and the machine facts come in as values.
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/plan.hpp"
+#include "core/slurm_env.hpp"
+
+namespace ddprun::core {
+
+// Everything the command line (or its DDPRUN_* variables) can say; unset means "not given".
+struct Options {
+  std::optional<std::string> nnodes;          // N or MIN:MAX
+  std::optional<std::string> nproc_per_node;  // N | gpu | cpu | auto
+  std::optional<int> node_rank;
+  std::optional<std::string> rdzv_endpoint;  // HOST[:PORT]
+  std::optional<std::string> rdzv_id;
+  std::optional<double> rdzv_timeout;  // seconds
+  std::optional<double> last_call;     // seconds, for MIN:MAX
+  std::optional<std::string> master_addr;
+  std::optional<std::string> master_port;  // kept as text so a bad value gets our message
+  bool standalone = false;
+  std::optional<int> max_restarts;
+  std::string rdzv_auth = "auto";              // auto | munge | token | none (docs/security.md)
+  std::optional<std::string> rdzv_token_file;  // shared secret file, mode 0600
+  std::optional<int> gpus_per_proc;
+  std::optional<int> procs_per_replica;
+  std::string role = "default";
+
+  // How to run the command.
+  std::vector<std::string> command;
+  bool module = false;     // -m MODULE
+  bool no_python = false;  // --no-python
+  std::string python = "python3";
+
+  // Supervision and logs (used by the agent).
+  double term_timeout = 10.0;
+  std::optional<std::string> prefix;
+  bool no_prefix = false;
+  bool tee = false;
+  std::optional<std::string> log_dir;
+  std::optional<std::string> local_ranks_filter;
+  std::optional<std::string> error_file;
+  bool quiet = false;
+  std::string log_format = "text";  // ddprun's own messages: text or json (one event per line)
+
+  // Modes of the CLI itself.
+  bool dry_run = false;
+  std::string format = "text";
+};
+
+// Facts about this machine that resolution needs (probed by the caller).
+struct SystemInfo {
+  std::string hostname = "localhost";
+  int cpu_count = 1;                     // CPUs this process may run on
+  std::vector<std::string> probed_gpus;  // from /dev/nvidiaN when nothing else says
+};
+
+struct Resolved {
+  Mode mode = Mode::standalone;
+  SlurmContext context = SlurmContext::none;
+  JobSpec job;
+  std::vector<NodeSpec> nodes;  // assumed layout of every node (dry-run); real one comes from rendezvous
+  NodeSpec self;                // this node
+  int nnodes_min = 1;
+  int nnodes_max = 1;
+  std::string rdzv_host;
+  std::uint16_t rdzv_port = 0;  // 0: pick a free port (standalone)
+  double rdzv_timeout = 900.0;
+  double last_call = 30.0;
+  std::string rdzv_auth = "auto";  // validated: auto | munge | token | none
+  std::optional<std::string> rdzv_token_file;
+  std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
+  std::vector<std::string> command;           // final argv (python prepended where needed)
+  std::optional<std::set<int>> local_ranks_filter;
+};
+
+// Deterministic ports for a Slurm job: every node derives the same pair without talking, and two jobs
+// sharing a node rarely collide. Range 20000-32767 stays below Linux's ephemeral ports.
+struct DerivedPorts {
+  std::uint16_t store;
+  std::uint16_t master;
+};
+DerivedPorts derive_ports(const std::string& job_id);
+
+inline constexpr std::uint16_t kDefaultStorePort = 29400;
+inline constexpr std::uint16_t kDefaultMasterPort = 29500;
+
+// HOST[:PORT] or [V6]:PORT; throws Error naming the option on a malformed value.
+std::pair<std::string, std::optional<std::uint16_t>> parse_endpoint(const std::string& opt,
+                                                                    const std::string& v);
+std::uint16_t parse_port(const std::string& opt, const std::string& v);
+std::pair<int, int> parse_nnodes(const std::string& v);
+std::set<int> parse_rank_filter(const std::string& v);
+
+// The argv that runs COMMAND: `.py` and -m run under the Python interpreter unless --no-python.
+std::vector<std::string> build_command(const Options& o);
+
+Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
+
+}  // namespace ddprun::core

@@ -1,0 +1,52 @@
+#pragma once
+// The failure record: one failed worker (or a stopped or lost agent), as reported to the user and
+// shared between nodes. One type and one codec for every layer, at one time precision (µs), so
+// that every node compares the same timestamps when it names the root cause.
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ddprun::core {
+
+using FailureTime = std::chrono::time_point<std::chrono::system_clock, std::chrono::microseconds>;
+
+// Now, at the record's precision.
+FailureTime failure_now();
+
+struct Failure {
+  std::string host;
+  int node_rank = 0;
+  int rank = -1;  // -1: not a worker (the agent itself was stopped, or a node was lost)
+  int local_rank = -1;
+  int exit_code = 0;  // the code ddprun exits with for it: exit status, or 128+signal
+  int signal = 0;     // the signal that ended the worker; 0 if none
+  long pid = 0;
+  std::string reason;  // one line, e.g. "exited with code 3", "killed by SIGSEGV"
+  FailureTime time{};
+  std::vector<std::string> stderr_tail;  // last lines the worker wrote to stderr
+  bool fatal = false;                    // a new attempt cannot help (the command cannot be started)
+};
+
+// Whether this root cause ends the job whatever --max-restarts says: a command that cannot start,
+// or an agent stopped by a signal (scancel, a time limit), where restarting would fight Slurm.
+bool ends_job(const Failure& root);
+
+// "SIGKILL", "SIGTERM", ...; "signal 42" for numbers without a name.
+std::string signal_name(int sig);
+
+// "2026-11-22T03:14:05.123Z"
+std::string format_time(FailureTime t);
+
+// Failure <-> JSON (reports, events, and what travels through the store). from_json throws
+// core::Error (exit 1) on malformed input.
+nlohmann::json failure_to_json(const Failure& f);
+Failure failure_from_json(const nlohmann::json& j);
+
+// The wire form: compact JSON text, safe for any bytes in the strings.
+std::string encode_failure(const Failure& f);
+Failure decode_failure(std::string_view text);
+
+}  // namespace ddprun::core

@@ -1,0 +1,91 @@
+#pragma once
+// The rank plan: a pure function from the job's shape to every worker of the whole job, with the
+// exact environment ddprun exports to each. The dry-run prints it; the rendezvous master computes it
+// from the nodes that actually joined, so both agree on the layout.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/error.hpp"
+
+namespace ddprun::core {
+
+enum class Mode {
+  agent,       // one ddprun per node spawns that node's workers
+  per_task,    // srun started several tasks on a node: each ddprun is exactly one worker
+  standalone,  // no Slurm, single node
+};
+const char* to_string(Mode m);
+
+// One node as the plan sees it.
+struct NodeSpec {
+  int node_rank = 0;
+  std::optional<std::string> host;  // unknown for other nodes outside Slurm
+  int local_world_size = 1;         // workers on this node
+  std::vector<std::string> gpus;    // GPU ids visible on the node, as given (may be empty)
+};
+
+// Job-wide settings that are the same on every node.
+struct JobSpec {
+  Mode mode = Mode::standalone;
+  int nnodes = 1;
+  int node_rank = 0;          // the node this ddprun runs on
+  int gpus_per_proc = 0;      // G; 0 = not given: workers see all of the node's GPUs
+  int procs_per_replica = 1;  // P
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string run_id = "none";
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string role = "default";
+  std::optional<std::string> user_omp_num_threads;  // the user's OMP_NUM_THREADS, kept as is
+  std::optional<int> cpus_per_task;                 // SLURM_CPUS_PER_TASK
+  std::optional<int> task_rank;                     // per-task mode: SLURM_PROCID of this task
+  std::optional<int> task_local_rank;               // per-task mode: SLURM_LOCALID of this task
+  bool user_set_nccl_async = false;                 // user already set (TORCH_)NCCL_ASYNC_ERROR_HANDLING
+};
+
+using EnvMap = std::map<std::string, std::string>;
+
+struct Worker {
+  int node_rank = 0;
+  std::optional<std::string> host;
+  int rank = 0;
+  int local_rank = 0;
+  std::vector<std::string> gpus;  // this worker's CUDA_VISIBLE_DEVICES
+  EnvMap env;                     // every variable ddprun exports to it
+};
+
+struct Plan {
+  Mode mode = Mode::standalone;
+  int world_size = 0;
+  int nnodes = 0;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string run_id;
+  std::vector<Worker> workers;  // the whole job, ordered by rank
+
+  // Workers of one node, in local-rank order.
+  std::vector<Worker> workers_on(int node_rank) const;
+};
+
+// Builds the plan. `nodes` holds one entry per node rank 0..nnodes-1 (any order).
+// Throws Error for impossible layouts (GPUs not divisible by G, workers not divisible by P, ...).
+Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes);
+
+// Sets plan.master_port and every worker's MASTER_PORT to `port`.
+void set_master_port(Plan& plan, int port);
+
+// Workers one node runs for `--nproc-per-node` (N | gpu | cpu | auto | unset), given its GPUs and CPUs.
+int resolve_nproc(const std::optional<std::string>& nproc, const std::vector<std::string>& gpus,
+                  int gpus_per_proc, int cpu_count);
+
+// JSON used by `--dry-run --format json` and by the rendezvous to publish the plan.
+nlohmann::json plan_to_json(const Plan& plan);
+Plan plan_from_json(const nlohmann::json& j);
+
+}  // namespace ddprun::core

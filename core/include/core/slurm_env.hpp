@@ -1,0 +1,70 @@
+#pragma once
+// What Slurm tells ddprun, read from an environment snapshot (pure; no getenv inside).
+// Step variables win over job variables: inside srun, SLURM_NODELIST is still the whole allocation.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace ddprun::core {
+
+using EnvSnapshot = std::map<std::string, std::string>;
+
+enum class SlurmContext {
+  none,   // not under Slurm
+  batch,  // SLURM_JOB_ID without SLURM_STEP_ID: a batch script or an salloc shell (looks like a step, is not)
+  step,   // inside an srun step
+};
+const char* to_string(SlurmContext c);
+
+// A value with the name of the variable it came from, for error messages.
+template <typename T>
+struct FromVar {
+  T value{};
+  std::string var;
+};
+
+struct SlurmEnv {
+  SlurmContext context = SlurmContext::none;
+  std::optional<std::string> job_id;
+  std::optional<std::string> step_id;
+  std::optional<FromVar<std::string>> nodelist;        // step first, then job
+  std::optional<FromVar<int>> num_nodes;               // step first, then job
+  std::optional<FromVar<int>> num_tasks;               // step first, then job
+  std::optional<FromVar<std::string>> tasks_per_node;  // step first, then job
+  std::optional<int> node_id;                          // SLURM_NODEID (step-relative)
+  std::optional<int> proc_id;                          // SLURM_PROCID
+  std::optional<int> local_id;                         // SLURM_LOCALID
+  std::optional<std::string> nodename;                 // SLURMD_NODENAME
+  std::optional<int> cpus_per_task;                    // SLURM_CPUS_PER_TASK
+  std::optional<FromVar<std::string>> gpus;            // SLURM_STEP_GPUS, else SLURM_JOB_GPUS
+  std::optional<std::string> cuda_visible_devices;     // CUDA_VISIBLE_DEVICES
+  std::optional<int> restart_count;                    // SLURM_RESTART_COUNT
+};
+
+// Reads the variables; throws Error naming the variable when a number is malformed.
+SlurmEnv read_slurm_env(const EnvSnapshot& env);
+
+// The step (or allocation) layout, expanded and cross-checked.
+struct SlurmLayout {
+  std::vector<std::string> hosts;   // one per node, in node-id order
+  std::vector<int> tasks_per_node;  // one per node (empty when Slurm did not say)
+  int num_tasks = 0;                // 0 when Slurm did not say
+};
+
+// Expands the nodelist and tasks-per-node and checks that the counts agree with each other and that
+// SLURM_NODEID lies inside the step. Throws Error naming the disagreeing variables.
+SlurmLayout slurm_layout(const SlurmEnv& s);
+
+// GPU ids visible to this node/task: CUDA_VISIBLE_DEVICES, else Slurm's GPU list, else `probed`.
+std::vector<std::string> visible_gpus(const SlurmEnv& s, const std::vector<std::string>& probed);
+
+// Strict integer parse for a named setting; throws Error "NAME='v' is not a whole number ...".
+int parse_int(const std::string& name, const std::string& value, int min_value);
+
+// Comma-separated list, empty items dropped.
+std::vector<std::string> split_list(const std::string& s, char sep = ',');
+
+}  // namespace ddprun::core

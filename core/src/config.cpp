@@ -1,0 +1,331 @@
+#include "core/config.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "core/hostlist.hpp"
+
+namespace ddprun::core {
+
+DerivedPorts derive_ports(const std::string& job_id) {
+  // FNV-1a: stable across builds and machines, unlike std::hash.
+  std::uint64_t h = 1469598103934665603ULL;
+  for (char c : job_id) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  constexpr std::uint64_t kSlots = (32767 - 20000) / 2;
+  const auto store = static_cast<std::uint16_t>(20000 + 2 * (h % kSlots));
+  return {store, static_cast<std::uint16_t>(store + 1)};
+}
+
+std::uint16_t parse_port(const std::string& opt, const std::string& v) {
+  int port = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), port);
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || port < 1 || port > 65535) {
+    throw Error(fmt::format("{} '{}' is not a port number; give an integer from 1 to 65535", opt, v));
+  }
+  return static_cast<std::uint16_t>(port);
+}
+
+std::pair<std::string, std::optional<std::uint16_t>> parse_endpoint(const std::string& opt,
+                                                                    const std::string& v) {
+  std::string host;
+  std::string rest;
+  if (!v.empty() && v.front() == '[') {  // [v6]:port
+    auto close = v.find(']');
+    if (close == std::string::npos)
+      throw Error(fmt::format("{} '{}' has no closing ']'; use [ADDR]:PORT", opt, v));
+    host = v.substr(1, close - 1);
+    rest = v.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') throw Error(fmt::format("{} '{}' is not HOST:PORT", opt, v));
+  } else {
+    auto colon = v.rfind(':');
+    if (colon != std::string::npos && v.find(':') != colon) {
+      throw Error(fmt::format("{} '{}': write an IPv6 address as [ADDR]:PORT", opt, v));
+    }
+    host = v.substr(0, colon);
+    if (colon != std::string::npos) rest = v.substr(colon);
+  }
+  if (host.empty()) throw Error(fmt::format("{} '{}' has no host; use HOST:PORT", opt, v));
+  if (rest.empty()) return {host, std::nullopt};
+  return {host, parse_port(opt, rest.substr(1))};
+}
+
+std::pair<int, int> parse_nnodes(const std::string& v) {
+  auto colon = v.find(':');
+  if (colon == std::string::npos) {
+    int n = parse_int("--nnodes", v, 1);
+    return {n, n};
+  }
+  int lo = parse_int("--nnodes (MIN)", v.substr(0, colon), 1);
+  int hi = parse_int("--nnodes (MAX)", v.substr(colon + 1), 1);
+  if (lo > hi)
+    throw Error(fmt::format("--nnodes {}: MIN {} is greater than MAX {}; write MIN:MAX", v, lo, hi));
+  return {lo, hi};
+}
+
+std::set<int> parse_rank_filter(const std::string& v) {
+  std::set<int> out;
+  for (const auto& item : split_list(v)) {
+    auto dash = item.find('-');
+    if (dash == std::string::npos) {
+      out.insert(parse_int("--local-ranks-filter", item, 0));
+      continue;
+    }
+    int lo = parse_int("--local-ranks-filter", item.substr(0, dash), 0);
+    int hi = parse_int("--local-ranks-filter", item.substr(dash + 1), 0);
+    if (lo > hi) throw Error(fmt::format("--local-ranks-filter '{}': range {} is reversed", v, item));
+    for (int i = lo; i <= hi; ++i) out.insert(i);
+  }
+  if (out.empty()) throw Error(fmt::format("--local-ranks-filter '{}' names no ranks; e.g. 0 or 0,2-3", v));
+  return out;
+}
+
+std::vector<std::string> build_command(const Options& o) {
+  if (o.command.empty()) {
+    throw Error("no command given; usage: ddprun [options] [--] COMMAND [ARGS...] (see ddprun --help)");
+  }
+  std::vector<std::string> argv;
+  if (o.module && o.no_python) throw Error("-m and --no-python contradict each other; use one");
+  if (o.module) {
+    argv = {o.python, "-m"};
+  } else if (!o.no_python && o.command.front().size() > 3 &&
+             o.command.front().compare(o.command.front().size() - 3, 3, ".py") == 0) {
+    argv = {o.python};
+  }
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
+
+namespace {
+
+std::optional<std::string> env_get(const EnvSnapshot& env, const char* name) {
+  auto it = env.find(name);
+  if (it == env.end()) return std::nullopt;
+  return it->second;
+}
+
+// Node count under Slurm: a fixed --nnodes must match; MIN:MAX must contain the step's count.
+int check_nnodes_against(const Options& o, int slurm_nodes, const std::string& what) {
+  if (!o.nnodes) return slurm_nodes;
+  auto [lo, hi] = parse_nnodes(*o.nnodes);
+  if (slurm_nodes < lo || slurm_nodes > hi) {
+    throw Error(
+        fmt::format("--nnodes {} disagrees with {} ({} nodes); drop --nnodes or change the allocation",
+                    *o.nnodes, what, slurm_nodes));
+  }
+  return slurm_nodes;
+}
+
+}  // namespace
+
+Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
+  Resolved r;
+  const SlurmEnv s = read_slurm_env(env);
+  r.context = o.standalone ? SlurmContext::none : s.context;
+
+  if (o.max_restarts && *o.max_restarts < 0) {
+    throw Error(fmt::format("--max-restarts {} is negative; give 0 or more", *o.max_restarts));
+  }
+  if (o.gpus_per_proc && *o.gpus_per_proc < 1) {
+    throw Error(fmt::format("--gpus-per-proc {} must be at least 1", *o.gpus_per_proc));
+  }
+  if (o.procs_per_replica && *o.procs_per_replica < 1) {
+    throw Error(fmt::format("--procs-per-replica {} must be at least 1", *o.procs_per_replica));
+  }
+  if (o.rdzv_timeout && !(*o.rdzv_timeout > 0)) {
+    throw Error(fmt::format("--rdzv-timeout {} must be a positive number of seconds", *o.rdzv_timeout));
+  }
+  if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
+  if (o.log_format != "text" && o.log_format != "json") {
+    throw Error(fmt::format("--log-format '{}' is not known; use text or json", o.log_format));
+  }
+  if (o.format != "text" && o.format != "json") {
+    throw Error(fmt::format("--format '{}' is not known; use text or json", o.format));
+  }
+  r.command = build_command(o);
+  if (o.local_ranks_filter) r.local_ranks_filter = parse_rank_filter(*o.local_ranks_filter);
+  std::optional<std::uint16_t> master_port_flag;
+  if (o.master_port) master_port_flag = parse_port("--master-port", *o.master_port);
+  std::optional<std::pair<std::string, std::optional<std::uint16_t>>> endpoint;
+  if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
+  if (o.rdzv_timeout) r.rdzv_timeout = *o.rdzv_timeout;
+  if (o.rdzv_auth != "auto" && o.rdzv_auth != "munge" && o.rdzv_auth != "token" && o.rdzv_auth != "none") {
+    throw Error(fmt::format("--rdzv-auth '{}' is not one of auto, munge, token, none", o.rdzv_auth));
+  }
+  r.rdzv_auth = o.rdzv_auth;
+  r.rdzv_token_file = o.rdzv_token_file;
+  if (o.last_call) r.last_call = *o.last_call;
+
+  JobSpec& job = r.job;
+  job.gpus_per_proc = o.gpus_per_proc.value_or(0);
+  job.procs_per_replica = o.procs_per_replica.value_or(1);
+  job.max_restarts = o.max_restarts.value_or(0);
+  job.role = o.role;
+  job.user_omp_num_threads = env_get(env, "OMP_NUM_THREADS");
+  job.user_set_nccl_async = env_get(env, "NCCL_ASYNC_ERROR_HANDLING").has_value() ||
+                            env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  job.cpus_per_task = s.cpus_per_task;
+  const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
+
+  std::vector<std::string> hosts;  // known hosts by node rank (Slurm); empty outside Slurm
+  std::vector<int> tasks;          // per-task mode: tasks per node
+  std::optional<DerivedPorts> derived;
+
+  if (r.context == SlurmContext::step) {
+    const SlurmLayout layout = slurm_layout(s);
+    hosts = layout.hosts;
+    const int n = static_cast<int>(hosts.size());
+    derived = derive_ports(*s.job_id);
+    job.run_id = o.rdzv_id.value_or(*s.job_id);
+    if (layout.num_tasks > n) {
+      // srun started more tasks than nodes: every ddprun of the step is exactly one worker.
+      r.mode = Mode::per_task;
+      if (o.nproc_per_node) {
+        throw Error(
+            fmt::format("--nproc-per-node {} cannot be used here: srun started {} tasks on {} nodes, so each "
+                        "ddprun is one worker; drop --nproc-per-node, or run srun --ntasks-per-node=1",
+                        *o.nproc_per_node, layout.num_tasks, n));
+      }
+      if (!s.proc_id || !s.local_id || !s.node_id) {
+        throw Error(
+            "per-task mode needs SLURM_PROCID, SLURM_LOCALID and SLURM_NODEID; run ddprun under srun");
+      }
+      tasks = layout.tasks_per_node;
+      if (tasks.empty()) {
+        throw Error("per-task mode needs SLURM_STEP_TASKS_PER_NODE; run ddprun under srun");
+      }
+      job.task_rank = *s.proc_id;
+      job.task_local_rank = *s.local_id;
+    } else {
+      r.mode = Mode::agent;
+    }
+    job.nnodes = check_nnodes_against(
+        o, n, fmt::format("the Slurm step ({}='{}')", s.nodelist->var, s.nodelist->value));
+    job.node_rank = o.node_rank.value_or(s.node_id.value_or(0));
+    r.nnodes_min = r.nnodes_max = job.nnodes;
+  } else if (r.context == SlurmContext::batch) {
+    // A batch script or salloc shell: the plan is what self-launch on the allocation would run.
+    const SlurmLayout layout = slurm_layout(s);
+    hosts = layout.hosts;
+    int n = static_cast<int>(hosts.size());
+    if (o.nnodes) {
+      auto [lo, hi] = parse_nnodes(*o.nnodes);
+      if (lo > n) {
+        throw Error(fmt::format("--nnodes {} asks for more nodes than the allocation's {} ({}='{}')",
+                                *o.nnodes, n, s.nodelist->var, s.nodelist->value));
+      }
+      n = std::min(hi, n);
+      hosts.resize(static_cast<std::size_t>(n));
+    }
+    r.allocation_hosts = hosts;
+    r.mode = Mode::agent;
+    derived = derive_ports(*s.job_id);
+    job.run_id = o.rdzv_id.value_or(*s.job_id);
+    job.nnodes = n;
+    job.node_rank = 0;
+    r.nnodes_min = r.nnodes_max = n;
+  } else {
+    auto [lo, hi] = o.nnodes ? parse_nnodes(*o.nnodes) : std::pair<int, int>{1, 1};
+    if (o.standalone && hi > 1) {
+      throw Error(
+          fmt::format("--standalone runs on one node but --nnodes is {}; drop one of them", *o.nnodes));
+    }
+    r.nnodes_min = lo;
+    r.nnodes_max = hi;
+    job.nnodes = hi;
+    job.run_id = o.rdzv_id.value_or("none");
+    if (hi > 1 && !o.node_rank) {
+      throw Error(fmt::format("--nnodes {} outside Slurm needs --node-rank on every node (0 on the master)",
+                              *o.nnodes));
+    }
+    if (hi > 1 && !endpoint && !o.master_addr) {
+      throw Error(
+          fmt::format("--nnodes {} outside Slurm needs --rdzv-endpoint HOST:PORT (or --master-addr) naming "
+                      "the node-rank-0 host",
+                      *o.nnodes));
+    }
+    job.node_rank = o.node_rank.value_or(0);
+    r.mode = hi > 1 ? Mode::agent : Mode::standalone;
+  }
+  if (job.node_rank >= job.nnodes) {
+    throw Error(fmt::format("--node-rank {} is not below the number of nodes {}; node ranks run 0..{}",
+                            job.node_rank, job.nnodes, job.nnodes - 1));
+  }
+
+  job.mode = r.mode;
+
+  // MASTER_ADDR: flag, else the rendezvous host, else the first host of the step, else loopback.
+  if (o.master_addr) {
+    job.master_addr = *o.master_addr;
+  } else if (endpoint) {
+    job.master_addr = endpoint->first;
+  } else if (!hosts.empty()) {
+    job.master_addr = hosts.front();
+  } else {
+    job.master_addr = "127.0.0.1";
+  }
+  // Store endpoint: --rdzv-endpoint, else the master host with a derived (Slurm) or default port.
+  r.rdzv_host = endpoint ? endpoint->first : job.master_addr;
+  if (endpoint && endpoint->second) {
+    r.rdzv_port = *endpoint->second;
+  } else if (derived) {
+    r.rdzv_port = derived->store;
+  } else if (r.mode == Mode::standalone) {
+    r.rdzv_port = 0;  // a free port: nobody else needs to find it
+  } else {
+    r.rdzv_port = kDefaultStorePort;
+  }
+  if (master_port_flag) {
+    job.master_port = *master_port_flag;
+    if (job.master_port == r.rdzv_port) {
+      throw Error(
+          fmt::format("--master-port {} is the rendezvous store's port; the workers' store needs its own",
+                      job.master_port));
+    }
+  } else {
+    job.master_port = derived ? derived->master : kDefaultMasterPort;
+    if (job.master_port == r.rdzv_port) ++job.master_port;
+  }
+
+  // Every node's shape. Other nodes are assumed to look like this one (dry-run); the rendezvous
+  // later replaces the assumption with what each agent reports.
+  int local = 0;
+  if (r.mode == Mode::per_task) {
+    local = tasks[static_cast<std::size_t>(job.node_rank)];
+  } else {
+    local = resolve_nproc(o.nproc_per_node, gpus, job.gpus_per_proc, sys.cpu_count);
+  }
+  if (job.gpus_per_proc > 0 && r.mode != Mode::per_task) {
+    if (gpus.empty()) {
+      throw Error(
+          fmt::format("--gpus-per-proc {} but no GPUs are visible (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, "
+                      "SLURM_JOB_GPUS); ask Slurm for GPUs or drop --gpus-per-proc",
+                      job.gpus_per_proc));
+    }
+    if (gpus.size() % static_cast<std::size_t>(job.gpus_per_proc) != 0) {
+      throw Error(
+          fmt::format("{} visible GPUs are not divisible by --gpus-per-proc {}; choose a G that divides them",
+                      gpus.size(), job.gpus_per_proc));
+    }
+  }
+  for (int i = 0; i < job.nnodes; ++i) {
+    NodeSpec ns;
+    ns.node_rank = i;
+    if (!hosts.empty()) {
+      ns.host = hosts[static_cast<std::size_t>(i)];
+    } else if (i == job.node_rank) {
+      ns.host = sys.hostname;
+    }
+    ns.local_world_size = r.mode == Mode::per_task ? tasks[static_cast<std::size_t>(i)] : local;
+    ns.gpus = gpus;
+    r.nodes.push_back(ns);
+  }
+  r.self = r.nodes[static_cast<std::size_t>(job.node_rank)];
+  return r;
+}
+
+}  // namespace ddprun::core

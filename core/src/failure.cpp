@@ -1,0 +1,93 @@
+#include "core/failure.hpp"
+
+#include <csignal>
+#include <cstring>
+#include <ctime>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+
+namespace ddprun::core {
+
+FailureTime failure_now() {
+  return std::chrono::floor<std::chrono::microseconds>(std::chrono::system_clock::now());
+}
+
+bool ends_job(const Failure& root) {
+  return root.fatal || (root.rank < 0 && root.signal != 0);
+}
+
+std::string signal_name(int sig) {
+  if (sig > 0 && sig < SIGRTMIN) {
+    if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  }
+  return "signal " + std::to_string(sig);
+}
+
+std::string format_time(FailureTime t) {
+  using namespace std::chrono;
+  const auto ms = duration_cast<milliseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ms % 1000));
+}
+
+nlohmann::json failure_to_json(const Failure& f) {
+  nlohmann::json j;
+  j["host"] = f.host;
+  j["node_rank"] = f.node_rank;
+  j["rank"] = f.rank;
+  j["local_rank"] = f.local_rank;
+  j["exit_code"] = f.exit_code;
+  j["signal"] = f.signal;
+  j["signal_name"] = f.signal != 0 ? nlohmann::json(signal_name(f.signal)) : nlohmann::json(nullptr);
+  j["pid"] = f.pid;
+  j["reason"] = f.reason;
+  j["time"] = format_time(f.time);
+  j["timestamp_us"] = f.time.time_since_epoch().count();
+  j["stderr_tail"] = f.stderr_tail;
+  j["fatal"] = f.fatal;
+  return j;
+}
+
+Failure failure_from_json(const nlohmann::json& j) {
+  try {
+    Failure f;
+    f.host = j.at("host").get<std::string>();
+    f.node_rank = j.at("node_rank").get<int>();
+    f.rank = j.at("rank").get<int>();
+    f.local_rank = j.at("local_rank").get<int>();
+    f.exit_code = j.at("exit_code").get<int>();
+    f.signal = j.at("signal").get<int>();
+    f.pid = j.at("pid").get<long>();
+    f.reason = j.at("reason").get<std::string>();
+    f.time = FailureTime(std::chrono::microseconds(j.at("timestamp_us").get<long long>()));
+    f.stderr_tail = j.value("stderr_tail", std::vector<std::string>{});
+    f.fatal = j.value("fatal", false);
+    return f;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("malformed failure record from another node: ") + e.what(), 1);
+  }
+}
+
+std::string encode_failure(const Failure& f) {
+  return dump_json(failure_to_json(f));
+}
+
+Failure decode_failure(std::string_view text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("malformed failure record from another node: ") + e.what(), 1);
+  }
+  return failure_from_json(j);
+}
+
+}  // namespace ddprun::core

@@ -1,0 +1,174 @@
+#include "core/slurm_env.hpp"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "core/hostlist.hpp"
+
+namespace ddprun::core {
+
+const char* to_string(SlurmContext c) {
+  switch (c) {
+    case SlurmContext::none:
+      return "none";
+    case SlurmContext::batch:
+      return "batch";
+    case SlurmContext::step:
+      return "step";
+  }
+  return "?";
+}
+
+int parse_int(const std::string& name, const std::string& value, int min_value) {
+  int out = 0;
+  const char* first = value.data();
+  const char* last = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(first, last, out);
+  if (value.empty() || ec != std::errc() || ptr != last) {
+    throw Error(fmt::format("{}='{}' is not a whole number; give an integer", name, value));
+  }
+  if (out < min_value) {
+    throw Error(fmt::format("{}={} is out of range; it must be at least {}", name, value, min_value));
+  }
+  return out;
+}
+
+std::vector<std::string> split_list(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ' && c != '\n' && c != '\t') {
+      cur.push_back(c);
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+namespace {
+
+std::optional<std::string> get(const EnvSnapshot& env, const char* name) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<FromVar<std::string>> first_of(const EnvSnapshot& env,
+                                             std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (auto v = get(env, n)) return FromVar<std::string>{*v, n};
+  }
+  return std::nullopt;
+}
+
+std::optional<FromVar<int>> first_int(const EnvSnapshot& env, std::initializer_list<const char*> names,
+                                      int min_value) {
+  if (auto v = first_of(env, names)) return FromVar<int>{parse_int(v->var, v->value, min_value), v->var};
+  return std::nullopt;
+}
+
+std::optional<int> opt_int(const EnvSnapshot& env, const char* name, int min_value) {
+  if (auto v = get(env, name)) return parse_int(name, *v, min_value);
+  return std::nullopt;
+}
+
+}  // namespace
+
+SlurmEnv read_slurm_env(const EnvSnapshot& env) {
+  SlurmEnv s;
+  s.job_id = get(env, "SLURM_JOB_ID");
+  if (!s.job_id) s.job_id = get(env, "SLURM_JOBID");
+  s.step_id = get(env, "SLURM_STEP_ID");
+  if (!s.step_id) s.step_id = get(env, "SLURM_STEPID");
+  s.cuda_visible_devices = get(env, "CUDA_VISIBLE_DEVICES");
+  if (!s.job_id) return s;  // not under Slurm: ignore stray SLURM_* variables
+
+  s.context = s.step_id ? SlurmContext::step : SlurmContext::batch;
+  if (s.context == SlurmContext::step) {
+    s.nodelist = first_of(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+    s.num_nodes = first_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, 1);
+    s.num_tasks = first_int(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, 1);
+    s.tasks_per_node = first_of(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+    s.gpus = first_of(env, {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"});
+    s.node_id = opt_int(env, "SLURM_NODEID", 0);
+    s.proc_id = opt_int(env, "SLURM_PROCID", 0);
+    s.local_id = opt_int(env, "SLURM_LOCALID", 0);
+  } else {
+    // Batch shell: SLURM_NODEID/SLURM_NTASKS describe the batch step, not a parallel step.
+    s.nodelist = first_of(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+    s.num_nodes = first_int(env, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"}, 1);
+    s.gpus = first_of(env, {"SLURM_JOB_GPUS"});
+  }
+  s.nodename = get(env, "SLURMD_NODENAME");
+  s.cpus_per_task = opt_int(env, "SLURM_CPUS_PER_TASK", 1);
+  s.restart_count = opt_int(env, "SLURM_RESTART_COUNT", 0);
+  return s;
+}
+
+SlurmLayout slurm_layout(const SlurmEnv& s) {
+  SlurmLayout out;
+  if (!s.nodelist) {
+    throw Error(
+        "SLURM_JOB_ID is set but no nodelist (SLURM_STEP_NODELIST/SLURM_JOB_NODELIST) is; "
+        "run ddprun inside a Slurm job or unset SLURM_JOB_ID");
+  }
+  try {
+    out.hosts = expand_hostlist(s.nodelist->value);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", s.nodelist->var, e.what()));
+  }
+  if (out.hosts.empty())
+    throw Error(fmt::format("{}='{}' names no hosts", s.nodelist->var, s.nodelist->value));
+  const int nhosts = static_cast<int>(out.hosts.size());
+  if (s.num_nodes && s.num_nodes->value != nhosts) {
+    throw Error(fmt::format("{}={} disagrees with {}='{}', which names {} hosts", s.num_nodes->var,
+                            s.num_nodes->value, s.nodelist->var, s.nodelist->value, nhosts));
+  }
+  if (s.tasks_per_node) {
+    try {
+      out.tasks_per_node = parse_count_list(s.tasks_per_node->value);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", s.tasks_per_node->var, e.what()));
+    }
+    if (static_cast<int>(out.tasks_per_node.size()) != nhosts) {
+      throw Error(fmt::format("{}='{}' gives counts for {} nodes but {} names {}", s.tasks_per_node->var,
+                              s.tasks_per_node->value, out.tasks_per_node.size(), s.nodelist->var, nhosts));
+    }
+    int sum = 0;
+    for (int t : out.tasks_per_node) sum += t;
+    if (s.num_tasks && s.num_tasks->value != sum) {
+      throw Error(fmt::format("{}={} disagrees with {}='{}', which adds up to {}", s.num_tasks->var,
+                              s.num_tasks->value, s.tasks_per_node->var, s.tasks_per_node->value, sum));
+    }
+    out.num_tasks = sum;
+  } else if (s.num_tasks) {
+    out.num_tasks = s.num_tasks->value;
+  }
+  if (s.context == SlurmContext::step && s.node_id && *s.node_id >= nhosts) {
+    throw Error(fmt::format("SLURM_NODEID={} is outside the step's {} nodes ({}='{}')", *s.node_id, nhosts,
+                            s.nodelist->var, s.nodelist->value));
+  }
+  if (s.context == SlurmContext::step && s.node_id && s.local_id && !out.tasks_per_node.empty() &&
+      *s.local_id >= out.tasks_per_node[static_cast<std::size_t>(*s.node_id)]) {
+    throw Error(fmt::format("SLURM_LOCALID={} is outside the {} tasks of node {} ({}='{}')", *s.local_id,
+                            out.tasks_per_node[static_cast<std::size_t>(*s.node_id)], *s.node_id,
+                            s.tasks_per_node->var, s.tasks_per_node->value));
+  }
+  return out;
+}
+
+std::vector<std::string> visible_gpus(const SlurmEnv& s, const std::vector<std::string>& probed) {
+  if (s.cuda_visible_devices) {
+    // Slurm writes NoDevFiles when a job asked for GPUs on a node without device files.
+    if (*s.cuda_visible_devices == "NoDevFiles") return {};
+    return split_list(*s.cuda_visible_devices);
+  }
+  if (s.gpus) return split_list(s.gpus->value);
+  return probed;
+}
+
+}  // namespace ddprun::core

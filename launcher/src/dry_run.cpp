@@ -1,0 +1,93 @@
+#include "launcher/dry_run.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+namespace ddprun::launcher {
+
+core::Plan dry_run_plan(const core::Resolved& r) {
+  return core::build_plan(r.job, r.nodes);
+}
+
+std::string render_startup_table(const core::Plan& plan, int attempt, std::size_t max_rows) {
+  struct Row {
+    std::string node, host, ranks, gpus;
+  };
+  std::vector<Row> rows;
+  for (int n = 0; n < plan.nnodes; ++n) {
+    auto ws = plan.workers_on(n);
+    if (ws.empty()) continue;
+    std::string gpus;
+    for (const auto& w : ws) {
+      if (w.gpus.empty()) continue;
+      gpus += (gpus.empty() ? "" : " ") + fmt::format("{}", fmt::join(w.gpus, ","));
+    }
+    const int lo = ws.front().rank;
+    const int hi = ws.back().rank;
+    rows.push_back({std::to_string(n), ws.front().host.value_or("?"),
+                    lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi), gpus.empty() ? "-" : gpus});
+  }
+  std::size_t hw = 4, rw = 5;
+  for (const auto& r : rows) {
+    hw = std::max(hw, r.host.size());
+    rw = std::max(rw, r.ranks.size());
+  }
+  std::string out = fmt::format("ddprun: run {} attempt {}: {} node{}, world size {}, master {}:{}\n",
+                                plan.run_id, attempt, plan.nnodes, plan.nnodes == 1 ? "" : "s",
+                                plan.world_size, plan.master_addr, plan.master_port);
+  out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", "node", "host", hw, "ranks", rw, "gpus");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows.size() > max_rows && i == max_rows / 2) {
+      out += fmt::format("  ... {} more nodes ...\n", rows.size() - max_rows);
+      i = rows.size() - max_rows / 2 - 1;
+      continue;
+    }
+    out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", rows[i].node, rows[i].host, hw, rows[i].ranks, rw,
+                       rows[i].gpus);
+  }
+  return out;
+}
+
+std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
+  std::string out;
+  out += fmt::format("ddprun plan: {} mode, {} node{}, world size {}, master {}:{}, run id {}\n",
+                     to_string(plan.mode), plan.nnodes, plan.nnodes == 1 ? "" : "s", plan.world_size,
+                     plan.master_addr, plan.master_port, plan.run_id);
+  if (r.context == core::SlurmContext::batch) {
+    out += fmt::format("batch script: ddprun would re-launch itself with srun on {} node{}\n",
+                       r.allocation_hosts.size(), r.allocation_hosts.size() == 1 ? "" : "s");
+  }
+  if (plan.mode != core::Mode::standalone) {
+    out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
+  }
+  std::size_t host_w = 4;
+  for (const auto& w : plan.workers) host_w = std::max(host_w, w.host ? w.host->size() : std::size_t{1});
+  const bool mp = r.job.procs_per_replica > 1;
+  out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}\n", "node", "host", host_w, "rank", "local", "gpus",
+                     mp ? "  mp/dp" : "");
+  for (const auto& w : plan.workers) {
+    std::string gpus = w.gpus.empty() ? "-" : fmt::format("{}", fmt::join(w.gpus, ","));
+    std::string mpdp =
+        mp ? fmt::format("  {}/{}", w.env.at("DDPRUN_MP_RANK"), w.env.at("DDPRUN_DP_RANK")) : "";
+    out +=
+        fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
+                    w.rank, w.local_rank, gpus, mpdp, w.node_rank == plan.node_rank ? "  <- this node" : "");
+  }
+  std::string cmd;
+  for (const auto& a : r.command) cmd += (cmd.empty() ? "" : " ") + a;
+  out += fmt::format("command: {}\n", cmd);
+  return out;
+}
+
+std::string render_plan_json(const core::Resolved& r, const core::Plan& plan) {
+  nlohmann::json j = core::plan_to_json(plan);
+  j["command"] = r.command;
+  j["context"] = to_string(r.context);
+  j["rdzv_endpoint"] = fmt::format("{}:{}", r.rdzv_host, r.rdzv_port);
+  j["nnodes_min"] = r.nnodes_min;
+  j["nnodes_max"] = r.nnodes_max;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace ddprun::launcher

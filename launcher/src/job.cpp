@@ -1,0 +1,386 @@
+#include "launcher/job.hpp"
+
+#include <csignal>
+#include <cstdlib>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "agent/error.hpp"
+#include "agent/events.hpp"
+#include "agent/supervisor.hpp"
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "launcher/dry_run.hpp"
+#include "launcher/system.hpp"
+#include "rendezvous/rendezvous.hpp"
+#include "store/error.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+using core::Failure;
+using std::chrono::milliseconds;
+
+milliseconds to_ms(double seconds) {
+  return milliseconds(static_cast<long>(seconds * 1000.0));
+}
+
+// One attempt's membership: the agreed plan and the workers this node runs.
+struct Round {
+  core::Plan plan;
+  std::vector<core::Worker> local;
+  bool announce = false;  // this node prints the startup table
+};
+
+// How this node meets the others for each attempt. Standalone is the one-node case.
+class Session {
+ public:
+  virtual ~Session() = default;
+  virtual Round join(int attempt) = 0;
+  virtual agent::Coordinator& coordinator() = 0;
+  // The job's root cause as every node sees it (the first one published), if any.
+  virtual std::optional<Failure> published_root() = 0;
+  virtual void next_attempt() = 0;
+};
+
+class LocalSession final : public Session {
+ public:
+  explicit LocalSession(const core::Resolved& r) : r_(r) {}
+
+  Round join(int attempt) override {
+    core::JobSpec job = r_.job;
+    job.restart_count = attempt;
+    job.master_port = choose_master_port(job.master_port, 0);
+    Round round;
+    round.plan = core::build_plan(job, r_.nodes);
+    round.local = round.plan.workers_on(job.node_rank);
+    round.announce = round.plan.world_size > 1;
+    return round;
+  }
+  agent::Coordinator& coordinator() override { return coord_; }
+  std::optional<Failure> published_root() override { return std::nullopt; }
+  void next_attempt() override {}
+
+ private:
+  const core::Resolved& r_;
+  agent::LocalCoordinator coord_;
+};
+
+// The supervisor's view of the other nodes, over the rendezvous. The watch thread hands a remote
+// root cause over here; one that arrives before the supervisor installs its handler is kept and
+// delivered on installation.
+class StoreCoordinator final : public agent::Coordinator {
+ public:
+  explicit StoreCoordinator(rdzv::Rendezvous& rz) : rz_(rz) {}
+
+  void publish_failure(const Failure& f) override { rz_.abort(f); }
+
+  void set_remote_abort_handler(std::function<void(const Failure&)> h) override {
+    std::optional<Failure> pending;
+    {
+      std::lock_guard lock(mu_);
+      handler_ = std::move(h);
+      if (handler_ && pending_) pending = pending_;
+    }
+    if (pending) deliver(*pending);
+  }
+
+  bool exit_barrier(milliseconds timeout) override { return rz_.barrier("exit", timeout); }
+
+  void on_abort(const Failure& f) {
+    {
+      std::lock_guard lock(mu_);
+      pending_ = f;
+      if (!handler_) return;
+    }
+    deliver(f);
+  }
+
+  void reset() {
+    std::lock_guard lock(mu_);
+    pending_.reset();
+  }
+
+ private:
+  void deliver(const Failure& f) {
+    std::function<void(const Failure&)> h;
+    {
+      std::lock_guard lock(mu_);
+      h = handler_;
+    }
+    if (h) h(f);
+  }
+
+  rdzv::Rendezvous& rz_;
+  std::mutex mu_;
+  std::function<void(const Failure&)> handler_;
+  std::optional<Failure> pending_;
+};
+
+// Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
+// munged; the token is then removed from our environment so the workers do not inherit it.
+rdzv::auth::Config resolve_auth(const core::Resolved& r, bool master, agent::Events& ev) {
+  std::optional<std::string> token;
+  if (const char* t = std::getenv("DDPRUN_TOKEN"); t && *t) token = std::string(t);
+  const char* sock = std::getenv("DDPRUN_MUNGE_SOCKET");
+  rdzv::auth::Config cfg;
+  try {
+    cfg = rdzv::auth::resolve(rdzv::auth::parse_policy(r.rdzv_auth), token, r.rdzv_token_file,
+                              sock ? std::string(sock) : "");
+  } catch (const rdzv::Error& e) {
+    // A bad token file or an unsatisfiable --rdzv-auth is the user's input: usage exit code.
+    if (e.kind() == rdzv::Error::Kind::usage) throw core::Error(e.what());
+    throw;
+  }
+  ::unsetenv("DDPRUN_TOKEN");
+  if (master && cfg.mode == rdzv::auth::Mode::none && r.rdzv_auth == "auto") {
+    ev.warn(
+        "the rendezvous store is unauthenticated (no munged, no DDPRUN_TOKEN): anyone who can "
+        "reach its port can join or abort this job; see docs/security.md");
+  }
+  return cfg;
+}
+
+// The plan's nodes from the joined agents (sorted by node rank), renumbered 0..n-1.
+std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>& joined) {
+  std::vector<core::NodeSpec> nodes;
+  nodes.reserve(joined.size());
+  for (std::size_t i = 0; i < joined.size(); ++i) {
+    core::NodeSpec n;
+    n.node_rank = static_cast<int>(i);
+    if (!joined[i].hostname.empty()) n.host = joined[i].hostname;
+    n.local_world_size = joined[i].local_world_size;
+    n.gpus = joined[i].gpus;
+    nodes.push_back(std::move(n));
+  }
+  return nodes;
+}
+
+class RendezvousSession final : public Session {
+ public:
+  RendezvousSession(const core::Options& o, const core::Resolved& r, agent::Events& ev)
+      : r_(r),
+        per_task_(r.mode == core::Mode::per_task),
+        my_id_(per_task_ ? *r.job.task_rank : r.job.node_rank),
+        rz_(options(o, r, ev)),
+        coord_(rz_) {
+    me_.node_rank = my_id_;
+    me_.hostname = r.self.host.value_or("localhost");
+    me_.addr = me_.hostname;
+    me_.local_world_size = per_task_ ? 1 : r.self.local_world_size;
+    me_.gpus = r.self.gpus;
+  }
+
+  Round join(int attempt) override {
+    const rdzv::Joined joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
+      return core::dump_json(core::plan_to_json(master_plan(nodes, attempt)));
+    });
+    Round round;
+    try {
+      round.plan = core::plan_from_json(nlohmann::json::parse(joined.plan));
+    } catch (const std::exception& e) {
+      throw rdzv::Error(
+          rdzv::Error::Kind::protocol,
+          fmt::format("rendezvous {}: the published plan is malformed: {}", rz_.endpoint(), e.what()), "join",
+          rz_.endpoint());
+    }
+    round.plan.node_rank = joined.node_rank;
+    round.local = local_workers(round.plan, attempt);
+    round.announce = my_id_ == 0;
+    coord_.reset();
+    rz_.watch([this](const Failure& f) { coord_.on_abort(f); });
+    return round;
+  }
+  agent::Coordinator& coordinator() override { return coord_; }
+  std::optional<Failure> published_root() override { return rz_.aborted(); }
+  void next_attempt() override { rz_.next_attempt(); }
+
+ private:
+  rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r, agent::Events& ev) const;
+
+  // On the master: the plan from the nodes that joined, with MASTER_PORT checked by binding it
+  // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
+  core::Plan master_plan(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
+    core::JobSpec job = r_.job;
+    job.restart_count = attempt;
+    core::Plan plan;
+    if (per_task_) {
+      plan = core::build_plan(job, r_.nodes);  // Slurm fixed the layout; agree on port and run
+    } else {
+      job.nnodes = static_cast<int>(nodes.size());
+      job.node_rank = 0;
+      plan = core::build_plan(job, nodes_from_joined(nodes));
+    }
+    core::set_master_port(plan, choose_master_port(plan.master_port, rz_.port()));
+    return plan;
+  }
+
+  std::vector<core::Worker> local_workers(const core::Plan& plan, int attempt) const {
+    if (!per_task_) return plan.workers_on(plan.node_rank);
+    // This task's own worker, from its own view of Slurm (its GPUs may differ from task 0's).
+    core::JobSpec job = r_.job;
+    job.restart_count = attempt;
+    job.master_port = plan.master_port;
+    std::vector<core::Worker> local;
+    for (auto& w : core::build_plan(job, r_.nodes).workers) {
+      if (w.rank == *r_.job.task_rank) local.push_back(w);
+    }
+    return local;
+  }
+
+  const core::Resolved& r_;
+  bool per_task_;
+  int my_id_;
+  rdzv::JoinInfo me_;
+  rdzv::Rendezvous rz_;
+  StoreCoordinator coord_;
+};
+
+rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const core::Resolved& r,
+                                                   agent::Events& ev) const {
+  // In per-task mode every task is a participant; otherwise every node.
+  const int participants = per_task_ ? core::build_plan(r.job, r.nodes).world_size : r.nnodes_max;
+  rdzv::RendezvousOptions ro;
+  ro.host = r.rdzv_host;
+  ro.port = r.rdzv_port;
+  ro.run_id = r.job.run_id;
+  ro.node_rank = my_id_;
+  ro.auth = resolve_auth(r, my_id_ == 0, ev);
+  ro.log = [&ev](const std::string& line) {
+    if (ev.json()) {
+      ev.emit("rejected_peer", {{"message", line}});
+    } else {
+      fmt::print(stderr, "{}\n", line);
+    }
+  };
+  ro.nnodes_min = per_task_ ? participants : r.nnodes_min;
+  ro.nnodes_max = participants;
+  ro.join_timeout = to_ms(r.rdzv_timeout);
+  ro.last_call = to_ms(r.last_call);
+  // Every 10 s of waiting, say who is still missing.
+  ro.on_progress = [&ev, quiet = o.quiet](const std::string& m) {
+    if (ev.json()) {
+      ev.emit("rendezvous_waiting", {{"message", m}});
+    } else if (!quiet) {
+      fmt::print(stderr, "ddprun: {}\n", m);
+    }
+  };
+  if (per_task_) {
+    for (const auto& w : core::build_plan(r.job, r.nodes).workers)
+      ro.expected_hosts.push_back(w.host.value_or(""));
+  } else {
+    for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));
+  }
+  return ro;
+}
+
+agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& r, agent::Events& ev) {
+  agent::AgentOptions a;
+  a.command = r.command;
+  a.no_python = true;  // r.command already has the interpreter where one is needed
+  a.python = o.python;
+  a.term_timeout = to_ms(o.term_timeout);
+  a.prefix_template = o.prefix;
+  a.no_prefix = o.no_prefix;
+  a.tee = o.tee;
+  a.log_dir = o.log_dir;
+  a.local_ranks_filter = r.local_ranks_filter;
+  a.error_file = o.error_file;
+  a.quiet = o.quiet;
+  a.events = &ev;
+  return a;
+}
+
+nlohmann::json plan_event(const core::Plan& plan, int attempt) {
+  return {{"attempt", attempt},
+          {"run_id", plan.run_id},
+          {"world_size", plan.world_size},
+          {"nnodes", plan.nnodes},
+          {"master_addr", plan.master_addr},
+          {"master_port", plan.master_port},
+          {"mode", core::to_string(plan.mode)}};
+}
+
+void announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
+  if (ev.json()) {
+    ev.emit("rendezvous_joined", plan_event(round.plan, attempt));
+  } else if (round.announce && !o.quiet) {
+    fmt::print(stderr, "{}", render_startup_table(round.plan, attempt));
+  }
+}
+
+void restarting(agent::Events& ev, int attempt, int code, int max_restarts) {
+  if (ev.json()) {
+    ev.emit("restart", {{"failed_attempt", attempt}, {"exit_code", code}, {"max_restarts", max_restarts}});
+  } else {
+    fmt::print(stderr, "ddprun: attempt {} failed (exit {}); restarting ({} of {})\n", attempt, code,
+               attempt + 1, max_restarts);
+  }
+}
+
+// Once the outcome is decided, only the bounded store drain remains. A TERM now (e.g. srun's
+// --kill-on-bad-exit cancelling the step because another node already exited with the root cause)
+// must not replace the root cause's exit code with 143.
+int finished(agent::Events& ev, int code) {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) std::signal(sig, SIG_IGN);
+  if (ev.json()) ev.emit("job_finished", {{"exit_code", code}, {"success", code == 0}});
+  return code;
+}
+
+// The one attempts loop: join, run, then restart or exit by agent::after_attempt.
+int run_attempts(Session& session, const core::Options& o, agent::AgentOptions ao, int max_restarts,
+                 agent::Events& ev) {
+  for (int attempt = 0;; ++attempt) {
+    const Round round = session.join(attempt);
+    announce(ev, o, round, attempt);
+    ao.attempt = attempt;
+    const agent::RunResult res =
+        agent::run_workers(round.local, round.plan.world_size, ao, session.coordinator());
+    const auto published = res.success ? std::nullopt : session.published_root();
+    const agent::AttemptDecision d = agent::after_attempt(res, published, attempt, max_restarts);
+    if (!d.restart) return finished(ev, d.exit_code);
+    restarting(ev, attempt, d.exit_code, max_restarts);
+    session.next_attempt();
+  }
+}
+
+}  // namespace
+
+int run_job(const core::Options& o, const core::Resolved& r) {
+  agent::Events ev(agent::parse_log_format(o.log_format));
+  ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
+  auto fail = [&](const std::string& what, int code) {
+    if (ev.json()) {
+      ev.emit("error", {{"message", what}, {"exit_code", code}});
+    } else {
+      fmt::print(stderr, "ddprun: error: {}\n", what);
+    }
+    return code;
+  };
+  try {
+    const agent::AgentOptions ao = agent_options(o, r, ev);
+    agent::validate_options(ao);
+    std::unique_ptr<Session> session;
+    if (r.mode == core::Mode::standalone) {
+      session = std::make_unique<LocalSession>(r);
+    } else {
+      session = std::make_unique<RendezvousSession>(o, r, ev);
+    }
+    return run_attempts(*session, o, ao, r.job.max_restarts, ev);
+  } catch (const rdzv::Error& e) {
+    return fail(e.what(), 1);
+  } catch (const core::Error& e) {
+    return fail(e.what(), e.exit_code());
+  } catch (const agent::Error& e) {
+    return fail(e.what(), e.exit_code());
+  }
+}
+
+}  // namespace ddprun::launcher

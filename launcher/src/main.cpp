@@ -1,0 +1,58 @@
+// ddprun: parse, resolve, then dry-run, expand hostlists, self-launch under a batch script, or run the agent.
+#include <cstdio>
+#include <iostream>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "core/hostlist.hpp"
+#include "launcher/cli.hpp"
+#include "launcher/dry_run.hpp"
+#include "launcher/job.hpp"
+#include "launcher/self_launch.hpp"
+#include "launcher/system.hpp"
+
+namespace {
+
+int hostlist_main(int argc, const char* const* argv) {
+  if (argc < 3) {
+    fmt::print(
+        stderr,
+        "ddprun hostlist: give at least one hostlist expression, e.g. ddprun hostlist 'node[01-04]'\n");
+    return ddprun::core::kUsageExit;
+  }
+  std::string out;  // all or nothing on stdout
+  for (int i = 2; i < argc; ++i) {
+    for (const auto& h : ddprun::core::expand_hostlist(argv[i])) out += h + "\n";
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ddprun;
+  try {
+    if (argc >= 2 && std::string_view(argv[1]) == "hostlist") return hostlist_main(argc, argv);
+    auto cli = launcher::parse_cli(argc, argv);
+    if (cli.exit_now) return *cli.exit_now;
+    const auto env = launcher::snapshot_environ();
+    const auto resolved = core::resolve(cli.options, env, launcher::probe_system());
+    // Building the plan validates the layout before anything starts, in every mode.
+    const auto plan = launcher::dry_run_plan(resolved);
+    if (cli.options.dry_run) {
+      std::cout << (cli.options.format == "json" ? launcher::render_plan_json(resolved, plan)
+                                                 : launcher::render_plan_text(resolved, plan));
+      return 0;
+    }
+    if (resolved.context == core::SlurmContext::batch) launcher::exec_self_launch(resolved, argc, argv);
+    return launcher::run_job(cli.options, resolved);
+  } catch (const core::Error& e) {
+    fmt::print(stderr, "ddprun: error: {}\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ddprun: error: {}\n", e.what());
+    return 1;
+  }
+}

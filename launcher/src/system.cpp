@@ -1,0 +1,95 @@
+#include "launcher/system.hpp"
+
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string_view>
+
+#include "agent/io.hpp"
+#include "core/error.hpp"
+
+extern char** environ;
+
+namespace ddprun::launcher {
+
+namespace {
+
+// Binds 0.0.0.0:port (SO_REUSEADDR, as PyTorch's store does) and returns the bound port, or 0.
+std::uint16_t try_bind(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  sa.sin_port = htons(port);
+  std::uint16_t bound = 0;
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0) {
+    socklen_t len = sizeof sa;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) bound = ntohs(sa.sin_port);
+  }
+  ::close(fd);
+  return bound;
+}
+
+}  // namespace
+
+bool port_is_free(std::uint16_t port) {
+  return port != 0 && try_bind(port) == port;
+}
+
+std::uint16_t choose_master_port(int planned, std::uint16_t avoid) {
+  if (planned > 0 && planned <= 65535) {
+    const auto p = static_cast<std::uint16_t>(planned);
+    if (p != avoid && port_is_free(p)) return p;
+  }
+  for (int i = 0; i < 100; ++i) {
+    const std::uint16_t p = try_bind(0);
+    if (p != 0 && p != avoid) return p;
+  }
+  throw core::Error("cannot find a free TCP port for MASTER_PORT on this node", 1);
+}
+
+core::EnvSnapshot snapshot_environ() {
+  core::EnvSnapshot env;
+  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+    std::string kv(*p);
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+core::SystemInfo probe_system() {
+  core::SystemInfo s;
+  s.hostname = agent::local_hostname();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    s.cpu_count = CPU_COUNT(&set);
+  } else {
+    s.cpu_count = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  }
+  // /dev/nvidiaN exist on GPU nodes even without nvidia-smi; the last resort when nothing else says.
+  std::error_code ec;
+  std::vector<int> ids;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view kPrefix = "nvidia";
+    if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+    const std::string num = name.substr(kPrefix.size());
+    if (num.find_first_not_of("0123456789") != std::string::npos || num.size() > 4) continue;
+    ids.push_back(std::stoi(num));
+  }
+  std::sort(ids.begin(), ids.end());
+  for (int id : ids) s.probed_gpus.push_back(std::to_string(id));
+  return s;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,186 @@
+#pragma once
+// The multi-node rendezvous (see docs/rendezvous.md). The node-rank-0 agent serves the store;
+// every agent (the master included, over loopback) is a client of it.
+//
+//   Rendezvous r(opts);                   // master: starts serving
+//   Joined j = r.join(me, make_plan);     // blocks until the plan (opaque bytes) is published
+//   r.watch(on_abort);                    // liveness + abort push, from now on
+//   ... run workers; on failure r.abort(cause) ...
+//   r.barrier("exit", 30s);               // on success, before leaving
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/failure.hpp"
+#include "store/auth.hpp"
+#include "store/error.hpp"
+
+namespace ddprun::rdzv {
+
+class StoreServer;
+class TcpStore;
+class PrefixStore;
+
+struct JoinInfo {
+  int node_rank = 0;
+  std::string hostname;
+  std::string addr;  // an address the other nodes can reach this node at
+  int local_world_size = 1;
+  std::vector<std::string> gpus;
+};
+void to_json(nlohmann::json& j, const JoinInfo& a);
+void from_json(const nlohmann::json& j, JoinInfo& a);
+
+struct RendezvousOptions {
+  std::string host;        // the master's address as the other agents reach it
+  std::uint16_t port = 0;  // store port; on the master 0 = ephemeral (then port() tells)
+  std::string run_id;
+  int node_rank = 0;
+  int nnodes_min = 1;
+  int nnodes_max = 1;
+  std::chrono::milliseconds join_timeout{900000};
+  std::chrono::milliseconds last_call{30000};
+  std::chrono::milliseconds heartbeat_interval{250};
+  std::chrono::milliseconds heartbeat_timeout{5000};
+  int attempt = 0;
+  // Optional: hostname of each node rank (e.g. from SLURM_JOB_NODELIST), so that a join timeout
+  // on the master names the missing nodes by hostname. Empty or shorter: named by node rank.
+  std::vector<std::string> expected_hosts;
+  std::string listen_host = "0.0.0.0";  // master only: where the store listens
+  auth::Config auth;  // every agent of a run must resolve to the same mode (docs/security.md)
+  // Master only: where the store's "rejected peer" lines go; unset = stderr.
+  std::function<void(const std::string& line)> log;
+  // While join() waits, every progress_interval: a one-line message saying what it waits for
+  // (on the master, which nodes are still missing). Unset: silent.
+  std::function<void(const std::string& message)> on_progress;
+  std::chrono::milliseconds progress_interval{10000};
+};
+
+// The master builds the plan from the nodes that joined (sorted by their node rank); the plan is
+// an opaque payload here, published to every agent as it is.
+using PlanFn = std::function<std::string(const std::vector<JoinInfo>& joined)>;
+
+// What join() hands back: the published plan, and this node's place in the round.
+struct Joined {
+  std::string plan;
+  int node_rank = 0;  // this node's rank among the joined nodes (0..nnodes-1, in node-rank order)
+  int nnodes = 0;
+};
+
+class Rendezvous {
+ public:
+  // Node rank 0 starts serving the store here (throws Error when it cannot listen).
+  explicit Rendezvous(RendezvousOptions o);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  std::string endpoint() const;  // "host:port" as used in messages
+  int attempt() const { return opts_.attempt; }
+
+  // Blocks until the master publishes the plan (or fails). On the master it runs the round:
+  // waits for the nodes, calls make_plan with the joined nodes (sorted by node rank) and publishes
+  // what it returns. Throws rdzv::Error (and
+  // whatever make_plan throws, after publishing its message to the other agents).
+  // The returned plan's node_rank is this node's rank in the plan.
+  Joined join(const JoinInfo& me, const PlanFn& make_plan);
+
+  // Starts the liveness connection and the abort watch. on_abort is called at most once per
+  // attempt, from a background thread: with the published root cause, or with a "lost master"
+  // cause when the store stops answering. On the master it also turns a lost agent (connection
+  // dropped, heartbeats stopped) into a published abort.
+  // The callback should only hand the cause over (set a flag, post to the supervisor); it may call
+  // abort() and aborted(), and should not destroy the Rendezvous.
+  void watch(std::function<void(const core::Failure&)> on_abort);
+
+  // Publishes `cause` unless another abort was published first; returns the root cause that won
+  // (the earlier one, or `cause`). Never throws: if the store is unreachable, returns `cause`.
+  core::Failure abort(const core::Failure& cause);
+
+  // The published root cause, if any (a quick check; no waiting).
+  std::optional<core::Failure> aborted();
+
+  // Bounded barrier over the nodes of the plan. True when every node arrived; false on timeout or
+  // abort. A node that arrives is leaving: its disconnection is no longer an error, and after a
+  // successful barrier this node's watch stops. The master returns only after the other nodes
+  // have seen the barrier pass (bounded too), so it keeps serving until then.
+  bool barrier(const std::string& name, std::chrono::milliseconds timeout);
+
+  // Restarts: stops the watch, moves to namespace "/attempt_<n+1>/" for a fresh join round.
+  void next_attempt();
+
+  // Master: after an abort, keeps serving until the other agents have disconnected (at most
+  // `limit`), so that each of them reads the root cause instead of seeing a lost master.
+  // The destructor calls it with heartbeat_timeout; destroy the Rendezvous rather than _exit.
+  void drain(std::chrono::milliseconds limit);
+
+ private:
+  struct Participant {
+    int orig_rank = 0;
+    std::string hostname;
+  };
+
+  std::shared_ptr<TcpStore> connect_client(const std::string& label, std::chrono::milliseconds liveness,
+                                           std::chrono::milliseconds connect_timeout,
+                                           std::chrono::milliseconds op_timeout) const;
+  void ensure_connected();
+  PrefixStore store() const;
+  std::string key_prefix() const;
+  void run_master_round(const PlanFn& make_plan);
+  [[noreturn]] void fail_join(const std::string& message);
+  Joined read_plan(const std::string& published);
+  void stop_watch();
+  void linger(std::chrono::milliseconds limit);
+  void fire(const core::Failure& info);
+  void monitor_loop(int attempt, std::shared_ptr<TcpStore> mon);
+  void on_lost(const std::string& label, const std::string& reason);
+  std::string host_of(int orig_rank) const;
+
+  RendezvousOptions opts_;
+  std::uint16_t port_ = 0;
+  std::unique_ptr<StoreServer> server_;
+  std::shared_ptr<TcpStore> client_;  // the main connection; stays open
+
+  // The joined round.
+  std::vector<Participant> participants_;  // index = node rank in the plan
+  int plan_node_rank_ = -1;
+  bool joined_ = false;
+  bool barrier_passed_ = false;
+
+  // Watch state.
+  std::mutex cb_mu_;
+  std::function<void(const core::Failure&)> on_abort_;
+  std::atomic<bool> fired_{false};
+  std::atomic<bool> watching_{false};
+  std::shared_ptr<TcpStore> watch_client_;
+  std::thread watch_thread_;
+
+  // Master: lost-peer reports from the server thread, handled on the monitor thread.
+  std::mutex lost_mu_;
+  std::condition_variable lost_cv_;
+  std::deque<std::pair<std::string, std::string>> lost_;
+  bool monitor_stop_ = false;
+  std::shared_ptr<TcpStore> monitor_client_;
+  std::thread monitor_thread_;
+};
+
+// ---- pure helpers (unit-tested)
+
+// Describes the nodes of 0..nnodes_max-1 that did not join: "host-b (node rank 1), node rank 3".
+std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_max,
+                             const std::vector<std::string>& expected_hosts);
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,86 @@
+#pragma once
+// TcpStore: the client side of the store protocol.
+//
+// Plain POSIX sockets with poll() deadlines: one descriptor per client (close-on-exec), no thread,
+// no event loop, so thousands of clients in one process stay cheap.
+//
+// Thread-safety: every call takes the client's mutex, so a TcpStore may be shared between
+// threads, but calls are serialised: a blocking wait holds the connection until it returns. Use
+// one TcpStore per thread that needs to block independently.
+//
+// Pipelining: set() returns once its request is sent; its answer is read by the next call (or
+// flush(), or the destructor, which waits for it up to min(op_timeout, 5 s)). Requests on one
+// connection are served in order, so this client reads its own writes; a failed set surfaces from
+// the next call. At most 4 sets are in flight. This saves a round trip per set, as c10d's
+// unacknowledged set does, without giving up the acknowledgement.
+//
+// Failure model: every call has a deadline (op_timeout, plus the requested wait for blocking
+// calls). A timeout or I/O error closes the connection; later calls fail at once with the same
+// cause (no silent reconnect: a lost store means a lost rendezvous).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "store/auth.hpp"
+#include "store/codec.hpp"
+#include "store/store.hpp"
+
+namespace ddprun::rdzv {
+
+struct ClientOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::string run_id;
+  Millis connect_timeout{60000};  // total time for all connect attempts
+  Millis op_timeout{30000};       // per call, on top of any wait the call asks for
+  std::string label;              // names this connection in the server's lost-peer reports
+  Millis liveness{0};             // >0: the server drops us if we send nothing for this long
+  Millis backoff_initial{50};     // first retry delay; doubles, with +-50% jitter
+  Millis backoff_max{1000};
+  // false (default): the hello is pipelined with the first call, saving a round trip per
+  // connection; a refusal (run id, version) then surfaces from the first call, as Kind::rejected.
+  // true: the constructor waits for the server's answer and throws a refusal itself.
+  bool wait_for_handshake = false;
+  proto::Limits limits;
+  auth::Config auth;  // must match the server's mode (rendezvous/auth.hpp)
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects now, retrying refused/unreachable endpoints until connect_timeout, and sends the
+  // hello. Throws Error of Kind::timeout listing every attempt (host, port, errno text) when the
+  // endpoint never accepted. A refusal by the server (run id, version) is Kind::rejected, thrown
+  // by the first call (or here with wait_for_handshake).
+  explicit TcpStore(ClientOptions options);
+  ~TcpStore() override;
+  TcpStore(const TcpStore&) = delete;
+  TcpStore& operator=(const TcpStore&) = delete;
+
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> get(const std::string& key, Millis timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  std::string compare_set(const std::string& key, const std::string& expected,
+                          const std::string& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool del(const std::string& key) override;
+  std::int64_t num_keys() override;
+  bool wait(const std::vector<std::string>& keys, Millis timeout) override;
+  std::optional<std::size_t> wait_any(const std::vector<std::string>& keys, Millis timeout) override;
+
+  // Reads every outstanding answer (the hello's, pipelined sets'); throws what they report.
+  void flush();
+  void ping();
+  // Closes the connection; later calls fail. Safe to call from another thread to interrupt a
+  // blocked call (it then fails promptly).
+  void close();
+  bool connected() const;
+  std::string endpoint() const;  // "host:port"
+  int native_handle() const;     // the socket, for tests (close-on-exec checks); -1 when closed
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,288 @@
+#include "store/auth.hpp"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "store/error.hpp"
+
+namespace ddprun::rdzv::auth {
+namespace {
+
+constexpr std::size_t kNonceSize = 16;
+constexpr std::size_t kMacSize = 32;
+// Domain separation: a MAC made for this protocol version is useless anywhere else.
+constexpr std::string_view kContext{"ddprun-rdzv-auth-v2", 19};
+
+[[noreturn]] void usage(std::string msg) {
+  throw Error(Error::Kind::usage, std::move(msg), "auth");
+}
+
+std::string trim(std::string s) {
+  const auto ws = " \t\r\n";
+  const auto b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+void put_field(std::string& out, std::string_view s) {
+  // Length-prefixed, so ("ab","c") and ("a","bc") never MAC the same.
+  const auto n = static_cast<std::uint32_t>(s.size());
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    out.push_back(static_cast<char>(static_cast<std::uint8_t>(n >> shift)));
+  }
+  out.append(s);
+}
+
+}  // namespace
+
+const char* to_string(Mode m) {
+  switch (m) {
+    case Mode::none:
+      return "none";
+    case Mode::munge:
+      return "munge";
+    case Mode::token:
+      return "token";
+  }
+  return "unknown";
+}
+
+std::optional<Mode> mode_from_wire(std::uint8_t v) {
+  if (v <= static_cast<std::uint8_t>(Mode::token)) return static_cast<Mode>(v);
+  return std::nullopt;
+}
+
+Policy parse_policy(std::string_view text) {
+  if (text == "auto") return Policy::automatic;
+  if (text == "munge") return Policy::munge;
+  if (text == "token") return Policy::token;
+  if (text == "none") return Policy::none;
+  usage(fmt::format("--rdzv-auth: '{}' is not one of auto|munge|token|none", text));
+}
+
+Mode choose_mode(Policy policy, bool munge_ok, bool have_token) {
+  switch (policy) {
+    case Policy::none:
+      return Mode::none;
+    case Policy::munge:
+      if (!munge_built()) {
+        usage(
+            "--rdzv-auth munge: this ddprun was built without MUNGE (libmunge-dev); use "
+            "--rdzv-auth token with DDPRUN_TOKEN or --rdzv-token-file");
+      }
+      if (!munge_ok) {
+        usage(
+            "--rdzv-auth munge: munged is not reachable on this node; start munged, set "
+            "DDPRUN_MUNGE_SOCKET, or use --rdzv-auth token");
+      }
+      return Mode::munge;
+    case Policy::token:
+      if (!have_token) {
+        usage(
+            "--rdzv-auth token: no token given; set DDPRUN_TOKEN or DDPRUN_TOKEN_FILE, or pass "
+            "--rdzv-token-file PATH");
+      }
+      return Mode::token;
+    case Policy::automatic:
+      if (munge_ok) return Mode::munge;
+      if (have_token) return Mode::token;
+      return Mode::none;
+  }
+  return Mode::none;
+}
+
+std::string read_token_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    usage(fmt::format("token file {}: {}; check --rdzv-token-file / DDPRUN_TOKEN_FILE", path,
+                      std::strerror(errno)));
+  }
+  struct FdGuard {
+    int fd;
+    ~FdGuard() { ::close(fd); }
+  } guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    usage(fmt::format("token file {}: not a regular file", path));
+  }
+  if (st.st_uid != ::geteuid()) {
+    usage(
+        fmt::format("token file {}: owned by uid {}, not by you (uid {}); the token must be "
+                    "your own file",
+                    path, st.st_uid, ::geteuid()));
+  }
+  if ((st.st_mode & 077) != 0) {
+    usage(fmt::format("token file {}: mode {:04o} lets others read it; run chmod 600 {}", path,
+                      st.st_mode & 07777, path));
+  }
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) usage(fmt::format("token file {}: {}", path, std::strerror(errno)));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > (1u << 16)) usage(fmt::format("token file {}: larger than 64 KiB", path));
+  }
+  text = trim(std::move(text));
+  if (text.empty()) usage(fmt::format("token file {}: empty; put a random secret in it", path));
+  return text;
+}
+
+Config resolve(Policy policy, const std::optional<std::string>& token,
+               const std::optional<std::string>& token_file, const std::string& munge_socket) {
+  Config cfg;
+  cfg.munge_socket = munge_socket;
+  if (token && !token->empty()) {
+    cfg.token = *token;
+  } else if (token_file && !token_file->empty() && policy != Policy::none) {
+    cfg.token = read_token_file(*token_file);
+  }
+  const bool may_munge = policy == Policy::automatic || policy == Policy::munge;
+  const bool munge_ok = may_munge && munge_usable(munge_socket);
+  cfg.mode = choose_mode(policy, munge_ok, !cfg.token.empty());
+  if (cfg.mode != Mode::token) cfg.token.clear();
+  return cfg;
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = static_cast<unsigned char>(diff |
+                                      (static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i])));
+  }
+  // volatile: keep the compiler from turning the loop into an early-exit memcmp.
+  volatile unsigned char result = diff;
+  return result == 0;
+}
+
+std::string hmac_sha256(std::string_view key, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+            reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len)) {
+    throw Error(Error::Kind::io, "HMAC-SHA256 failed (OpenSSL)", "auth");
+  }
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+std::string random_nonce() {
+  std::string n(kNonceSize, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1) {
+    throw Error(Error::Kind::io, "cannot draw a random nonce (OpenSSL RAND_bytes failed)", "auth");
+  }
+  return n;
+}
+
+std::string token_credential(std::string_view token, std::string_view run_id, std::string_view label,
+                             std::string_view nonce) {
+  std::string data;
+  put_field(data, kContext);
+  put_field(data, run_id);
+  put_field(data, label);
+  put_field(data, nonce);
+  return std::string(nonce) + hmac_sha256(token, data);
+}
+
+std::string make_credential(const Config& cfg, std::string_view run_id, std::string_view label) {
+  switch (cfg.mode) {
+    case Mode::none:
+      return {};
+    case Mode::munge:
+      return munge_credential(run_id, cfg.munge_socket);
+    case Mode::token:
+      return token_credential(cfg.token, run_id, label, random_nonce());
+  }
+  return {};
+}
+
+Verifier::Verifier(Config cfg, std::string run_id, std::size_t max_seen)
+    : cfg_(std::move(cfg)), run_id_(std::move(run_id)), max_seen_(max_seen) {}
+
+std::optional<std::string> Verifier::check(Mode mode, std::string_view credential, std::string_view label) {
+  if (mode != cfg_.mode) {
+    if (mode == Mode::none) {
+      return fmt::format(
+          "authentication required: this store uses --rdzv-auth {} and the "
+          "client sent no credential; use the same --rdzv-auth{} on every node",
+          to_string(cfg_.mode), cfg_.mode == Mode::token ? " and the same DDPRUN_TOKEN" : "");
+    }
+    return fmt::format(
+        "authentication mode mismatch: this store uses {}, the client sent {}; "
+        "use the same --rdzv-auth (and token/MUNGE setup) on every node",
+        to_string(cfg_.mode), to_string(mode));
+  }
+  switch (cfg_.mode) {
+    case Mode::none:
+      return std::nullopt;
+    case Mode::token:
+      return check_token(credential, label);
+    case Mode::munge:
+      return check_munge(credential);
+  }
+  return std::string("unknown authentication mode");
+}
+
+std::optional<std::string> Verifier::remember(std::string_view key) {
+  if (seen_.contains(std::string(key))) {
+    return std::string("authentication failed: credential replayed (already used once)");
+  }
+  if (seen_.size() >= max_seen_) {
+    return std::string("authentication failed: too many connections for this store");
+  }
+  seen_.emplace(key);
+  return std::nullopt;
+}
+
+std::optional<std::string> Verifier::check_token(std::string_view credential, std::string_view label) {
+  if (credential.size() != kNonceSize + kMacSize) {
+    return std::string("authentication failed: malformed token credential");
+  }
+  const std::string_view nonce = credential.substr(0, kNonceSize);
+  const std::string expected = token_credential(cfg_.token, run_id_, label, nonce);
+  if (!constant_time_equal(expected, credential)) {
+    return std::string(
+        "authentication failed: wrong token (DDPRUN_TOKEN / token file differs "
+        "from the master's)");
+  }
+  return remember(nonce);
+}
+
+std::optional<std::string> Verifier::check_munge(std::string_view credential) {
+  if (auto err = munge_check(credential, cfg_.munge_socket, run_id_)) return err;
+  return remember(credential);
+}
+
+bool LogLimiter::allow(Clock::time_point now) {
+  if (used_ == 0 || now - start_ >= window_) {
+    start_ = now;
+    used_ = 0;
+  }
+  if (used_ < burst_) {
+    ++used_;
+    return true;
+  }
+  ++suppressed_;
+  return false;
+}
+
+std::uint64_t LogLimiter::take_suppressed() {
+  const std::uint64_t n = suppressed_;
+  suppressed_ = 0;
+  return n;
+}
+
+}  // namespace ddprun::rdzv::auth

@@ -1,0 +1,283 @@
+// Config resolution: Slurm model, modes, precedence and every bad-input error.
+#include <catch2/catch.hpp>
+
+#include "core/config.hpp"
+
+using namespace ddprun::core;
+
+namespace {
+
+Options cmd(std::vector<std::string> c = {"train.py"}) {
+  Options o;
+  o.command = std::move(c);
+  return o;
+}
+
+SystemInfo sys() {
+  SystemInfo s;
+  s.hostname = "ws";
+  s.cpu_count = 8;
+  return s;
+}
+
+// An srun step with one task per node on node[1-2] of a 4-node job.
+EnvSnapshot step_env(int node_id) {
+  return {{"SLURM_JOB_ID", "1234"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_STEP_NODELIST", "node[1-2]"},
+          {"SLURM_NODELIST", "node[1-4]"},
+          {"SLURM_JOB_NODELIST", "node[1-4]"},
+          {"SLURM_STEP_NUM_NODES", "2"},
+          {"SLURM_NNODES", "2"},
+          {"SLURM_JOB_NUM_NODES", "4"},
+          {"SLURM_STEP_NUM_TASKS", "2"},
+          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+          {"SLURM_NODEID", std::to_string(node_id)},
+          {"SLURM_PROCID", std::to_string(node_id)},
+          {"SLURM_LOCALID", "0"}};
+}
+
+}  // namespace
+
+TEST_CASE("standalone: no Slurm, one node, loopback master", "[config]") {
+  auto r = resolve(cmd(), {}, sys());
+  CHECK(r.mode == Mode::standalone);
+  CHECK(r.context == SlurmContext::none);
+  CHECK(r.job.master_addr == "127.0.0.1");
+  CHECK(r.job.master_port == kDefaultMasterPort);
+  CHECK(r.rdzv_port == 0);
+  CHECK(r.self.host == "ws");
+  CHECK(r.command == std::vector<std::string>{"python3", "train.py"});
+}
+
+TEST_CASE("Slurm step: step variables win over the job's", "[config][slurm]") {
+  auto r = resolve(cmd(), step_env(1), sys());
+  CHECK(r.mode == Mode::agent);
+  CHECK(r.context == SlurmContext::step);
+  CHECK(r.job.nnodes == 2);  // the step, not the 4-node allocation
+  CHECK(r.job.node_rank == 1);
+  CHECK(r.job.master_addr == "node1");
+  CHECK(r.job.run_id == "1234");
+  REQUIRE(r.nodes.size() == 2);
+  CHECK(r.nodes[1].host == "node2");
+  const auto ports = derive_ports("1234");
+  CHECK(r.rdzv_host == "node1");
+  CHECK(r.rdzv_port == ports.store);
+  CHECK(r.job.master_port == ports.master);
+  CHECK(r.rdzv_port != r.job.master_port);
+  Plan p = build_plan(r.job, r.nodes);
+  CHECK(p.workers.front().host == "node1");
+}
+
+TEST_CASE("Slurm step: fallback to job variables when step ones are missing", "[config][slurm]") {
+  EnvSnapshot env = {{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "3"}, {"SLURM_JOB_NODELIST", "a,b,c"},
+                     {"SLURM_NNODES", "3"}, {"SLURM_NTASKS", "3"},  {"SLURM_TASKS_PER_NODE", "1(x3)"},
+                     {"SLURM_NODEID", "2"}};
+  auto r = resolve(cmd(), env, sys());
+  CHECK(r.job.nnodes == 3);
+  CHECK(r.job.node_rank == 2);
+  CHECK(r.self.host == "c");
+}
+
+TEST_CASE("derived ports are deterministic, distinct and in range", "[config]") {
+  auto a = derive_ports("1234");
+  CHECK(a.store == derive_ports("1234").store);
+  CHECK(a.master == a.store + 1);
+  std::set<int> seen;
+  for (int j = 0; j < 200; ++j) {
+    auto p = derive_ports(std::to_string(1000 + j));
+    CHECK(p.store >= 20000);
+    CHECK(p.master <= 32767);
+    seen.insert(p.store);
+  }
+  CHECK(seen.size() > 150);  // two jobs rarely collide
+}
+
+TEST_CASE("per-task mode: more tasks than nodes", "[config][slurm]") {
+  EnvSnapshot env = {
+      {"SLURM_JOB_ID", "5"},         {"SLURM_STEP_ID", "0"},        {"SLURM_STEP_NODELIST", "n[1-2]"},
+      {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NUM_TASKS", "3"}, {"SLURM_STEP_TASKS_PER_NODE", "2,1"},
+      {"SLURM_NODEID", "1"},         {"SLURM_PROCID", "2"},         {"SLURM_LOCALID", "0"}};
+  auto r = resolve(cmd(), env, sys());
+  CHECK(r.mode == Mode::per_task);
+  // A node with a single task is still in per-task mode.
+  CHECK(r.self.local_world_size == 1);
+  Plan p = build_plan(r.job, r.nodes);
+  REQUIRE(p.world_size == 3);
+  auto mine = p.workers_on(1);
+  REQUIRE(mine.size() == 1);
+  CHECK(mine[0].env.at("RANK") == "2");
+  CHECK(mine[0].env.at("LOCAL_RANK") == "0");
+  auto o = cmd();
+  o.nproc_per_node = "2";
+  CHECK_THROWS_WITH(resolve(o, env, sys()),
+                    Catch::Contains("--nproc-per-node") && Catch::Contains("3 tasks on 2"));
+}
+
+TEST_CASE("batch script context is recognised and is not a step", "[config][slurm]") {
+  // What sbatch gives the batch shell: SLURM_NODEID=0 and SLURM_NTASKS look like a step, but no
+  // SLURM_STEP_ID.
+  EnvSnapshot env = {{"SLURM_JOB_ID", "77"},
+                     {"SLURM_JOB_NODELIST", "node[1-3]"},
+                     {"SLURM_NODELIST", "node[1-3]"},
+                     {"SLURM_JOB_NUM_NODES", "3"},
+                     {"SLURM_NNODES", "3"},
+                     {"SLURM_NODEID", "0"},
+                     {"SLURM_PROCID", "0"},
+                     {"SLURM_NTASKS", "3"},
+                     {"SLURM_TASKS_PER_NODE", "1(x3)"}};
+  auto r = resolve(cmd(), env, sys());
+  CHECK(r.context == SlurmContext::batch);
+  CHECK(r.mode == Mode::agent);
+  CHECK(r.allocation_hosts == std::vector<std::string>{"node1", "node2", "node3"});
+  CHECK(r.job.nnodes == 3);
+  auto o = cmd();
+  o.nnodes = "2";
+  CHECK(resolve(o, env, sys()).allocation_hosts.size() == 2);
+  o.nnodes = "5";
+  CHECK_THROWS_WITH(resolve(o, env, sys()), Catch::Contains("more nodes than the allocation"));
+}
+
+TEST_CASE("precedence: flags beat Slurm", "[config]") {
+  auto o = cmd();
+  o.master_addr = "10.0.0.9";
+  o.master_port = "31000";
+  o.rdzv_id = "myrun";
+  o.rdzv_endpoint = "node2:29999";
+  auto r = resolve(o, step_env(0), sys());
+  CHECK(r.job.master_addr == "10.0.0.9");
+  CHECK(r.job.master_port == 31000);
+  CHECK(r.job.run_id == "myrun");
+  CHECK(r.rdzv_host == "node2");
+  CHECK(r.rdzv_port == 29999);
+  auto o2 = cmd();
+  o2.rdzv_endpoint = "node2:29999";
+  CHECK(resolve(o2, step_env(0), sys()).job.master_addr == "node2");  // endpoint host before the nodelist
+}
+
+TEST_CASE("GPUs: CUDA_VISIBLE_DEVICES, then Slurm's list, and nproc gpu", "[config][gpu]") {
+  auto env = step_env(0);
+  env["SLURM_STEP_GPUS"] = "4,5,6,7";
+  auto o = cmd();
+  o.nproc_per_node = "gpu";
+  o.gpus_per_proc = 2;
+  auto r = resolve(o, env, sys());
+  CHECK(r.self.local_world_size == 2);
+  Plan p = build_plan(r.job, r.nodes);
+  CHECK(p.workers[0].env.at("CUDA_VISIBLE_DEVICES") == "4,5");
+  CHECK(p.workers[1].env.at("CUDA_VISIBLE_DEVICES") == "6,7");
+  env["CUDA_VISIBLE_DEVICES"] = "0,1";
+  CHECK(resolve(o, env, sys()).self.local_world_size == 1);
+}
+
+TEST_CASE("multi-node outside Slurm needs an endpoint and a node rank", "[config]") {
+  auto o = cmd();
+  o.nnodes = "2";
+  CHECK_THROWS_WITH(resolve(o, {}, sys()), Catch::Contains("--node-rank"));
+  o.node_rank = 1;
+  CHECK_THROWS_WITH(resolve(o, {}, sys()), Catch::Contains("--rdzv-endpoint"));
+  o.rdzv_endpoint = "head:29400";
+  auto r = resolve(o, {}, sys());
+  CHECK(r.mode == Mode::agent);
+  CHECK(r.job.master_addr == "head");
+  CHECK(r.rdzv_port == 29400);
+  CHECK(r.nodes[1].host == "ws");
+  CHECK_FALSE(r.nodes[0].host.has_value());
+  o.nnodes = "1:4";
+  r = resolve(o, {}, sys());
+  CHECK(r.nnodes_min == 1);
+  CHECK(r.nnodes_max == 4);
+}
+
+TEST_CASE("command forms: .py, -m, --no-python", "[config]") {
+  auto o = cmd({"train.py", "--lr", "0.1"});
+  CHECK(build_command(o) == std::vector<std::string>{"python3", "train.py", "--lr", "0.1"});
+  o.python = "/usr/bin/python3";
+  o.module = true;
+  o.command = {"pkg.mod"};
+  CHECK(build_command(o) == std::vector<std::string>{"/usr/bin/python3", "-m", "pkg.mod"});
+  o.module = false;
+  o.no_python = true;
+  o.command = {"run.py"};
+  CHECK(build_command(o) == std::vector<std::string>{"run.py"});
+  o.no_python = false;
+  o.command = {"./a.out", "x"};
+  CHECK(build_command(o) == std::vector<std::string>{"./a.out", "x"});
+}
+
+TEST_CASE("bad input: one-line errors naming the culprit", "[config][error]") {
+  auto bad = [](Options o, EnvSnapshot env = {}) {
+    try {
+      resolve(o, env, sys());
+    } catch (const Error& e) {
+      CHECK(e.exit_code() == kUsageExit);
+      CHECK(std::string(e.what()).find('\n') == std::string::npos);
+      return std::string(e.what());
+    }
+    FAIL("no error");
+    return std::string();
+  };
+  auto o = cmd();
+  auto env = step_env(0);
+  env["SLURM_STEP_NODELIST"] = "node[3-1]";
+  CHECK_THAT(bad(o, env), Catch::Contains("SLURM_STEP_NODELIST") && Catch::Contains("node[3-1]"));
+  env = step_env(5);
+  CHECK_THAT(bad(o, env), Catch::Contains("SLURM_NODEID=5") && Catch::Contains("outside the step"));
+  env = step_env(0);
+  env["SLURM_STEP_NUM_NODES"] = "3";
+  CHECK_THAT(bad(o, env), Catch::Contains("SLURM_STEP_NUM_NODES=3") && Catch::Contains("names 2 hosts"));
+  env = step_env(0);
+  env["SLURM_NODEID"] = "x";
+  CHECK_THAT(bad(o, env), Catch::Contains("SLURM_NODEID='x'"));
+
+  auto o1 = cmd();
+  o1.nnodes = "4:2";
+  CHECK_THAT(bad(o1), Catch::Contains("MIN 4 is greater than MAX 2"));
+  auto o2 = cmd();
+  o2.nnodes = "2";
+  o2.node_rank = 2;
+  o2.rdzv_endpoint = "h:1";
+  CHECK_THAT(bad(o2), Catch::Contains("--node-rank 2"));
+  auto o3 = cmd();
+  o3.nproc_per_node = "0";
+  CHECK_THAT(bad(o3), Catch::Contains("--nproc-per-node 0"));
+  auto o4 = cmd();
+  o4.nproc_per_node = "gpu";
+  CHECK_THAT(bad(o4), Catch::Contains("no GPUs are visible"));
+  auto o5 = cmd();
+  o5.gpus_per_proc = 0;
+  CHECK_THAT(bad(o5), Catch::Contains("--gpus-per-proc 0"));
+  auto o6 = cmd();
+  o6.max_restarts = -1;
+  CHECK_THAT(bad(o6), Catch::Contains("--max-restarts -1"));
+  auto o7 = cmd();
+  o7.master_port = "http";
+  CHECK_THAT(bad(o7), Catch::Contains("--master-port 'http'"));
+  auto o8 = cmd();
+  o8.rdzv_endpoint = "host:abc";
+  CHECK_THAT(bad(o8), Catch::Contains("--rdzv-endpoint"));
+  auto o9 = cmd();
+  o9.nproc_per_node = "3";
+  o9.procs_per_replica = 2;
+  CHECK_THROWS_WITH(
+      [&] {
+        const auto r9 = resolve(o9, {}, sys());
+        return build_plan(r9.job, r9.nodes);
+      }(),
+      Catch::Contains("--procs-per-replica 2"));
+  auto o10 = cmd();
+  o10.gpus_per_proc = 2;
+  auto genv = EnvSnapshot{{"CUDA_VISIBLE_DEVICES", "0,1,2"}};
+  CHECK_THAT(bad(o10, genv), Catch::Contains("not divisible by --gpus-per-proc 2"));
+  auto o11 = cmd({});
+  CHECK_THAT(bad(o11), Catch::Contains("no command"));
+  auto o12 = cmd();
+  o12.master_port = "29400";
+  o12.rdzv_endpoint = "h:29400";
+  o12.nnodes = "2";
+  o12.node_rank = 0;
+  CHECK_THAT(bad(o12), Catch::Contains("store's port"));
+  env = step_env(0);
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x3)";
+  CHECK_THAT(bad(o, env), Catch::Contains("counts for 3 nodes"));
+}

@@ -1,0 +1,108 @@
+// The failure record every layer shares: its codec, its precision, and which root causes end a job.
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/failure.hpp"
+#include "core/json.hpp"
+
+using namespace ddprun::core;
+
+namespace {
+Failure sample() {
+  Failure f;
+  f.host = "node7";
+  f.node_rank = 2;
+  f.rank = 5;
+  f.local_rank = 1;
+  f.exit_code = 139;
+  f.signal = SIGSEGV;
+  f.pid = 4242;
+  f.reason = "killed by SIGSEGV";
+  f.time = FailureTime(std::chrono::microseconds(1'763'000'000'123'457LL));
+  f.stderr_tail = {"line 1", "line 2"};
+  return f;
+}
+}  // namespace
+
+TEST_CASE("failure: the wire form round-trips every field at microsecond precision", "[failure]") {
+  const Failure f = sample();
+  const Failure g = decode_failure(encode_failure(f));
+  CHECK(g.host == f.host);
+  CHECK(g.node_rank == 2);
+  CHECK(g.rank == 5);
+  CHECK(g.local_rank == 1);
+  CHECK(g.exit_code == 139);
+  CHECK(g.signal == SIGSEGV);
+  CHECK(g.pid == 4242);
+  CHECK(g.reason == f.reason);
+  CHECK(g.time == f.time);  // the same instant on every node: root-cause choice compares these
+  CHECK(g.stderr_tail == f.stderr_tail);
+  CHECK_FALSE(g.fatal);
+  Failure fatal = f;
+  fatal.fatal = true;
+  CHECK(decode_failure(encode_failure(fatal)).fatal);
+}
+
+TEST_CASE("failure: now() is already at the record's precision, so a round trip never reorders",
+          "[failure]") {
+  const Failure a = [] {
+    Failure f = sample();
+    f.time = failure_now();
+    return f;
+  }();
+  CHECK(decode_failure(encode_failure(a)).time == a.time);
+}
+
+TEST_CASE("failure: bytes that are not UTF-8 never break the encoding", "[failure]") {
+  Failure f = sample();
+  f.stderr_tail = {std::string("bad utf8: \xff\xfe"), std::string("\xc3")};
+  f.reason = std::string("exited \x80 oddly");
+  f.host = std::string("h\xff");
+  std::string text;
+  REQUIRE_NOTHROW(text = encode_failure(f));
+  const Failure g = decode_failure(text);
+  CHECK(g.stderr_tail.size() == 2);
+  CHECK(g.stderr_tail[0].rfind("bad utf8: ", 0) == 0);
+  CHECK(g.exit_code == 139);
+  CHECK(dump_json(nlohmann::json(std::string("\xff"))) == "\"\xef\xbf\xbd\"");
+}
+
+TEST_CASE("failure: a malformed record is one clear error", "[failure]") {
+  CHECK_THROWS_AS(decode_failure("{not json"), Error);
+  CHECK_THROWS_AS(decode_failure(R"({"host":"x"})"), Error);
+  try {
+    decode_failure("[]");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("malformed failure record") != std::string::npos);
+    CHECK(e.exit_code() == 1);
+  }
+}
+
+TEST_CASE("failure: which root causes end the job whatever --max-restarts says", "[failure]") {
+  struct Row {
+    int rank;
+    int signal;
+    bool fatal;
+    bool ends;
+  };
+  const Row table[] = {
+      {3, 0, false, false},        // a worker exited non-zero: restartable
+      {3, SIGSEGV, false, false},  // a worker crashed: restartable
+      {-1, SIGTERM, false, true},  // the agent was stopped (scancel, time limit)
+      {-1, 0, false, false},       // a lost agent: restartable
+      {0, 0, true, true},          // the command cannot start
+  };
+  for (const auto& row : table) {
+    Failure f;
+    f.rank = row.rank;
+    f.signal = row.signal;
+    f.fatal = row.fatal;
+    INFO("rank " << row.rank << " signal " << row.signal << " fatal " << row.fatal);
+    CHECK(ends_job(f) == row.ends);
+  }
+  CHECK(signal_name(SIGKILL) == "SIGKILL");
+  CHECK(signal_name(0) == "signal 0");
+}

@@ -1,0 +1,45 @@
+// The dry-run and startup-table rendering of the application layer.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "core/plan.hpp"
+#include "launcher/dry_run.hpp"
+
+using namespace ddprun::core;
+using ddprun::launcher::render_startup_table;
+
+namespace {
+
+std::vector<NodeSpec> nodes(std::vector<int> lws, std::vector<std::string> gpus = {}) {
+  std::vector<NodeSpec> out;
+  for (std::size_t i = 0; i < lws.size(); ++i) {
+    out.push_back({static_cast<int>(i), "node" + std::to_string(i + 1), lws[i], gpus});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[plan][table]") {
+  JobSpec job;
+  job.mode = Mode::agent;
+  job.nnodes = 2;
+  job.gpus_per_proc = 1;
+  job.master_addr = "node1";
+  job.master_port = 20001;
+  job.run_id = "99";
+  Plan p = build_plan(job, nodes({2, 2}, {"0", "1"}));
+  std::string t = render_startup_table(p, 0);
+  CHECK_THAT(t, Catch::Contains("run 99 attempt 0: 2 nodes, world size 4, master node1:20001"));
+  CHECK_THAT(t, Catch::Contains("node2") && Catch::Contains("2-3") && Catch::Contains("0 1"));
+  JobSpec big;
+  big.mode = Mode::agent;
+  big.nnodes = 40;
+  std::vector<int> ones(40, 1);
+  Plan bp = build_plan(big, nodes(ones));
+  std::string bt = render_startup_table(bp, 1, 16);
+  CHECK_THAT(
+      bt, Catch::Contains("... 24 more nodes ...") && Catch::Contains("node40") && Catch::Contains("node1 "));
+  CHECK(std::count(bt.begin(), bt.end(), '\n') == 2 + 16 + 1);
+}
