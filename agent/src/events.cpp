@@ -1,6 +1,7 @@
 #include "agent/events.hpp"
 
 #include "agent/io.hpp"
+#include "core/json.hpp"
 
 #include <unistd.h>
 #include <cerrno>
@@ -19,15 +20,6 @@ LogFormat parse_log_format(std::string_view s) {
   throw Error("--log-format must be 'text' or 'json', got '" + std::string(s) + "'");
 }
 
-namespace {
-
-// Strings come from workers (stderr tails) and may not be UTF-8: replace rather than throw.
-std::string dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-}  // namespace
-
 Events::Events(LogFormat f, int fd) : format_(f), fd_(fd), host_(local_hostname()) {}
 
 void Events::set_context(std::string host, int node_rank) {
@@ -39,21 +31,22 @@ void Events::set_context(std::string host, int node_rank) {
 std::string format_event(const std::string& time, const std::string& event, const std::string& host,
                          int node_rank, const nlohmann::json& fields) {
   // Written by hand so that time and event come first, which makes the stream easy to read and grep.
-  std::string out = "{\"time\":" + dump(time) + ",\"event\":" + dump(event);
+  std::string out = "{\"time\":" + core::dump_json(time) + ",\"event\":" + core::dump_json(event);
   const bool obj = fields.is_object();
-  out += ",\"host\":" + (obj && fields.contains("host") ? dump(fields.at("host")) : dump(host));
+  out += ",\"host\":" +
+         (obj && fields.contains("host") ? core::dump_json(fields.at("host")) : core::dump_json(host));
   if (obj && fields.contains("node_rank")) {
-    out += ",\"node_rank\":" + dump(fields.at("node_rank"));
+    out += ",\"node_rank\":" + core::dump_json(fields.at("node_rank"));
   } else {
     out += ",\"node_rank\":" + (node_rank >= 0 ? std::to_string(node_rank) : std::string("null"));
   }
   if (obj) {
     for (const auto& [k, v] : fields.items()) {
       if (k == "time" || k == "event" || k == "host" || k == "node_rank") continue;
-      out += "," + dump(k) + ":" + dump(v);
+      out += "," + core::dump_json(k) + ":" + core::dump_json(v);
     }
   } else if (!fields.is_null()) {
-    out += ",\"data\":" + dump(fields);
+    out += ",\"data\":" + core::dump_json(fields);
   }
   out += "}";
   return out;

@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json.hpp"
+
 namespace ddprun::launcher {
 
 core::Plan dry_run_plan(const core::Resolved& r) {
@@ -21,7 +23,9 @@ std::string render_startup_table(const core::Plan& plan, int attempt, std::size_
     std::string gpus;
     for (const auto& w : ws) {
       if (w.gpus.empty()) continue;
-      gpus += (gpus.empty() ? "" : " ") + fmt::format("{}", fmt::join(w.gpus, ","));
+      // Appended in two steps: `"" + string` trips GCC 12's -Wrestrict false positive at -O3.
+      if (!gpus.empty()) gpus += ' ';
+      gpus += fmt::format("{}", fmt::join(w.gpus, ","));
     }
     const int lo = ws.front().rank;
     const int hi = ws.back().rank;
@@ -87,7 +91,7 @@ std::string render_plan_json(const core::Resolved& r, const core::Plan& plan) {
   j["rdzv_endpoint"] = fmt::format("{}:{}", r.rdzv_host, r.rdzv_port);
   j["nnodes_min"] = r.nnodes_min;
   j["nnodes_max"] = r.nnodes_max;
-  return j.dump(2) + "\n";
+  return core::dump_json(j, 2) + "\n";
 }
 
 }  // namespace ddprun::launcher

@@ -211,7 +211,7 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
                             endpoint(), opts_.run_id, me.node_rank, holder),
                 "join", endpoint());
   }
-  s.set(fmt::format("node/{}", me.node_rank), json(me).dump());
+  s.set(fmt::format("node/{}", me.node_rank), core::dump_json(json(me)));
   const std::int64_t arrival = s.add("arrivals", 1);
   s.set(fmt::format("arrived/{}", arrival), std::to_string(me.node_rank));
 

@@ -9,7 +9,6 @@
 using namespace ddprun::test;
 using namespace std::chrono_literals;
 
-
 namespace {
 
 struct Job {
@@ -19,15 +18,22 @@ struct Job {
   std::vector<Proc> agents;
 
   // Starts `nnodes` agents, each running `nproc` workers of `command`.
-  void start(int nnodes, int nproc, const std::vector<std::string>& command, std::vector<std::string> extra = {}) {
+  void start(int nnodes, int nproc, const std::vector<std::string>& command,
+             std::vector<std::string> extra = {}) {
     for (int n = 0; n < nnodes; ++n) {
       std::vector<std::string> argv = {DDPRUN_EXE,
-                                       "--nnodes", std::to_string(nnodes),
-                                       "--node-rank", std::to_string(n),
-                                       "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port),
-                                       "--nproc-per-node", std::to_string(nproc),
-                                       "--rdzv-timeout", "60",
-                                       "--term-timeout", "3"};
+                                       "--nnodes",
+                                       std::to_string(nnodes),
+                                       "--node-rank",
+                                       std::to_string(n),
+                                       "--rdzv-endpoint",
+                                       "127.0.0.1:" + std::to_string(port),
+                                       "--nproc-per-node",
+                                       std::to_string(nproc),
+                                       "--rdzv-timeout",
+                                       "60",
+                                       "--term-timeout",
+                                       "3"};
       argv.insert(argv.end(), extra.begin(), extra.end());
       argv.push_back("--");
       argv.insert(argv.end(), command.begin(), command.end());
@@ -44,7 +50,9 @@ struct Job {
   }
 };
 
-std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+std::vector<std::string> sh(const std::string& script) {
+  return {"/bin/sh", "-c", script};
+}
 
 const std::string kFake = FAKE_WORKER;
 
@@ -53,8 +61,9 @@ const std::string kFake = FAKE_WORKER;
 TEST_CASE("a worker failure on one node tears down every node with its exit code", "[e2e][teardown]") {
   Job job;
   // Rank 4 lives on node 2; everyone else would run forever.
-  job.start(3, 2, sh("if [ \"$RANK\" = 4 ]; then exec " + kFake + " sleep 300 exit 7; else exec " + kFake +
-                     " hang; fi"));
+  job.start(
+      3, 2,
+      sh("if [ \"$RANK\" = 4 ]; then exec " + kFake + " sleep 300 exit 7; else exec " + kFake + " hang; fi"));
   job.wait_all();
   for (auto& a : job.agents) {
     INFO(a.err());
@@ -64,10 +73,29 @@ TEST_CASE("a worker failure on one node tears down every node with its exit code
   CHECK(leftovers_after(job.token, 5s).empty());
 }
 
+TEST_CASE("a worker whose last words are not UTF-8 is still every node's named root cause",
+          "[e2e][teardown]") {
+  Job job;
+  // Rank 3 (node 1, local rank 1) writes invalid UTF-8 to stderr and exits 5; the failure record
+  // that carries its stderr tail to the other nodes must survive those bytes.
+  job.start(3, 2,
+            sh("if [ \"$RANK\" = 3 ]; then printf 'bad utf8: \\377\\376\\n' >&2; exec " + kFake +
+               " sleep 300 exit 5; else exec " + kFake + " hang; fi"));
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 5);
+    CHECK_THAT(a.err(), Catch::Contains(": 3 (local rank 1)") && Catch::Contains("bad utf8"));
+    CHECK_THAT(a.err(), !Catch::Contains("lost the agent"));
+  }
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
 TEST_CASE("a worker killed by a signal gives 128+signal on every node", "[e2e][teardown]") {
   Job job;
-  job.start(2, 1, sh("if [ \"$RANK\" = 1 ]; then exec " + kFake + " sleep 200 signal 9; else exec " + kFake +
-                     " hang; fi"));
+  job.start(2, 1,
+            sh("if [ \"$RANK\" = 1 ]; then exec " + kFake + " sleep 200 signal 9; else exec " + kFake +
+               " hang; fi"));
   job.wait_all();
   for (auto& a : job.agents) CHECK(a.code == 137);
   CHECK(leftovers_after(job.token, 5s).empty());
@@ -92,8 +120,9 @@ TEST_CASE("SIGTERM to one agent reaches the workers and the job never reports su
 
 TEST_CASE("SIGUSR1 is forwarded and the job continues", "[e2e][signals]") {
   Job job;
-  job.start(1, 2,
-            sh("exec " + kFake + " trap 10 \"$DIR/usr1_$RANK\" touch \"$DIR/ready_$RANK\" wait-file \"$DIR/go\""));
+  job.start(
+      1, 2,
+      sh("exec " + kFake + " trap 10 \"$DIR/usr1_$RANK\" touch \"$DIR/ready_$RANK\" wait-file \"$DIR/go\""));
   REQUIRE(wait_file(job.dir / "ready_0"));
   REQUIRE(wait_file(job.dir / "ready_1"));
   ::kill(job.agents[0].pid, SIGUSR1);
@@ -105,7 +134,8 @@ TEST_CASE("SIGUSR1 is forwarded and the job continues", "[e2e][signals]") {
   CHECK(read_file(job.dir / "usr1_0") == "10\n");
 }
 
-TEST_CASE("SIGKILL of the master agent: the other node exits non-zero and no worker survives", "[e2e][kill]") {
+TEST_CASE("SIGKILL of the master agent: the other node exits non-zero and no worker survives",
+          "[e2e][kill]") {
   Job job;
   job.start(2, 2, sh("touch \"$DIR/ready_$RANK\"; exec " + kFake + " hang"));
   for (int r = 0; r < 4; ++r) REQUIRE(wait_file(job.dir / ("ready_" + std::to_string(r))));
@@ -135,7 +165,8 @@ TEST_CASE("restarts: a new round with TORCHELASTIC_RESTART_COUNT incremented", "
   job.start(2, 2,
             sh("echo \"$TORCHELASTIC_RESTART_COUNT\" >> \"$DIR/attempts_$RANK\"; "
                "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 2 ]; then "
-               "  for i in $(seq 1 3000); do [ $(cat \"$DIR\"/attempts_* | wc -l) -ge 4 ] && break; sleep 0.01; done; "
+               "  for i in $(seq 1 3000); do [ $(cat \"$DIR\"/attempts_* | wc -l) -ge 4 ] && break; sleep "
+               "0.01; done; "
                "  exit 5; fi; "
                "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then sleep 300; fi"),
             {"--max-restarts", "2"});
