@@ -125,8 +125,13 @@ class StoreCoordinator final : public agent::Coordinator {
 };
 
 // Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
-// munged; the token is then removed from our environment so the workers do not inherit it.
-rdzv::auth::Config resolve_auth(const core::Resolved& r, bool master, agent::Events& ev) {
+// munged; the token is then removed from our environment so the workers do not inherit it. Done in
+// every mode, a single node too, so the secret never reaches a worker and a bad set-up is the same
+// error everywhere.
+rdzv::auth::Config resolve_auth(const core::Resolved& r, agent::Events& ev) {
+  const bool master = r.mode == core::Mode::standalone ? false
+                      : r.mode == core::Mode::per_task ? r.job.task_rank.value_or(0) == 0
+                                                       : r.job.node_rank == 0;
   std::optional<std::string> token;
   if (const char* t = std::getenv("DDPRUN_TOKEN"); t && *t) token = std::string(t);
   const char* sock = std::getenv("DDPRUN_MUNGE_SOCKET");
@@ -165,11 +170,12 @@ std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>&
 
 class RendezvousSession final : public Session {
  public:
-  RendezvousSession(const core::Options& o, const core::Resolved& r, agent::Events& ev)
+  RendezvousSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
+                    agent::Events& ev)
       : r_(r),
         per_task_(r.mode == core::Mode::per_task),
         my_id_(per_task_ ? *r.job.task_rank : r.job.node_rank),
-        rz_(options(o, r, ev)),
+        rz_(options(o, r, std::move(auth), ev)),
         coord_(rz_) {
     me_.node_rank = my_id_;
     me_.hostname = r.self.host.value_or("localhost");
@@ -203,7 +209,8 @@ class RendezvousSession final : public Session {
   void next_attempt() override { rz_.next_attempt(); }
 
  private:
-  rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r, agent::Events& ev) const;
+  rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
+                                  agent::Events& ev) const;
 
   // On the master: the plan from the nodes that joined, with MASTER_PORT checked by binding it
   // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
@@ -244,7 +251,7 @@ class RendezvousSession final : public Session {
 };
 
 rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const core::Resolved& r,
-                                                   agent::Events& ev) const {
+                                                   rdzv::auth::Config auth, agent::Events& ev) const {
   // In per-task mode every task is a participant; otherwise every node.
   const int participants = per_task_ ? core::build_plan(r.job, r.nodes).world_size : r.nnodes_max;
   rdzv::RendezvousOptions ro;
@@ -252,7 +259,7 @@ rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const
   ro.port = r.rdzv_port;
   ro.run_id = r.job.run_id;
   ro.node_rank = my_id_;
-  ro.auth = resolve_auth(r, my_id_ == 0, ev);
+  ro.auth = std::move(auth);
   ro.log = [&ev](const std::string& line) {
     if (ev.json()) {
       ev.emit("rejected_peer", {{"message", line}});
@@ -367,11 +374,12 @@ int run_job(const core::Options& o, const core::Resolved& r) {
   try {
     const agent::AgentOptions ao = agent_options(o, r, ev);
     agent::validate_options(ao);
+    rdzv::auth::Config auth = resolve_auth(r, ev);
     std::unique_ptr<Session> session;
     if (r.mode == core::Mode::standalone) {
       session = std::make_unique<LocalSession>(r);
     } else {
-      session = std::make_unique<RendezvousSession>(o, r, ev);
+      session = std::make_unique<RendezvousSession>(o, r, std::move(auth), ev);
     }
     return run_attempts(*session, o, ao, r.job.max_restarts, ev);
   } catch (const rdzv::Error& e) {

@@ -26,11 +26,25 @@ struct AuthJob {
   // One agent of a 2-node job; `token` empty = no DDPRUN_TOKEN.
   void start_agent(int rank, const std::string& token, const std::string& script,
                    const std::string& timeout = "60") {
-    std::vector<std::string> argv = {DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(rank),
-                                     "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port),
-                                     "--rdzv-id", "e2e-auth", "--rdzv-auth", "token",
-                                     "--rdzv-timeout", timeout, "--term-timeout", "3", "--",
-                                     "/bin/sh", "-c", script};
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--rdzv-id",
+                                     "e2e-auth",
+                                     "--rdzv-auth",
+                                     "token",
+                                     "--rdzv-timeout",
+                                     timeout,
+                                     "--term-timeout",
+                                     "3",
+                                     "--",
+                                     "/bin/sh",
+                                     "-c",
+                                     script};
     std::map<std::string, std::string> env = {{"DDPRUN_TEST_TOKEN", tag}};
     if (!token.empty()) env["DDPRUN_TOKEN"] = token;
     agents.push_back(start(argv, env, dir.path, "agent" + std::to_string(rank)));
@@ -116,7 +130,8 @@ TEST_CASE("an agent with another token is refused and the master names it", "[e2
   CHECK(job.agents[1].code != 0);
   CHECK_THAT(job.agents[1].err(), Catch::Contains("refused this agent") && Catch::Contains("wrong token"));
   CHECK(job.agents[0].code != 0);  // node 1 never joined
-  CHECK_THAT(job.agents[0].err(), Catch::Contains("rejected peer 127.0.0.1:") && Catch::Contains("wrong token"));
+  CHECK_THAT(job.agents[0].err(),
+             Catch::Contains("rejected peer 127.0.0.1:") && Catch::Contains("wrong token"));
   CHECK(leftovers_after(job.tag, 5s).empty());
 }
 
@@ -148,13 +163,19 @@ TEST_CASE("an unauthenticated raw client is dropped while the rendezvous complet
 TEST_CASE("bad authentication setup stops the agent with one line and exit code 2", "[e2e][auth]") {
   AuthJob job;
   const std::string file = job.dir / "token";
-  {
-    std::ofstream(file) << "secret\n";
-  }
+  { std::ofstream(file) << "secret\n"; }
   ::chmod(file.c_str(), 0644);
-  auto run = [&](std::vector<std::string> extra, std::map<std::string, std::string> env, const std::string& name) {
-    std::vector<std::string> argv = {DDPRUN_EXE, "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
-                                     "127.0.0.1:" + std::to_string(job.port), "--rdzv-timeout", "5"};
+  auto run = [&](std::vector<std::string> extra, std::map<std::string, std::string> env,
+                 const std::string& name) {
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     "1",
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(job.port),
+                                     "--rdzv-timeout",
+                                     "5"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), {"--", "true"});
     env["DDPRUN_TEST_TOKEN"] = job.tag;
@@ -181,9 +202,17 @@ TEST_CASE("bad authentication setup stops the agent with one line and exit code 
 TEST_CASE("auto without MUNGE or token warns on the master that the store is open", "[e2e][auth]") {
   AuthJob job;
   for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> argv = {DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(rank),
-                                     "--rdzv-endpoint", "127.0.0.1:" + std::to_string(job.port),
-                                     "--rdzv-timeout", "60", "--", "true"};
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(job.port),
+                                     "--rdzv-timeout",
+                                     "60",
+                                     "--",
+                                     "true"};
     // A munged socket that does not exist makes "no MUNGE here" certain on any machine.
     job.agents.push_back(start(argv,
                                {{"DDPRUN_TEST_TOKEN", job.tag},
@@ -200,5 +229,42 @@ TEST_CASE("auto without MUNGE or token warns on the master that the store is ope
   }
   CHECK_THAT(job.agents[0].err(), Catch::Contains("warning: the rendezvous store is unauthenticated"));
   CHECK_THAT(job.agents[1].err(), !Catch::Contains("unauthenticated"));
+  CHECK(leftovers_after(job.tag, 5s).empty());
+}
+
+TEST_CASE("single-node runs: the token never reaches a worker and bad auth set-up is the same error",
+          "[e2e][auth]") {
+  AuthJob job;
+  const std::string file = job.dir / "token";
+  { std::ofstream(file) << "secret\n"; }
+  ::chmod(file.c_str(), 0644);
+  auto run = [&](std::vector<std::string> extra, std::map<std::string, std::string> env,
+                 const std::string& script, const std::string& name) {
+    std::vector<std::string> argv = {DDPRUN_EXE, "--nproc-per-node", "2"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
+    env["DDPRUN_TEST_TOKEN"] = job.tag;
+    if (!env.count("DDPRUN_TOKEN")) env["DDPRUN_TOKEN"] = "";
+    job.agents.push_back(start(argv, env, job.dir.path, name));
+    CHECK(wait_for(job.agents.back(), 60s));
+    return job.agents.back();
+  };
+  // Exit 0 only when the worker's environment holds no DDPRUN_TOKEN.
+  Proc clean = run({}, {{"DDPRUN_TOKEN", "s3cret-single-node"}}, "test -z \"$DDPRUN_TOKEN\"", "clean");
+  INFO(clean.err());
+  CHECK(clean.code == 0);
+  Proc standalone = run({"--standalone"}, {{"DDPRUN_TOKEN", "s3cret-standalone"}},
+                        "test -z \"$DDPRUN_TOKEN\"", "standalone");
+  CHECK(standalone.code == 0);
+  Proc open = run({"--rdzv-token-file", file}, {}, "true", "open");
+  CHECK(open.code == 2);
+  CHECK_THAT(open.err(), Catch::Contains("mode 0644") && Catch::Contains("chmod 600"));
+  Proc notoken = run({"--rdzv-auth", "token"}, {}, "true", "notoken");
+  CHECK(notoken.code == 2);
+  CHECK_THAT(notoken.err(), Catch::Contains("no token given"));
+  Proc nomunge =
+      run({"--rdzv-auth", "munge"}, {{"DDPRUN_MUNGE_SOCKET", job.dir / "no-munge.sock"}}, "true", "nomunge");
+  CHECK(nomunge.code == 2);
+  CHECK_THAT(nomunge.err(), Catch::Contains("--rdzv-auth munge"));
   CHECK(leftovers_after(job.tag, 5s).empty());
 }
