@@ -55,7 +55,7 @@ SignalWatcher::SignalWatcher(const std::vector<int>& sigs) {
     ::sigaction(sig, sig == SIGPIPE ? &ign : &sa, &s.action);
     saved_.push_back(s);
   }
-  // The caller may have blocked these (the lead's threads usually do not); unblock them here.
+  // The caller may have blocked these (the application's threads usually do not); unblock them here.
   sigset_t set;
   sigemptyset(&set);
   for (int sig : sigs) sigaddset(&set, sig);
