@@ -506,8 +506,8 @@ void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
       throw Error("--allreduce shm: " + why);
     }
     if (env.rank == 0) {
-      std::fprintf(stderr, "ddprun-train: gradients go through gloo (shared memory unavailable: %s)\n",
-                   why.c_str());
+      fmt::print(stderr, "ddprun-train: gradients go through gloo (shared memory unavailable: {})\n",
+                 why);
     }
     return;
   }
@@ -516,8 +516,8 @@ void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
   shm->unlink_name();
   reducer.use_shm(std::move(shm));
   if (env.dp_rank == 0) {
-    std::fprintf(stderr, "ddprun-train: gradients: shared-memory all-reduce across %d ranks on this "
-                 "node\n", env.dp_size);
+    fmt::print(stderr, "ddprun-train: gradients: shared-memory all-reduce across {} ranks on this node\n",
+               env.dp_size);
   }
 }
 
@@ -685,8 +685,7 @@ void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::opti
   if (const char* ms = std::getenv("DDPRUN_TRAIN_TEST_PAUSE_BEFORE_RENAME_MS"); ms && *ms) {
     const long pause = std::strtol(ms, nullptr, 10);
     hook = [pause](const std::string& tmp) {
-      std::fprintf(stderr, "ddprun-train: test hook: wrote %s, pausing before rename\n",
-                   tmp.c_str());
+      fmt::print(stderr, "ddprun-train: test hook: wrote {}, pausing before rename\n", tmp);
       std::fflush(stderr);
       std::this_thread::sleep_for(std::chrono::milliseconds(pause));
     };
@@ -830,7 +829,7 @@ int run(Options o) {
   const bool lead = env.rank == 0;
   auto log = [&](const std::string& msg) {
     if (lead) {
-      std::printf("%s\n", msg.c_str());
+      fmt::print("{}\n", msg);
       std::fflush(stdout);
     }
   };
@@ -1040,7 +1039,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
+    // CLI11 writes help and usage errors to streams; pass them on through fmt.
+    std::ostringstream out;
+    std::ostringstream err;
+    const int rc = app.exit(e, out, err);
+    fmt::print("{}", out.str());
+    fmt::print(stderr, "{}", err.str());
     return rc == 0 ? 0 : kExitUsage;
   }
   const char* rank = std::getenv("RANK");
@@ -1050,12 +1054,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return rc;
   } catch (const ddprun::train::Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+    fmt::print(stderr, "{}: error: {}\n", who, e.what());
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", who.c_str(),
-                 first_line(e.what_without_backtrace()).c_str());
+    fmt::print(stderr, "{}: error: {}\n", who, first_line(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), first_line(e.what()).c_str());
+    fmt::print(stderr, "{}: error: {}\n", who, first_line(e.what()));
   }
   return kExitError;
 }
