@@ -3,24 +3,24 @@
 #include <unistd.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/torch.h>
 #ifdef DDPRUN_TRAIN_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -64,7 +64,7 @@ struct Options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int epochs = 1;
   std::int64_t batch_size = 64;
-  double lr = 0.0;  // 0: the optimizer's default
+  double lr = 0.0;        // 0: the optimizer's default
   std::string optimizer;  // empty: adam for mlp/ae, sgd for toy
   double momentum = 0.0;
   std::uint64_t seed = 0;
@@ -99,8 +99,7 @@ torch::Tensor images_to_tensor(const IdxArray& a, const std::string& path) {
   if (a.dims.size() != 3 || a.dims[1] * a.dims[2] != 784) {
     throw Error(path + ": expected N x 28 x 28 images");
   }
-  auto bytes = torch::from_blob(const_cast<std::uint8_t*>(a.data.data()),
-                                {a.dims[0], 784}, torch::kUInt8);
+  auto bytes = torch::from_blob(const_cast<std::uint8_t*>(a.data.data()), {a.dims[0], 784}, torch::kUInt8);
   // Normalise with the Fashion-MNIST pixel mean/std.
   return (bytes.to(torch::kFloat32).div_(255.0).sub_(0.2860).div_(0.3530)).contiguous();
 }
@@ -189,8 +188,8 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-torch::Tensor compute_loss(const std::string& model, const torch::Tensor& out,
-                           const torch::Tensor& x, const torch::Tensor& y) {
+torch::Tensor compute_loss(const std::string& model, const torch::Tensor& out, const torch::Tensor& x,
+                           const torch::Tensor& y) {
   if (model == "mlp") {
     return torch::nn::functional::cross_entropy(out, y.to(out.device()));
   }
@@ -386,8 +385,8 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 int rank, int size, const std::string& master,
+c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                 int size, const std::string& master,
                                                  std::chrono::milliseconds timeout) {
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
@@ -424,8 +423,8 @@ Dist init_dist(const DistEnv& env, const Options& o) {
   so.timeout = timeout;
   d.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
   auto world_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_train/world", d.store);
-  auto dp_store = c10::make_intrusive<c10d::PrefixStore>(
-      "ddprun_train/dp" + std::to_string(env.mp_rank), d.store);
+  auto dp_store =
+      c10::make_intrusive<c10d::PrefixStore>("ddprun_train/dp" + std::to_string(env.mp_rank), d.store);
 #ifdef DDPRUN_TRAIN_HAVE_NCCL
   if (o.backend == "nccl") {
     if (!torch::cuda::is_available()) {
@@ -433,23 +432,20 @@ Dist init_dist(const DistEnv& env, const Options& o) {
     }
     // NCCL tensors must sit on this rank's GPU: the head's device (see run()).
     const auto n = static_cast<int>(torch::cuda::device_count());
-    d.comm_dev = torch::Device(
-        torch::kCUDA, static_cast<c10::DeviceIndex>(o.model_parallel ? 0 : env.local_rank % n));
+    d.comm_dev =
+        torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.model_parallel ? 0 : env.local_rank % n));
     auto nopts = c10d::ProcessGroupNCCL::Options::create();
     nopts->timeout = timeout;
-    d.world = c10::make_intrusive<c10d::ProcessGroupNCCL>(world_store, env.rank, env.world_size,
-                                                          nopts);
-    d.dp = env.mp_size == 1 ? d.world
-                            : c10::make_intrusive<c10d::ProcessGroupNCCL>(dp_store, env.dp_rank,
-                                                                          env.dp_size, nopts);
+    d.world = c10::make_intrusive<c10d::ProcessGroupNCCL>(world_store, env.rank, env.world_size, nopts);
+    d.dp = env.mp_size == 1
+               ? d.world
+               : c10::make_intrusive<c10d::ProcessGroupNCCL>(dp_store, env.dp_rank, env.dp_size, nopts);
     return d;
   }
 #endif
   d.world = make_gloo(world_store, env.rank, env.world_size, env.master_addr, timeout);
   // Gradients are averaged only among replicas of the same model-parallel slice.
-  d.dp = env.mp_size == 1
-             ? d.world
-             : make_gloo(dp_store, env.dp_rank, env.dp_size, env.master_addr, timeout);
+  d.dp = env.mp_size == 1 ? d.world : make_gloo(dp_store, env.dp_rank, env.dp_size, env.master_addr, timeout);
   return d;
 }
 
@@ -480,8 +476,8 @@ void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
     if (env.dp_rank == 0) {
       // Created, sized and initialised before anyone learns its name.
       std::random_device rd;
-      const std::string name = fmt::format("/ddprun-train-{}-{}-{}-{:08x}", ::getuid(),
-                                           env.master_port, env.mp_rank, rd());
+      const std::string name =
+          fmt::format("/ddprun-train-{}-{}-{}-{:08x}", ::getuid(), env.master_port, env.mp_rank, rd());
       attach(name);
       store_set_text(*d.store, prefix + "name", shm ? name : std::string());
     } else {
@@ -506,8 +502,7 @@ void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
       throw Error("--allreduce shm: " + why);
     }
     if (env.rank == 0) {
-      fmt::print(stderr, "ddprun-train: gradients go through gloo (shared memory unavailable: {})\n",
-                 why);
+      fmt::print(stderr, "ddprun-train: gradients go through gloo (shared memory unavailable: {})\n", why);
     }
     return;
   }
@@ -549,8 +544,7 @@ class StopVote {
     if (!d_.active()) {
       return;
     }
-    t_.push_back(
-        torch::full({1}, static_cast<double>(local_signal), torch::TensorOptions(d_.comm_dev)));
+    t_.push_back(torch::full({1}, static_cast<double>(local_signal), torch::TensorOptions(d_.comm_dev)));
     c10d::AllreduceOptions ao;
     ao.reduceOp = c10d::ReduceOp::MAX;
     work_ = d_.world->allreduce(t_, ao);
@@ -570,15 +564,16 @@ class StopVote {
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
-int agree_stop(Dist& d, int local_signal) { return StopVote(d, local_signal).result(); }
+int agree_stop(Dist& d, int local_signal) {
+  return StopVote(d, local_signal).result();
+}
 
 // Sum of a small vector over the data-parallel group.
 std::vector<double> dp_sum(Dist& d, std::vector<double> v) {
   if (!d.active()) {
     return v;
   }
-  std::vector<at::Tensor> t{
-      torch::tensor(v, torch::TensorOptions().dtype(torch::kFloat64)).to(d.comm_dev)};
+  std::vector<at::Tensor> t{torch::tensor(v, torch::TensorOptions().dtype(torch::kFloat64)).to(d.comm_dev)};
   d.dp->allreduce(t)->wait();
   auto c = t[0].cpu();
   for (std::size_t i = 0; i < v.size(); ++i) {
@@ -787,8 +782,8 @@ void append_metrics(const std::string& path, const nlohmann::json& rec) {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(Net& net, const Options& o) {
   if (o.optimizer == "adam") {
-    return std::make_unique<torch::optim::Adam>(
-        net->parameters(), torch::optim::AdamOptions(o.lr > 0 ? o.lr : 1e-3));
+    return std::make_unique<torch::optim::Adam>(net->parameters(),
+                                                torch::optim::AdamOptions(o.lr > 0 ? o.lr : 1e-3));
   }
   if (o.optimizer == "sgd") {
     return std::make_unique<torch::optim::SGD>(
@@ -836,8 +831,7 @@ int run(Options o) {
 
   // Data before the process group: a bad --data-dir fails fast on every rank.
   const bool classifier = o.model == "mlp";
-  Data data =
-      o.data == "toy" ? make_toy_data(o.seed, o.toy_samples) : load_fashion_mnist(o.data_dir);
+  Data data = o.data == "toy" ? make_toy_data(o.seed, o.toy_samples) : load_fashion_mnist(o.data_dir);
 
   Dist dist = init_dist(env, o);
 
@@ -850,8 +844,7 @@ int run(Options o) {
       head_dev = torch::Device(torch::kCUDA, 0);
       tail_dev = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::min(1, n - 1)));
     } else {
-      head_dev = tail_dev =
-          torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % n));
+      head_dev = tail_dev = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % n));
     }
   } else if (o.model_parallel) {
     log("model-parallel: no CUDA devices, head and tail both stay on the CPU");
@@ -863,8 +856,8 @@ int run(Options o) {
   if (!o.checkpoint_dir.empty()) {
     if (auto bytes = fetch_checkpoint(dist, o)) {
       pos = load_checkpoint(*bytes, net, *opt, o, checkpoint_path(o));
-      log(fmt::format("resumed from {} at epoch {} batch {} (step {})", checkpoint_path(o),
-                      pos.epoch + 1, pos.batch, pos.step));
+      log(fmt::format("resumed from {} at epoch {} batch {} (step {})", checkpoint_path(o), pos.epoch + 1,
+                      pos.batch, pos.step));
     } else if (o.resume) {
       log("no checkpoint in " + o.checkpoint_dir + ", starting from scratch");
     }
@@ -879,10 +872,11 @@ int run(Options o) {
   }
   // The stop vote must span the world; the gradient all-reduce does only when DP == world.
   const bool vote_in_grads = reducer && env.mp_size == 1;
-  log(fmt::format("ddprun-train: model {} data {} world {} (dp {} x mp {}) global batch {} "
+  log(
+      fmt::format("ddprun-train: model {} data {} world {} (dp {} x mp {}) global batch {} "
                   "per-rank batch {} optimizer {} threads {}",
-                  o.model, o.data, env.world_size, env.dp_size, env.mp_size, o.batch_size,
-                  local_batch, o.optimizer, torch::get_num_threads()));
+                  o.model, o.data, env.world_size, env.dp_size, env.mp_size, o.batch_size, local_batch,
+                  o.optimizer, torch::get_num_threads()));
 
   const std::int64_t n_train = data.train_x.size(0);
   int stop_signal = 0;
@@ -891,8 +885,7 @@ int run(Options o) {
   for (std::int64_t epoch = pos.epoch; epoch < o.epochs; ++epoch) {
     const auto shard = shard_indices(n_train, env.dp_size, env.dp_rank, o.seed, epoch, true);
     const auto shard_len = static_cast<std::int64_t>(shard.size());
-    auto idx = torch::tensor(std::vector<std::int64_t>(shard.begin(), shard.end()),
-                             torch::kInt64);
+    auto idx = torch::tensor(std::vector<std::int64_t>(shard.begin(), shard.end()), torch::kInt64);
     const std::int64_t nb = batches_per_epoch(shard_len, local_batch);
     double loss_sum = 0;
     double samples = 0;
@@ -943,17 +936,16 @@ int run(Options o) {
     const double sps = secs > 0 ? tot[1] / secs : 0.0;
     if (lead) {
       const auto ev = evaluate(net, data, o, classifier);
-      nlohmann::json rec = {{"epoch", epoch + 1},      {"step", pos.step},
-                            {"loss", train_loss},      {"test_loss", ev.loss},
-                            {"samples_per_sec", sps},  {"world_size", env.world_size},
-                            {"epoch_seconds", secs},   {"cpu_seconds", tot[2]}};
+      nlohmann::json rec = {{"epoch", epoch + 1},    {"step", pos.step},       {"loss", train_loss},
+                            {"test_loss", ev.loss},  {"samples_per_sec", sps}, {"world_size", env.world_size},
+                            {"epoch_seconds", secs}, {"cpu_seconds", tot[2]}};
       std::string acc;
       if (classifier) {
         rec["test_accuracy"] = ev.accuracy;
         acc = fmt::format(" test_accuracy {:.4f}", ev.accuracy);
       }
-      log(fmt::format("epoch {}/{}: loss {:.4f} test_loss {:.4f}{} samples/s {:.0f}", epoch + 1,
-                      o.epochs, train_loss, ev.loss, acc, sps));
+      log(fmt::format("epoch {}/{}: loss {:.4f} test_loss {:.4f}{} samples/s {:.0f}", epoch + 1, o.epochs,
+                      train_loss, ev.loss, acc, sps));
       if (!o.metrics_file.empty()) {
         append_metrics(o.metrics_file, rec);
       }
@@ -974,10 +966,10 @@ int run(Options o) {
   // Nobody leaves before rank 0's checkpoint is durable.
   world_barrier(dist);
   if (stop_signal != 0) {
-    log(fmt::format("stopped by signal {} after step {} (epoch {} batch {}); checkpoint {}",
-                    stop_signal, pos.step, pos.epoch + 1, pos.batch,
-                    o.checkpoint_dir.empty() ? std::string("not written (no --checkpoint-dir)")
-                                             : checkpoint_path(o)));
+    log(fmt::format(
+        "stopped by signal {} after step {} (epoch {} batch {}); checkpoint {}", stop_signal, pos.step,
+        pos.epoch + 1, pos.batch,
+        o.checkpoint_dir.empty() ? std::string("not written (no --checkpoint-dir)") : checkpoint_path(o)));
     return preempt_exit_code(stop_signal);
   }
   if (hit_max_steps) {
@@ -1002,8 +994,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"toy", "fashion-mnist"}));
   app.add_option("--data-dir", o.data_dir, "directory with MNIST-format IDX files (.gz or plain)")
       ->capture_default_str();
-  app.add_option("--epochs", o.epochs, "number of epochs")->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "number of epochs")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "global batch size (split across DP ranks)")
       ->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate (default: 1e-3 for adam, 0.05 for sgd)");
