@@ -17,6 +17,11 @@
 namespace ddprun::train {
 namespace fs = std::filesystem;
 
+std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
 int preempt_exit_code(int signo) {
   return 128 + signo;
 }

@@ -31,63 +31,15 @@
 #include <vector>
 
 #include "core.hpp"
+#include "options.hpp"
 #include "shm_allreduce.hpp"
+#include "signals.hpp"
 
 namespace ddprun::train {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// First SIGTERM/SIGUSR2 wins; repeats are ignored because Slurm and the launcher may both
-// signal the worker, and a second signal must not cost the checkpoint. SIGKILL is the backstop.
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int signo) {
-  if (g_stop_signal == 0) {
-    g_stop_signal = signo;
-  }
-}
-
-void install_signal_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR2, &sa, nullptr);
-}
-
-struct Options {
-  std::string model = "mlp";
-  std::string data;  // empty: follows the model
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int epochs = 1;
-  std::int64_t batch_size = 64;
-  double lr = 0.0;        // 0: the optimizer's default
-  std::string optimizer;  // empty: adam for mlp/ae, sgd for toy
-  double momentum = 0.0;
-  std::uint64_t seed = 0;
-  int threads = 0;
-  std::string backend = "gloo";
-  std::string allreduce = "auto";  // gradients: auto (shm when the group shares a node) | shm | gloo
-  std::string checkpoint_dir;
-  bool resume = false;
-  std::int64_t checkpoint_every = 0;
-  std::string metrics_file;
-  std::int64_t max_steps = 0;
-  std::string dump_params;
-  bool model_parallel = false;
-  std::int64_t bucket_cap_kb = 25 * 1024;  // DDP's defaults: 25 MB, first bucket 1 MB
-  std::int64_t first_bucket_kb = 1024;
-  int timeout_s = 300;
-  std::int64_t toy_samples = 1024;
-};
-
-std::string first_line(const std::string& s) {
-  const auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
 
 // ---------------------------------------------------------------- data
 
@@ -343,14 +295,6 @@ class GradReducer {
   std::vector<double> extra_sums_;
   std::unique_ptr<ShmAllreduce> shm_;
 };
-
-// Stop votes piggybacked on the gradients: one flag per stop signal, largest signal wins.
-std::vector<double> stop_flags(int signo) {
-  return {signo == SIGTERM ? 1.0 : 0.0, signo == SIGUSR2 ? 1.0 : 0.0};
-}
-int stop_from_flags(const std::vector<double>& sums) {
-  return sums[0] > 0 ? SIGTERM : (sums[1] > 0 ? SIGUSR2 : 0);
-}
 
 // Gradients are set to none rather than zeroed: autograd then hands over its fresh buffer
 // (no zero pass, no accumulate), and the reducer's bucket views are never written by it.
@@ -793,7 +737,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(Net& net, const Options&
 }
 
 int run(Options o) {
-  install_signal_handlers();
+  install_stop_handlers();
   const DistEnv env = parse_dist_env_from_process();
   if (o.data.empty()) {
     o.data = o.model == "toy" ? "toy" : "fashion-mnist";
@@ -896,9 +840,9 @@ int run(Options o) {
       const auto len = std::min(local_batch, shard_len - begin);
       std::optional<StopVote> vote;
       if (vote_in_grads) {
-        reducer->set_extra(stop_flags(static_cast<int>(g_stop_signal)));
+        reducer->set_extra(stop_flags(stop_signal_received()));
       } else {
-        vote.emplace(dist, static_cast<int>(g_stop_signal));
+        vote.emplace(dist, stop_signal_received());
       }
       auto bidx = idx.narrow(0, begin, len);
       auto x = data.train_x.index_select(0, bidx);
