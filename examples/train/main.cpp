@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core.hpp"
+#include "model.hpp"
 #include "options.hpp"
 #include "shm_allreduce.hpp"
 #include "signals.hpp"
@@ -96,59 +97,6 @@ Data make_toy_data(std::uint64_t seed, std::int64_t n) {
   make(n, d.train_x, d.train_y);
   make(256, d.test_x, d.test_y);
   return d;
-}
-
-// ---------------------------------------------------------------- model
-
-// Every model is a head and a tail. Plain data parallel keeps both on one device; the
-// model-parallel variant puts them on the process's two devices. The split path (move the
-// activation between the parts) always runs, so it is exercised on CPU too.
-struct NetImpl : torch::nn::Module {
-  torch::nn::Sequential head{nullptr}, tail{nullptr};
-  torch::Device head_dev = torch::kCPU, tail_dev = torch::kCPU;
-
-  NetImpl(const std::string& kind) {
-    using torch::nn::Linear;
-    using torch::nn::ReLU;
-    if (kind == "toy") {
-      head = torch::nn::Sequential(Linear(32, 32), ReLU());
-      tail = torch::nn::Sequential(Linear(32, 10));
-    } else if (kind == "mlp") {
-      head = torch::nn::Sequential(Linear(784, 256), ReLU());
-      tail = torch::nn::Sequential(Linear(256, 128), ReLU(), Linear(128, 10));
-    } else if (kind == "ae") {
-      head = torch::nn::Sequential(Linear(784, 128), ReLU(), Linear(128, 128), ReLU());
-      tail = torch::nn::Sequential(Linear(128, 128), ReLU(), Linear(128, 784));
-    } else {
-      throw Error("unknown model '" + kind + "'");
-    }
-    register_module("head", head);
-    register_module("tail", tail);
-  }
-
-  void place(torch::Device h, torch::Device t) {
-    head_dev = h;
-    tail_dev = t;
-    head->to(h);
-    tail->to(t);
-  }
-
-  torch::Tensor forward(torch::Tensor x) {
-    auto mid = head->forward(x.to(head_dev));
-    return tail->forward(mid.to(tail_dev));
-  }
-};
-TORCH_MODULE(Net);
-
-torch::Tensor compute_loss(const std::string& model, const torch::Tensor& out, const torch::Tensor& x,
-                           const torch::Tensor& y) {
-  if (model == "mlp") {
-    return torch::nn::functional::cross_entropy(out, y.to(out.device()));
-  }
-  if (model == "ae") {
-    return torch::mse_loss(out, x.to(out.device()));
-  }
-  return torch::mse_loss(out, y.to(out.device()));
 }
 
 // ---------------------------------------------------------------- gradient reducer
@@ -295,14 +243,6 @@ class GradReducer {
   std::vector<double> extra_sums_;
   std::unique_ptr<ShmAllreduce> shm_;
 };
-
-// Gradients are set to none rather than zeroed: autograd then hands over its fresh buffer
-// (no zero pass, no accumulate), and the reducer's bucket views are never written by it.
-void clear_grads(Net& net) {
-  for (auto& p : net->parameters()) {
-    p.mutable_grad() = torch::Tensor();
-  }
-}
 
 // ---------------------------------------------------------------- process groups
 
@@ -722,18 +662,6 @@ void append_metrics(const std::string& path, const nlohmann::json& rec) {
   if (!out) {
     throw Error("cannot append to --metrics-file " + path);
   }
-}
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(Net& net, const Options& o) {
-  if (o.optimizer == "adam") {
-    return std::make_unique<torch::optim::Adam>(net->parameters(),
-                                                torch::optim::AdamOptions(o.lr > 0 ? o.lr : 1e-3));
-  }
-  if (o.optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(
-        net->parameters(), torch::optim::SGDOptions(o.lr > 0 ? o.lr : 0.05).momentum(o.momentum));
-  }
-  throw Error("unknown --optimizer '" + o.optimizer + "' (use sgd or adam)");
 }
 
 int run(Options o) {
