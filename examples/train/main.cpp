@@ -32,10 +32,12 @@
 
 #include "core.hpp"
 #include "data.hpp"
+#include "dist.hpp"
 #include "model.hpp"
 #include "options.hpp"
 #include "reducer.hpp"
 #include "shm_allreduce.hpp"
+#include "shm_setup.hpp"
 #include "signals.hpp"
 
 namespace ddprun::train {
@@ -43,234 +45,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// ---------------------------------------------------------------- process groups
-
-struct Dist {
-  DistEnv env;
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> world;  // all ranks: broadcast, stop flag
-  c10::intrusive_ptr<c10d::ProcessGroup> dp;     // ranks sharing this MP rank: gradients
-  torch::Device comm_dev = torch::kCPU;
-  bool active() const { return env.world_size > 1; }
-};
-
-// c10d stores hold bytes; the set-up handshakes exchange short texts.
-void store_set_text(c10d::Store& store, const std::string& key, const std::string& text) {
-  store.set(key, std::vector<std::uint8_t>(text.begin(), text.end()));
-}
-
-std::string store_get_text(c10d::Store& store, const std::string& key) {
-  const std::vector<std::uint8_t> v = store.get(key);
-  return {v.begin(), v.end()};
-}
-
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
-
-c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                 int size, const std::string& master,
-                                                 std::chrono::milliseconds timeout) {
-  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-  } else if (is_loopback(master)) {
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  } else {
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  }
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
-}
-
-Dist init_dist(const DistEnv& env, const Options& o) {
-  Dist d;
-  d.env = env;
-  if (o.backend == "nccl") {
-#ifndef DDPRUN_TRAIN_HAVE_NCCL
-    throw Error(
-        "--backend nccl is unavailable: this ddprun-train was built against a CPU-only libtorch; "
-        "use --backend gloo or rebuild against a CUDA libtorch");
-#endif
-  } else if (o.backend != "gloo") {
-    throw Error("unknown --backend '" + o.backend + "' (use gloo or nccl)");
-  }
-  if (!d.active()) {
-    return d;
-  }
-  const auto timeout = std::chrono::milliseconds(std::int64_t{o.timeout_s} * 1000);
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<std::uint16_t>(env.master_port);
-  so.isServer = env.rank == 0;
-  so.numWorkers = static_cast<std::size_t>(env.world_size);
-  so.waitWorkers = true;
-  so.timeout = timeout;
-  d.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
-  auto world_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_train/world", d.store);
-  auto dp_store =
-      c10::make_intrusive<c10d::PrefixStore>("ddprun_train/dp" + std::to_string(env.mp_rank), d.store);
-#ifdef DDPRUN_TRAIN_HAVE_NCCL
-  if (o.backend == "nccl") {
-    if (!torch::cuda::is_available()) {
-      throw Error("--backend nccl needs a CUDA device, but none is visible");
-    }
-    // NCCL tensors must sit on this rank's GPU: the head's device (see run()).
-    const auto n = static_cast<int>(torch::cuda::device_count());
-    d.comm_dev =
-        torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.model_parallel ? 0 : env.local_rank % n));
-    auto nopts = c10d::ProcessGroupNCCL::Options::create();
-    nopts->timeout = timeout;
-    d.world = c10::make_intrusive<c10d::ProcessGroupNCCL>(world_store, env.rank, env.world_size, nopts);
-    d.dp = env.mp_size == 1
-               ? d.world
-               : c10::make_intrusive<c10d::ProcessGroupNCCL>(dp_store, env.dp_rank, env.dp_size, nopts);
-    return d;
-  }
-#endif
-  d.world = make_gloo(world_store, env.rank, env.world_size, env.master_addr, timeout);
-  // Gradients are averaged only among replicas of the same model-parallel slice.
-  d.dp = env.mp_size == 1 ? d.world : make_gloo(dp_store, env.dp_rank, env.dp_size, env.master_addr, timeout);
-  return d;
-}
-
-// Sets up the shared-memory gradient path when every rank of the DP group can map one segment
-// (same node, same IPC namespace). All ranks agree through the store: each reports whether it
-// attached, and the shm path is used only if all did; otherwise gloo carries the gradients.
-void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
-  const DistEnv& env = d.env;
-  if (o.allreduce == "gloo" || !reducer.all_cpu_float()) {
-    if (o.allreduce == "shm") {
-      throw Error("--allreduce shm needs float32 CPU gradients");
-    }
-    return;
-  }
-  const std::string prefix = fmt::format("ddprun_train/shm/{}/", env.mp_rank);
-  std::unique_ptr<ShmAllreduce> shm;
-  std::string why;
-  const auto timeout = std::chrono::milliseconds(std::int64_t{o.timeout_s} * 1000);
-  try {
-    auto attach = [&](const std::string& name) {
-      try {
-        shm = std::make_unique<ShmAllreduce>(name, env.dp_rank == 0, env.dp_size, env.dp_rank,
-                                             reducer.bucket_numels(), timeout);
-      } catch (const Error& e) {
-        why = e.what();
-      }
-    };
-    if (env.dp_rank == 0) {
-      // Created, sized and initialised before anyone learns its name.
-      std::random_device rd;
-      const std::string name =
-          fmt::format("/ddprun-train-{}-{}-{}-{:08x}", ::getuid(), env.master_port, env.mp_rank, rd());
-      attach(name);
-      store_set_text(*d.store, prefix + "name", shm ? name : std::string());
-    } else {
-      const std::string name = store_get_text(*d.store, prefix + "name");
-      if (name.empty()) {
-        why = "rank 0 could not create the segment";
-      } else {
-        attach(name);
-      }
-    }
-    store_set_text(*d.store, prefix + "ok/" + std::to_string(env.dp_rank), shm ? "1" : why);
-    for (int r = 0; r < env.dp_size; ++r) {
-      const std::string v = store_get_text(*d.store, prefix + "ok/" + std::to_string(r));
-      if (v != "1" && why.empty()) why = fmt::format("rank {}: {}", r, v);
-    }
-  } catch (const std::exception& e) {
-    if (why.empty()) why = e.what();
-  }
-  why = why.substr(0, why.find('\n'));  // c10d errors carry a stack trace
-  if (!why.empty()) {
-    if (o.allreduce == "shm") {
-      throw Error("--allreduce shm: " + why);
-    }
-    if (env.rank == 0) {
-      fmt::print(stderr, "ddprun-train: gradients go through gloo (shared memory unavailable: {})\n", why);
-    }
-    return;
-  }
-  // Every rank has attached (all "ok" keys were there): the name is no longer needed, and
-  // nothing is left in /dev/shm whatever happens next.
-  shm->unlink_name();
-  reducer.use_shm(std::move(shm));
-  if (env.dp_rank == 0) {
-    fmt::print(stderr, "ddprun-train: gradients: shared-memory all-reduce across {} ranks on this node\n",
-               env.dp_size);
-  }
-}
-
-void broadcast_params(Dist& d, Net& net) {
-  if (!d.active()) {
-    return;
-  }
-  torch::NoGradGuard ng;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<std::vector<at::Tensor>> keep;
-  for (auto& p : net->parameters()) {
-    keep.push_back({p.data()});
-  }
-  for (auto& t : keep) {
-    c10d::BroadcastOptions bo;
-    bo.rootRank = 0;
-    works.push_back(d.world->broadcast(t, bo));
-  }
-  for (auto& w : works) {
-    w->wait();
-  }
-}
-
-// All ranks agree on the largest requested stop signal (0: keep going). The all-reduce is
-// started before a step and read after it, so it overlaps the step instead of adding latency.
-class StopVote {
- public:
-  StopVote(Dist& d, int local_signal) : d_(d), local_(local_signal) {
-    if (!d_.active()) {
-      return;
-    }
-    t_.push_back(torch::full({1}, static_cast<double>(local_signal), torch::TensorOptions(d_.comm_dev)));
-    c10d::AllreduceOptions ao;
-    ao.reduceOp = c10d::ReduceOp::MAX;
-    work_ = d_.world->allreduce(t_, ao);
-  }
-  int result() {
-    if (!work_) {
-      return local_;
-    }
-    work_->wait();
-    return static_cast<int>(t_[0].item<double>());
-  }
-
- private:
-  Dist& d_;
-  int local_;
-  std::vector<at::Tensor> t_;
-  c10::intrusive_ptr<c10d::Work> work_;
-};
-
-int agree_stop(Dist& d, int local_signal) {
-  return StopVote(d, local_signal).result();
-}
-
-// Sum of a small vector over the data-parallel group.
-std::vector<double> dp_sum(Dist& d, std::vector<double> v) {
-  if (!d.active()) {
-    return v;
-  }
-  std::vector<at::Tensor> t{torch::tensor(v, torch::TensorOptions().dtype(torch::kFloat64)).to(d.comm_dev)};
-  d.dp->allreduce(t)->wait();
-  auto c = t[0].cpu();
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    v[i] = c[static_cast<std::int64_t>(i)].item<double>();
-  }
-  return v;
-}
-
-void world_barrier(Dist& d) {
-  if (d.active()) {
-    agree_stop(d, 0);
-  }
-}
 
 // ---------------------------------------------------------------- checkpoints
 
@@ -534,7 +308,7 @@ int run(Options o) {
       log("no checkpoint in " + o.checkpoint_dir + ", starting from scratch");
     }
   }
-  broadcast_params(dist, net);
+  broadcast_params(dist, net->parameters());
 
   std::unique_ptr<GradReducer> reducer;
   if (dist.active() && env.dp_size > 1) {
