@@ -30,8 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Everything one run holds. Members are destroyed in reverse order, as the locals of the
-// single function this used to be: the reducer (hooks, shared memory) before the groups.
+// Everything one run holds. Members are declared in set-up order, so they are destroyed in
+// reverse: the reducer (hooks, shared memory) before the model and the process groups.
 struct Trainer {
   Options o;
   DistEnv env;
