@@ -17,7 +17,14 @@
 namespace ddprun::train {
 namespace fs = std::filesystem;
 
-int preempt_exit_code(int signo) { return 128 + signo; }
+std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+int preempt_exit_code(int signo) {
+  return 128 + signo;
+}
 
 namespace {
 
@@ -34,13 +41,15 @@ int parse_int_var(const EnvLookup& env, const std::string& name, int fallback, i
     throw Error(name + "='" + *v + "' is not an integer; set it to a whole number");
   }
   if (out < lo || out > hi) {
-    throw Error(name + "=" + *v + " is out of range [" + std::to_string(lo) + ", " +
-                std::to_string(hi) + "]");
+    throw Error(name + "=" + *v + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                "]");
   }
   return out;
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 }  // namespace
 
@@ -50,8 +59,8 @@ DistEnv parse_dist_env(const EnvLookup& env) {
   d.world_size = parse_int_var(env, "WORLD_SIZE", 1, 1, kMax);
   d.rank = parse_int_var(env, "RANK", 0, 0, kMax);
   if (d.rank >= d.world_size) {
-    throw Error("RANK=" + std::to_string(d.rank) + " must be below WORLD_SIZE=" +
-                std::to_string(d.world_size));
+    throw Error("RANK=" + std::to_string(d.rank) +
+                " must be below WORLD_SIZE=" + std::to_string(d.world_size));
   }
   d.local_rank = parse_int_var(env, "LOCAL_RANK", 0, 0, kMax);
   d.master_addr = env("MASTER_ADDR").value_or("");
@@ -70,20 +79,18 @@ DistEnv parse_dist_env(const EnvLookup& env) {
   d.mp_size = parse_int_var(env, "DDPRUN_MP_SIZE", 1, 1, kMax);
   d.mp_rank = parse_int_var(env, "DDPRUN_MP_RANK", 0, 0, kMax);
   d.dp_size = parse_int_var(env, "DDPRUN_DP_SIZE", d.world_size / d.mp_size, 1, kMax);
-  d.dp_rank = parse_int_var(env, "DDPRUN_DP_RANK", d.mp_size == 1 ? d.rank : d.rank / d.mp_size,
-                            0, kMax);
+  d.dp_rank = parse_int_var(env, "DDPRUN_DP_RANK", d.mp_size == 1 ? d.rank : d.rank / d.mp_size, 0, kMax);
   if (d.mp_size * d.dp_size != d.world_size) {
     throw Error("DDPRUN_MP_SIZE=" + std::to_string(d.mp_size) + " x DDPRUN_DP_SIZE=" +
-                std::to_string(d.dp_size) + " must equal WORLD_SIZE=" +
-                std::to_string(d.world_size));
+                std::to_string(d.dp_size) + " must equal WORLD_SIZE=" + std::to_string(d.world_size));
   }
   if (d.mp_rank >= d.mp_size) {
-    throw Error("DDPRUN_MP_RANK=" + std::to_string(d.mp_rank) + " must be below DDPRUN_MP_SIZE=" +
-                std::to_string(d.mp_size));
+    throw Error("DDPRUN_MP_RANK=" + std::to_string(d.mp_rank) +
+                " must be below DDPRUN_MP_SIZE=" + std::to_string(d.mp_size));
   }
   if (d.dp_rank >= d.dp_size) {
-    throw Error("DDPRUN_DP_RANK=" + std::to_string(d.dp_rank) + " must be below DDPRUN_DP_SIZE=" +
-                std::to_string(d.dp_size));
+    throw Error("DDPRUN_DP_RANK=" + std::to_string(d.dp_rank) +
+                " must be below DDPRUN_DP_SIZE=" + std::to_string(d.dp_size));
   }
   return d;
 }
@@ -112,8 +119,8 @@ std::int64_t per_rank_batch(std::int64_t global_batch, int dp_size) {
 std::vector<std::int64_t> shard_indices(std::int64_t n, int world, int rank, std::uint64_t seed,
                                         std::int64_t epoch, bool shuffle) {
   if (n <= 0 || world <= 0 || rank < 0 || rank >= world) {
-    throw Error("shard_indices: bad arguments n=" + std::to_string(n) + " world=" +
-                std::to_string(world) + " rank=" + std::to_string(rank));
+    throw Error("shard_indices: bad arguments n=" + std::to_string(n) + " world=" + std::to_string(world) +
+                " rank=" + std::to_string(rank));
   }
   std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
@@ -155,8 +162,7 @@ IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& wh
     throw Error(what + ": not an IDX file (bad magic number)");
   }
   if (bytes[2] != 0x08) {
-    throw Error(what + ": IDX element type " + std::to_string(bytes[2]) +
-                " is not unsigned byte (0x08)");
+    throw Error(what + ": IDX element type " + std::to_string(bytes[2]) + " is not unsigned byte (0x08)");
   }
   const std::size_t ndims = bytes[3];
   if (ndims == 0 || ndims > 4) {
@@ -183,8 +189,7 @@ IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& wh
   }
   if (bytes.size() - header != count) {
     throw Error(what + ": IDX payload is " + std::to_string(bytes.size() - header) +
-                " bytes but the header says " + std::to_string(count) +
-                " (truncated or corrupt file)");
+                " bytes but the header says " + std::to_string(count) + " (truncated or corrupt file)");
   }
   out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return out;
@@ -238,8 +243,7 @@ void write_file_atomic(const std::string& path, const std::vector<char>& bytes,
                        const std::function<void(const std::string& tmp)>& before_rename) {
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const fs::path tmp =
-      dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw Error("cannot create " + tmp.string() + ": " + errno_text(errno));
@@ -269,8 +273,7 @@ void write_file_atomic(const std::string& path, const std::vector<char>& bytes,
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    throw Error("cannot rename " + tmp.string() + " to " + target.string() + ": " +
-                errno_text(err));
+    throw Error("cannot rename " + tmp.string() + " to " + target.string() + ": " + errno_text(err));
   }
   // Make the rename itself durable.
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -1,4 +1,4 @@
-// Torch-free parts of ddprun-train: environment, sampler, IDX files, atomic writes.
+// Torch-free parts of ddprun-train: errors, environment, sampler, IDX files, atomic writes.
 // Kept separate so they build under the strict warning set and are unit-tested.
 #pragma once
 
@@ -16,6 +16,9 @@ class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The first line of s: c10 errors carry a stack trace after it.
+std::string first_line(const std::string& s);
 
 // Exit codes. A graceful preemption stop exits 128 + signal number (143 for SIGTERM,
 // 140 for SIGUSR2), like a shell reports a signal death: the job is not "done", so

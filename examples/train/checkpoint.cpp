@@ -1,0 +1,158 @@
+#include "checkpoint.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+namespace ddprun::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::int64_t kCheckpointFormat = 1;
+
+std::vector<char> serialize_checkpoint(Net& net, torch::optim::Optimizer& opt, const Position& pos,
+                                       const Options& o) {
+  torch::serialize::OutputArchive ar;
+  torch::serialize::OutputArchive model_ar;
+  net->save(model_ar);
+  ar.write("model", model_ar);
+  torch::serialize::OutputArchive opt_ar;
+  opt.save(opt_ar);
+  ar.write("optimizer", opt_ar);
+  ar.write("format", torch::tensor(kCheckpointFormat));
+  ar.write("epoch", torch::tensor(pos.epoch));
+  ar.write("batch", torch::tensor(pos.batch));
+  ar.write("step", torch::tensor(pos.step));
+  ar.write("global_batch", torch::tensor(o.batch_size));
+  ar.write("model_kind", c10::IValue(o.model));
+  ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+  std::ostringstream os;
+  ar.save_to(os);
+  const auto s = os.str();
+  return std::vector<char>(s.begin(), s.end());
+}
+
+// read() into a defined tensor resizes it in place; always read into a fresh one.
+std::int64_t read_int(torch::serialize::InputArchive& ar, const char* key) {
+  torch::Tensor t;
+  ar.read(key, t);
+  return t.item<std::int64_t>();
+}
+
+// The format, model kind and global batch must match this run before anything is loaded.
+void check_compatible(torch::serialize::InputArchive& ar, const Options& o, const std::string& what) {
+  if (read_int(ar, "format") != kCheckpointFormat) {
+    throw Error(what + ": unsupported checkpoint format");
+  }
+  c10::IValue kind;
+  ar.read("model_kind", kind);
+  if (kind.toStringRef() != o.model) {
+    throw Error(what + " holds model '" + kind.toStringRef() + "', not --model " + o.model +
+                "; use another --checkpoint-dir");
+  }
+  const auto global_batch = read_int(ar, "global_batch");
+  if (global_batch != o.batch_size) {
+    throw Error(what + " was trained with --batch-size " + std::to_string(global_batch) +
+                "; resume with the same global batch");
+  }
+}
+
+// Test hook: pause after the temp file is durable, before the rename.
+std::function<void(const std::string&)> test_pause_hook() {
+  const char* ms = std::getenv("DDPRUN_TRAIN_TEST_PAUSE_BEFORE_RENAME_MS");
+  if (ms == nullptr || *ms == '\0') {
+    return {};
+  }
+  const long pause = std::strtol(ms, nullptr, 10);
+  return [pause](const std::string& tmp) {
+    fmt::print(stderr, "ddprun-train: test hook: wrote {}, pausing before rename\n", tmp);
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+  };
+}
+
+// One store value: a presence byte, then the file.
+std::vector<std::uint8_t> pack_for_store(const std::optional<std::vector<char>>& bytes) {
+  std::vector<std::uint8_t> v(1 + (bytes ? bytes->size() : 0));
+  v[0] = bytes ? 1 : 0;
+  if (bytes) {
+    std::copy(bytes->begin(), bytes->end(), v.begin() + 1);
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string checkpoint_path(const Options& o) {
+  return (fs::path(o.checkpoint_dir) / "latest.pt").string();
+}
+
+Position load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
+                         const Options& o, const std::string& what) {
+  try {
+    torch::serialize::InputArchive ar;
+    ar.load_from(bytes.data(), bytes.size());
+    check_compatible(ar, o, what);
+    torch::serialize::InputArchive model_ar;
+    ar.read("model", model_ar);
+    net->load(model_ar);
+    torch::serialize::InputArchive opt_ar;
+    ar.read("optimizer", opt_ar);
+    opt.load(opt_ar);
+    Position pos;
+    pos.epoch = read_int(ar, "epoch");
+    pos.batch = read_int(ar, "batch");
+    pos.step = read_int(ar, "step");
+    torch::Tensor rng;
+    ar.read("rng", rng);
+    at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    gen.set_state(rng);
+    return pos;
+  } catch (const c10::Error& e) {
+    throw Error(what + ": unreadable checkpoint (" + first_line(e.what_without_backtrace()) + ")");
+  }
+}
+
+void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::optim::Optimizer& opt,
+                     const Position& pos) {
+  if (o.checkpoint_dir.empty() || env.rank != 0) {
+    return;
+  }
+  const auto bytes = serialize_checkpoint(net, opt, pos, o);
+  write_file_atomic(checkpoint_path(o), bytes, test_pause_hook());
+}
+
+std::optional<std::vector<char>> fetch_checkpoint(Dist& d, const Options& o) {
+  std::optional<std::vector<char>> bytes;
+  if (d.env.rank == 0) {
+    fs::create_directories(o.checkpoint_dir);
+    remove_stale_temps(checkpoint_path(o));
+    if (o.resume) {
+      bytes = read_file_if_exists(checkpoint_path(o));
+    }
+  }
+  if (!d.active() || !o.resume) {
+    return bytes;
+  }
+  const std::string key = "ddprun_train/resume";
+  if (d.env.rank == 0) {
+    d.store->set(key, pack_for_store(bytes));
+    return bytes;
+  }
+  const auto v = d.store->get(key);
+  if (v.empty() || v[0] == 0) {
+    return std::nullopt;
+  }
+  return std::vector<char>(v.begin() + 1, v.end());
+}
+
+}  // namespace ddprun::train

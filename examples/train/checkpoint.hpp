@@ -1,0 +1,42 @@
+// Checkpoints: rank 0 writes DIR/latest.pt atomically; on resume every rank loads the bytes
+// rank 0 read (see docs/trainer.md for what a checkpoint holds).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core.hpp"
+#include "dist.hpp"
+#include "model.hpp"
+#include "options.hpp"
+
+namespace ddprun::train {
+
+struct Position {
+  std::int64_t epoch = 0;  // epoch to run next (0-based)
+  std::int64_t batch = 0;  // next batch inside that epoch
+  std::int64_t step = 0;   // optimizer steps done in total
+};
+
+// DIR/latest.pt for --checkpoint-dir DIR.
+std::string checkpoint_path(const Options& o);
+
+// Restores model, optimizer and RNG from a checkpoint's bytes and returns where it left off.
+// Refuses another model kind or global batch; `what` names the file in errors.
+Position load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
+                         const Options& o, const std::string& what);
+
+// Rank 0 writes the checkpoint (nothing without --checkpoint-dir; other ranks do nothing).
+void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::optim::Optimizer& opt,
+                     const Position& pos);
+
+// Prepares --checkpoint-dir on rank 0 and, with --resume, returns the checkpoint's bytes on
+// every rank (none: start fresh). Rank 0 reads the file and hands the bytes to the others
+// through the store, so resuming does not need a shared filesystem.
+std::optional<std::vector<char>> fetch_checkpoint(Dist& d, const Options& o);
+
+}  // namespace ddprun::train

@@ -1,0 +1,293 @@
+#include "loop.hpp"
+
+#include <fmt/core.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "core.hpp"
+#include "data.hpp"
+#include "dist.hpp"
+#include "model.hpp"
+#include "reducer.hpp"
+#include "report.hpp"
+#include "shm_setup.hpp"
+#include "signals.hpp"
+
+namespace ddprun::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Everything one run holds. Members are declared in set-up order, so they are destroyed in
+// reverse: the reducer (hooks, shared memory) before the model and the process groups.
+struct Trainer {
+  Options o;
+  DistEnv env;
+  std::int64_t local_batch = 0;
+  bool lead = false;  // rank 0: prints, evaluates, writes files
+  bool classifier = false;
+  Data data;
+  Dist dist;
+  Net net{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  Position pos;
+  std::unique_ptr<GradReducer> reducer;
+  bool vote_in_grads = false;  // the stop vote rides in the first gradient bucket
+  int stop_signal = 0;
+  bool hit_max_steps = false;
+
+  bool stopping() const { return stop_signal != 0 || hit_max_steps; }
+
+  // Rank 0 only; flushed at once so that logs and tests see the line while training goes on.
+  void log(const std::string& msg) const {
+    if (lead) {
+      fmt::print("{}\n", msg);
+      std::fflush(stdout);
+    }
+  }
+};
+
+// One epoch's sums on this rank.
+struct Tally {
+  double loss_sum = 0;
+  double samples = 0;
+};
+
+// CPU time of the whole process (all threads): a load-independent cost measure for bench/.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Fills in the defaults that follow the model, and rejects combinations the CLI cannot.
+void resolve_options(Options& o) {
+  if (o.data.empty()) {
+    o.data = o.model == "toy" ? "toy" : "fashion-mnist";
+  }
+  if (o.optimizer.empty()) {
+    o.optimizer = o.model == "toy" ? "sgd" : "adam";
+  }
+  if ((o.model == "toy") != (o.data == "toy")) {
+    throw Error("--model " + o.model + " does not fit --data " + o.data +
+                " (toy model uses toy data; mlp and ae use fashion-mnist)");
+  }
+  if (o.resume && o.checkpoint_dir.empty()) {
+    throw Error("--resume needs --checkpoint-dir");
+  }
+  if (o.bucket_cap_kb <= 0 || o.first_bucket_kb <= 0) {
+    throw Error("--bucket-cap-kb and --first-bucket-kb must be positive");
+  }
+}
+
+// --threads, else OMP_NUM_THREADS, else torch's default.
+void set_threads(const Options& o) {
+  int threads = o.threads;
+  if (threads <= 0) {
+    if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && *omp) {
+      threads = std::atoi(omp);
+    }
+  }
+  if (threads > 0) {
+    torch::set_num_threads(threads);
+  }
+}
+
+// Plain DP: this rank's GPU (or the CPU). Model parallel: the process's first two GPUs.
+void place_model(Trainer& t) {
+  torch::Device head_dev = torch::kCPU, tail_dev = torch::kCPU;
+  if (torch::cuda::is_available()) {
+    const auto n = static_cast<int>(torch::cuda::device_count());
+    if (t.o.model_parallel) {
+      head_dev = torch::Device(torch::kCUDA, 0);
+      tail_dev = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::min(1, n - 1)));
+    } else {
+      head_dev = tail_dev = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(t.env.local_rank % n));
+    }
+  } else if (t.o.model_parallel) {
+    t.log("model-parallel: no CUDA devices, head and tail both stay on the CPU");
+  }
+  t.net->place(head_dev, tail_dev);
+}
+
+void restore_checkpoint(Trainer& t) {
+  if (t.o.checkpoint_dir.empty()) {
+    return;
+  }
+  if (auto bytes = fetch_checkpoint(t.dist, t.o)) {
+    t.pos = load_checkpoint(*bytes, t.net, *t.opt, t.o, checkpoint_path(t.o));
+    t.log(fmt::format("resumed from {} at epoch {} batch {} (step {})", checkpoint_path(t.o), t.pos.epoch + 1,
+                      t.pos.batch, t.pos.step));
+  } else if (t.o.resume) {
+    t.log("no checkpoint in " + t.o.checkpoint_dir + ", starting from scratch");
+  }
+}
+
+void make_reducer(Trainer& t) {
+  if (t.dist.active() && t.env.dp_size > 1) {
+    t.reducer = std::make_unique<GradReducer>(t.net->parameters(), t.dist.dp, t.o.first_bucket_kb * 1024,
+                                              t.o.bucket_cap_kb * 1024, t.env.mp_size == 1 ? 2 : 0);
+    setup_shm_allreduce(t.dist, *t.reducer, t.o);
+  }
+  // The stop vote must span the world; the gradient all-reduce does only when DP == world.
+  t.vote_in_grads = t.reducer && t.env.mp_size == 1;
+}
+
+void set_up(Trainer& t, Options o) {
+  t.env = parse_dist_env_from_process();
+  resolve_options(o);
+  t.o = std::move(o);
+  t.local_batch = per_rank_batch(t.o.batch_size, t.env.dp_size);
+  set_threads(t.o);
+  t.lead = t.env.rank == 0;
+  // Data before the process group: a bad --data-dir fails fast on every rank.
+  t.classifier = t.o.model == "mlp";
+  t.data = t.o.data == "toy" ? make_toy_data(t.o.seed, t.o.toy_samples) : load_fashion_mnist(t.o.data_dir);
+  t.dist = init_dist(t.env, t.o);
+  torch::manual_seed(t.o.seed);
+  t.net = Net(t.o.model);
+  place_model(t);
+  t.opt = make_optimizer(t.net, t.o);
+  restore_checkpoint(t);
+  broadcast_params(t.dist, t.net->parameters());
+  make_reducer(t);
+  t.log(
+      fmt::format("ddprun-train: model {} data {} world {} (dp {} x mp {}) global batch {} "
+                  "per-rank batch {} optimizer {} threads {}",
+                  t.o.model, t.o.data, t.env.world_size, t.env.dp_size, t.env.mp_size, t.o.batch_size,
+                  t.local_batch, t.o.optimizer, torch::get_num_threads()));
+}
+
+// One optimizer step on the samples bidx of batch b, then the stop vote's outcome and any
+// --checkpoint-every save.
+void train_step(Trainer& t, const torch::Tensor& bidx, std::int64_t epoch, std::int64_t b, Tally& tally) {
+  std::optional<StopVote> vote;
+  if (t.vote_in_grads) {
+    t.reducer->set_extra(stop_flags(stop_signal_received()));
+  } else {
+    vote.emplace(t.dist, stop_signal_received());
+  }
+  auto x = t.data.train_x.index_select(0, bidx);
+  auto y = t.data.train_y.index_select(0, bidx);
+  clear_grads(t.net);
+  auto out = t.net->forward(x);
+  auto loss = compute_loss(t.o.model, out, x, y);
+  loss.backward();
+  if (t.reducer) {
+    t.reducer->finish();
+  }
+  t.opt->step();
+  const auto len = static_cast<double>(bidx.size(0));
+  tally.loss_sum += loss.item<double>() * len;
+  tally.samples += len;
+  t.pos = Position{epoch, b + 1, t.pos.step + 1};
+  t.stop_signal = vote ? vote->result() : stop_from_flags(t.reducer->extra_sums());
+  t.hit_max_steps = t.o.max_steps > 0 && t.pos.step >= t.o.max_steps;
+  if (t.o.checkpoint_every > 0 && t.pos.step % t.o.checkpoint_every == 0 && !t.stopping()) {
+    save_checkpoint(t.env, t.o, t.net, *t.opt, t.pos);
+  }
+}
+
+// Rank 0: evaluates, prints the epoch line and appends the metrics record. `tot` holds the
+// group's sums of loss, samples and CPU seconds.
+void report_epoch(Trainer& t, std::int64_t epoch, const std::vector<double>& tot, double secs) {
+  const double train_loss = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
+  // Every MP slice trains an identical replica, so global samples/s counts one slice.
+  const double sps = secs > 0 ? tot[1] / secs : 0.0;
+  const auto ev = evaluate(t.net, t.data, t.o, t.classifier);
+  nlohmann::json rec = {{"epoch", epoch + 1},    {"step", t.pos.step},     {"loss", train_loss},
+                        {"test_loss", ev.loss},  {"samples_per_sec", sps}, {"world_size", t.env.world_size},
+                        {"epoch_seconds", secs}, {"cpu_seconds", tot[2]}};
+  std::string acc;
+  if (t.classifier) {
+    rec["test_accuracy"] = ev.accuracy;
+    acc = fmt::format(" test_accuracy {:.4f}", ev.accuracy);
+  }
+  t.log(fmt::format("epoch {}/{}: loss {:.4f} test_loss {:.4f}{} samples/s {:.0f}", epoch + 1, t.o.epochs,
+                    train_loss, ev.loss, acc, sps));
+  if (!t.o.metrics_file.empty()) {
+    append_metrics(t.o.metrics_file, rec);
+  }
+}
+
+// Runs epoch `epoch` from t.pos.batch on. Returns false when training ends inside it (stop
+// vote or --max-steps); a completed epoch is reported and checkpointed.
+bool run_epoch(Trainer& t, std::int64_t epoch) {
+  const auto shard =
+      shard_indices(t.data.train_x.size(0), t.env.dp_size, t.env.dp_rank, t.o.seed, epoch, true);
+  const auto shard_len = static_cast<std::int64_t>(shard.size());
+  auto idx = torch::tensor(std::vector<std::int64_t>(shard.begin(), shard.end()), torch::kInt64);
+  const std::int64_t nb = batches_per_epoch(shard_len, t.local_batch);
+  Tally tally;
+  const auto t0 = Clock::now();
+  const double cpu0 = process_cpu_seconds();
+  for (std::int64_t b = t.pos.batch; b < nb && !t.stopping(); ++b) {
+    const auto begin = b * t.local_batch;
+    train_step(t, idx.narrow(0, begin, std::min(t.local_batch, shard_len - begin)), epoch, b, tally);
+  }
+  if (t.stopping()) {
+    return false;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu_secs = process_cpu_seconds() - cpu0;
+  const auto tot = dp_sum(t.dist, {tally.loss_sum, tally.samples, cpu_secs});
+  t.pos = Position{epoch + 1, 0, t.pos.step};
+  if (t.lead) {
+    report_epoch(t, epoch, tot, secs);
+  }
+  save_checkpoint(t.env, t.o, t.net, *t.opt, t.pos);
+  t.hit_max_steps = t.o.max_steps > 0 && t.pos.step >= t.o.max_steps;
+  return !t.hit_max_steps;
+}
+
+// Final checkpoint and parameters, then everyone waits for them; returns the exit code.
+int finish(Trainer& t) {
+  if (t.stopping()) {
+    save_checkpoint(t.env, t.o, t.net, *t.opt, t.pos);
+  }
+  if (t.lead && !t.o.dump_params.empty()) {
+    dump_params(t.net, t.o.dump_params);
+  }
+  // Nobody leaves before rank 0's checkpoint is durable.
+  world_barrier(t.dist);
+  if (t.stop_signal != 0) {
+    t.log(fmt::format("stopped by signal {} after step {} (epoch {} batch {}); checkpoint {}", t.stop_signal,
+                      t.pos.step, t.pos.epoch + 1, t.pos.batch,
+                      t.o.checkpoint_dir.empty() ? std::string("not written (no --checkpoint-dir)")
+                                                 : checkpoint_path(t.o)));
+    return preempt_exit_code(t.stop_signal);
+  }
+  if (t.hit_max_steps) {
+    t.log(fmt::format("stopped at --max-steps {}", t.o.max_steps));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run(Options o) {
+  install_stop_handlers();
+  Trainer t;
+  set_up(t, std::move(o));
+  t.net->train();
+  for (std::int64_t epoch = t.pos.epoch; epoch < t.o.epochs; ++epoch) {
+    if (!run_epoch(t, epoch)) {
+      break;
+    }
+  }
+  return finish(t);
+}
+
+}  // namespace ddprun::train
