@@ -179,8 +179,10 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
     const SlurmLayout layout = slurm_layout(s);
     hosts = layout.hosts;
     const int n = static_cast<int>(hosts.size());
-    derived = derive_ports(*s.job_id);
-    job.run_id = o.rdzv_id.value_or(*s.job_id);
+    // The step, not only the job: concurrent steps of one allocation must not meet each other.
+    const std::string step_run = fmt::format("{}.{}", *s.job_id, *s.step_id);
+    derived = derive_ports(step_run);
+    job.run_id = o.rdzv_id.value_or(step_run);
     if (layout.num_tasks > n) {
       // srun started more tasks than nodes: every ddprun of the step is exactly one worker.
       r.mode = Mode::per_task;

@@ -61,7 +61,7 @@ TEST_CASE("dry-run JSON lists every worker of the whole job", "[cli][dryrun]") {
   CHECK(j.at("node_rank") == 1);
   CHECK(j.at("master_addr") == "gpu07");
   CHECK(j.at("master_port").is_number());
-  CHECK(j.at("run_id") == "4242");
+  CHECK(j.at("run_id") == "4242.0");  // JOBID.STEPID
   CHECK(j.at("command") == nlohmann::json({"python3", "train.py", "--lr", "0.1"}));
   REQUIRE(j.at("workers").size() == 4);
   const auto& w3 = j.at("workers")[3];

@@ -79,8 +79,8 @@ struct Resolved {
   std::optional<std::set<int>> local_ranks_filter;
 };
 
-// Deterministic ports for a Slurm job: every node derives the same pair without talking, and two jobs
-// sharing a node rarely collide. Range 20000-32767 stays below Linux's ephemeral ports.
+// Deterministic ports for a Slurm step ("JOBID.STEPID"; a batch context plans with the job id): every
+// node derives the same pair without talking, and two steps or jobs sharing a node rarely collide. Range 20000-32767 stays below Linux's ephemeral ports.
 struct DerivedPorts {
   std::uint16_t store;
   std::uint16_t master;

@@ -57,16 +57,34 @@ TEST_CASE("Slurm step: step variables win over the job's", "[config][slurm]") {
   CHECK(r.job.nnodes == 2);  // the step, not the 4-node allocation
   CHECK(r.job.node_rank == 1);
   CHECK(r.job.master_addr == "node1");
-  CHECK(r.job.run_id == "1234");
+  CHECK(r.job.run_id == "1234.0");  // job and step
   REQUIRE(r.nodes.size() == 2);
   CHECK(r.nodes[1].host == "node2");
-  const auto ports = derive_ports("1234");
+  const auto ports = derive_ports("1234.0");
   CHECK(r.rdzv_host == "node1");
   CHECK(r.rdzv_port == ports.store);
   CHECK(r.job.master_port == ports.master);
   CHECK(r.rdzv_port != r.job.master_port);
   Plan p = build_plan(r.job, r.nodes);
   CHECK(p.workers.front().host == "node1");
+}
+
+TEST_CASE("Slurm steps of one allocation get their own run id and ports", "[config][slurm]") {
+  // Two concurrent `srun --exact ddprun` steps in one salloc must never meet or collide.
+  auto env_a = step_env(0);
+  auto env_b = step_env(0);
+  env_b["SLURM_STEP_ID"] = "1";
+  const auto a = resolve(cmd(), env_a, sys());
+  const auto b = resolve(cmd(), env_b, sys());
+  CHECK(a.job.run_id == "1234.0");
+  CHECK(b.job.run_id == "1234.1");
+  CHECK(a.rdzv_port != b.rdzv_port);
+  CHECK(a.job.master_port != b.job.master_port);
+  // Every node of one step derives the same values.
+  const auto a1 = resolve(cmd(), step_env(1), sys());
+  CHECK(a1.job.run_id == a.job.run_id);
+  CHECK(a1.rdzv_port == a.rdzv_port);
+  CHECK(a1.job.master_port == a.job.master_port);
 }
 
 TEST_CASE("Slurm step: fallback to job variables when step ones are missing", "[config][slurm]") {
