@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds everything and runs every test: the main build (all suites, including the real local Slurm
-# cluster and real PyTorch workers), then the unit tests again under ASan/UBSan.
+# Builds everything and runs every test: the format gate, a plain Release build, the main build (all
+# suites, including the real local Slurm cluster and real PyTorch workers), then the unit tests again
+# under ASan/UBSan and the unit and loopback tests under TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache hits across clones in different directories (CI builds a fresh clone every time).
@@ -8,7 +9,17 @@ export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 bash scripts/setup.sh
 jobs=$(nproc)
 
-echo "== build (RelWithDebInfo)"
+echo "== format (clang-format, whole tree)"
+if ! git ls-files -z '*.cpp' '*.hpp' | xargs -0 clang-format --dry-run --Werror; then
+  echo "format: the files above differ from .clang-format; run: git ls-files '*.cpp' '*.hpp' | xargs clang-format -i" >&2
+  exit 1
+fi
+
+echo "== plain Release build (as packagers build: no preset, default warnings)"
+cmake -S . -B build-plain-release -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF -DDDPRUN_BUILD_TRAINER=OFF >/dev/null
+cmake --build build-plain-release -j"$jobs" --target ddprun
+
+echo "== build (RelWithDebInfo, warnings as errors)"
 cmake --preset default >/dev/null
 cmake --build build -j"$jobs"
 echo "== tests"
@@ -20,4 +31,14 @@ if [ "${DDPRUN_SKIP_ASAN:-0}" != "1" ]; then
   cmake --build build-asan -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit --timeout 600
+fi
+
+if [ "${DDPRUN_SKIP_TSAN:-0}" != "1" ]; then
+  echo "== unit and loopback tests under TSan"
+  cmake --preset tsan >/dev/null
+  cmake --build build-tsan -j"$jobs"
+  # The libslurm oracle and the fuzz replays are single-threaded and slow under TSan: left out.
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L 'unit|loopback' -E 'hostlist_oracle|fuzz_replay' \
+    --timeout 600
 fi

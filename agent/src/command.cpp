@@ -41,9 +41,11 @@ std::optional<std::string> find_in_path(const std::string& name, const std::stri
   while (start <= path_env.size()) {
     auto end = path_env.find(':', start);
     if (end == std::string::npos) end = path_env.size();
-    std::string dir = path_env.substr(start, end - start);
-    if (dir.empty()) dir = ".";  // an empty PATH entry means the current directory
-    const std::string candidate = dir + "/" + name;
+    // An empty PATH entry means the current directory. Built by appending: assigning or adding
+    // string literals here trips GCC 12's -Wrestrict false positive at -O3.
+    std::string candidate = end > start ? path_env.substr(start, end - start) : std::string(1, '.');
+    candidate += '/';
+    candidate += name;
     if (is_executable_file(candidate)) return candidate;
     start = end + 1;
   }

@@ -299,7 +299,10 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   if (r.mode == Mode::per_task) {
     local = tasks[static_cast<std::size_t>(job.node_rank)];
   } else {
-    local = resolve_nproc(o.nproc_per_node, gpus, job.gpus_per_proc, sys.cpu_count);
+    // `cpu` counts the CPUs the job may use here: Slurm's allocation on this node when it says, never
+    // more than this process's affinity (the cgroup cpuset).
+    const int cpus = s.cpus_on_node ? std::min(sys.cpu_count, *s.cpus_on_node) : sys.cpu_count;
+    local = resolve_nproc(o.nproc_per_node, gpus, job.gpus_per_proc, cpus);
   }
   if (job.gpus_per_proc > 0 && r.mode != Mode::per_task) {
     if (gpus.empty()) {

@@ -105,6 +105,7 @@ SlurmEnv read_slurm_env(const EnvSnapshot& env) {
   }
   s.nodename = get(env, "SLURMD_NODENAME");
   s.cpus_per_task = opt_int(env, "SLURM_CPUS_PER_TASK", 1);
+  s.cpus_on_node = opt_int(env, "SLURM_CPUS_ON_NODE", 1);
   s.restart_count = opt_int(env, "SLURM_RESTART_COUNT", 0);
   return s;
 }

@@ -85,11 +85,11 @@ int main(int argc, char** argv) {
     std::mutex mu;
     std::condition_variable cv;
     std::optional<core::Failure> aborted;
+    // Notified under the lock: once main sees the abort it returns and destroys cv, possibly while
+    // an unlocked notify would still be running on the watch thread (TSan found this).
     r.watch([&](const core::Failure& a) {
-      {
-        std::lock_guard lk(mu);
-        aborted = a;
-      }
+      std::lock_guard lk(mu);
+      aborted = a;
       cv.notify_all();
     });
     if (mode == "abort") {

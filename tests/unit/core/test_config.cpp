@@ -299,3 +299,19 @@ TEST_CASE("bad input: one-line errors naming the culprit", "[config][error]") {
   env["SLURM_STEP_TASKS_PER_NODE"] = "2(x3)";
   CHECK_THAT(bad(o, env), Catch::Contains("counts for 3 nodes"));
 }
+
+TEST_CASE("nproc-per-node cpu counts the job's CPUs on the node, not the machine's", "[config][slurm]") {
+  Options o = cmd();
+  o.nproc_per_node = "cpu";
+  // Outside Slurm: this process's CPUs (its affinity).
+  CHECK(resolve(o, {}, sys()).self.local_world_size == 8);
+  // In a step that holds 3 of the node's CPUs.
+  auto env = step_env(0);
+  env["SLURM_CPUS_ON_NODE"] = "3";
+  CHECK(resolve(o, env, sys()).self.local_world_size == 3);
+  // Never more than the affinity allows, whatever Slurm says.
+  env["SLURM_CPUS_ON_NODE"] = "64";
+  CHECK(resolve(o, env, sys()).self.local_world_size == 8);
+  env.erase("SLURM_CPUS_ON_NODE");
+  CHECK(resolve(o, env, sys()).self.local_world_size == 8);
+}
