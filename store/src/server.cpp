@@ -15,6 +15,7 @@
 #include <deque>
 #include <future>
 #include <iostream>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -32,6 +33,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "store/answer.hpp"
 #include "store/error.hpp"
 #include "store/sockaddr.hpp"
 #include "store/store.hpp"
@@ -48,9 +50,8 @@ constexpr std::size_t kConnBuffer = 1024;     // per connection; most requests f
 constexpr std::size_t kMaxBatch = 64 * 1024;  // answers to one read sent in one write, up to this
 
 struct Waiter {
-  explicit Waiter(asio::any_io_executor ex) : timer(std::move(ex)) {}
-  std::vector<std::string> keys;
-  bool any = false;
+  Waiter(asio::any_io_executor ex, proto::Request q) : request(std::move(q)), timer(std::move(ex)) {}
+  proto::Request request;
   std::string fired_by;  // the key whose write satisfied it; empty on timeout
   asio::steady_timer timer;
 };
@@ -76,6 +77,12 @@ struct Conn {
   std::shared_ptr<Waiter> waiter;
 };
 using ConnPtr = std::shared_ptr<Conn>;
+
+// The keys a blocked get/wait/wait_any waits on.
+std::span<const std::string> waited_keys(const proto::Request& q) {
+  if (q.op == proto::Op::get) return {&q.key, 1};
+  return q.keys;
+}
 
 tcp::endpoint listen_endpoint(const std::string& host, std::uint16_t port) {
   boost::system::error_code ec;
@@ -364,84 +371,20 @@ struct StoreServer::Impl {
   }
 
   void handle(const ConnPtr& c, proto::Request q) {
-    using proto::Op;
-    using proto::Status;
     if (c->busy) {
       throw Error(Error::Kind::protocol, "protocol error: a request arrived while another was pending");
     }
     touch(*c);
-    proto::Response r;
-    switch (q.op) {
-      case Op::set:
-        data.set(q.key, std::move(q.value));
-        notify(q.key);
-        break;
-      case Op::get:
-        if (const auto* v = data.find(q.key)) {
-          r.value = *v;
-        } else if (q.timeout_ms == 0) {
-          r.status = Status::not_found;
-        } else {
-          block(c, std::move(q));
-          return;
-        }
-        break;
-      case Op::add:
-        try {
-          r.number = data.add(q.key, q.number);
-          notify(q.key);
-        } catch (const Error& e) {
-          r.status = Status::error;
-          r.value = e.what();
-        }
-        break;
-      case Op::compare_set: {
-        auto [value, written] = data.compare_set(q.key, q.value, q.value2);
-        r.value = std::move(value);
-        r.number = written ? 1 : 0;
-        if (written) notify(q.key);
-        break;
-      }
-      case Op::check:
-        r.number = data.check(q.keys) ? 1 : 0;
-        break;
-      case Op::del:
-        r.number = data.del(q.key) ? 1 : 0;
-        break;
-      case Op::num_keys:
-        r.number = data.num_keys();
-        break;
-      case Op::wait:
-        if (!data.check(q.keys)) {
-          if (q.timeout_ms == 0) {
-            r.status = Status::timeout;
-            break;
-          }
-          block(c, std::move(q));
-          return;
-        }
-        break;
-      case Op::wait_any:
-        if (auto i = data.first_present(q.keys)) {
-          r.number = static_cast<std::int64_t>(*i);
-        } else if (q.timeout_ms == 0) {
-          r.status = Status::timeout;
-        } else {
-          block(c, std::move(q));
-          return;
-        }
-        break;
-      case Op::ping:
-        break;
+    if (must_wait(data, q)) {
+      block(c, std::move(q));
+      return;
     }
-    send(c, proto::encode_response(r));
+    Answer a = answer(data, std::move(q));
+    if (a.changed) notify(*a.changed);
+    send(c, proto::encode_response(a.reply));
   }
 
   // ---- blocking requests: a timer per waiter, cancelled by the write that satisfies it
-
-  bool satisfied(const Waiter& w) const {
-    return w.any ? data.first_present(w.keys).has_value() : data.check(w.keys);
-  }
 
   // Fired waiters leave this key's list here, in one pass: 1000s of agents waiting on one key
   // must not each search the list when they wake.
@@ -450,7 +393,7 @@ struct StoreServer::Impl {
     if (it == waiters.end()) return;
     std::vector<std::shared_ptr<Waiter>> fired;
     std::erase_if(it->second, [&](const std::shared_ptr<Waiter>& w) {
-      if (!satisfied(*w)) return false;
+      if (!ready(data, w->request)) return false;
       fired.push_back(w);
       return true;
     });
@@ -473,17 +416,16 @@ struct StoreServer::Impl {
   }
 
   asio::awaitable<void> wait_for(ConnPtr c, proto::Request q) {
-    auto w = std::make_shared<Waiter>(io.get_executor());
-    w->any = q.op != proto::Op::wait;
-    w->keys = q.op == proto::Op::get ? std::vector<std::string>{q.key} : std::move(q.keys);
-    for (const auto& k : w->keys) waiters[k].push_back(w);
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::min<std::uint64_t>(q.timeout_ms, 1ULL << 40)));
+    auto w = std::make_shared<Waiter>(io.get_executor(), std::move(q));
+    for (const auto& k : waited_keys(w->request)) waiters[k].push_back(w);
     ++waiter_count;
     c->waiter = w;
-    w->timer.expires_after(clamp_timeout(std::chrono::milliseconds(
-        static_cast<std::int64_t>(std::min<std::uint64_t>(q.timeout_ms, 1ULL << 40)))));
+    w->timer.expires_after(clamp_timeout(timeout));
     co_await w->timer.async_wait(use_nothrow);
 
-    for (const auto& k : w->keys) {
+    for (const auto& k : waited_keys(w->request)) {
       if (k == w->fired_by) continue;  // notify() took it off that list already
       auto it = waiters.find(k);
       if (it == waiters.end()) continue;
@@ -494,22 +436,8 @@ struct StoreServer::Impl {
     c->waiter.reset();
     c->busy = false;
     if (!c->open) co_return;
-
-    proto::Response r;
-    if (q.op == proto::Op::get) {
-      if (const auto* v = data.find(q.key)) {
-        r.value = *v;
-      } else {
-        r.status = proto::Status::timeout;
-      }
-    } else if (q.op == proto::Op::wait) {
-      if (!data.check(w->keys)) r.status = proto::Status::timeout;
-    } else if (auto i = data.first_present(w->keys)) {
-      r.number = static_cast<std::int64_t>(*i);
-    } else {
-      r.status = proto::Status::timeout;
-    }
-    send(c, proto::encode_response(r));
+    // Woken or timed out, the reply is what the data says now.
+    send(c, proto::encode_response(answer(data, std::move(w->request)).reply));
   }
 
   // ---- writing: try the socket directly, queue the rest behind one writer
