@@ -13,30 +13,17 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json.hpp"
+#include "deadline.hpp"
+#include "keys.hpp"
 #include "store/client.hpp"
 #include "store/server.hpp"
 #include "store/store.hpp"
 
 namespace ddprun::rdzv {
-namespace {
-
-using Clock = std::chrono::steady_clock;
+using detail::Clock;
+using detail::left_until;
+using detail::seconds;
 using nlohmann::json;
-
-Millis left_until(Clock::time_point deadline) {
-  const auto d = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-  return d.count() > 0 ? d : Millis{0};
-}
-
-double seconds(Millis m) {
-  return static_cast<double>(m.count()) / 1000.0;
-}
-
-constexpr const char* kAbortKey = "abort";
-constexpr const char* kPlanKey = "plan";
-constexpr const char* kJoinErrorKey = "join_error";
-
-}  // namespace
 
 // ---- JSON
 
@@ -122,12 +109,12 @@ void Rendezvous::drain(Millis limit) {
 void Rendezvous::linger(Millis limit) {
   if (!server_) return;
   const auto deadline = Clock::now() + limit;
-  const std::string watches = fmt::format("agent/{}/", opts_.attempt);
+  const std::string watches = labels::agent_prefix(opts_.attempt);
   while (Clock::now() < deadline) {
     // Other agents still connected: main connections (one may still be joining) and watches.
     const std::size_t own_main = client_ && client_->connected() ? 1 : 0;
     const std::size_t own_watch = watching_.load() ? 1 : 0;
-    const std::size_t mains = server_->labelled_count("main/");
+    const std::size_t mains = server_->labelled_count(labels::kMainPrefix);
     const std::size_t agents = server_->labelled_count(watches);
     if (mains <= own_main && agents <= own_watch) return;
     std::this_thread::sleep_for(Millis{10});  // shutdown path only
@@ -139,7 +126,7 @@ std::string Rendezvous::endpoint() const {
 }
 
 std::string Rendezvous::key_prefix() const {
-  return fmt::format("/attempt_{}/", opts_.attempt);
+  return keys::attempt_prefix(opts_.attempt);
 }
 
 PrefixStore Rendezvous::store() const {
@@ -174,7 +161,7 @@ void Rendezvous::ensure_connected() {
   // Non-master agents keep retrying while the master starts, up to the join timeout.
   // The handshake is pipelined with the first call, so a peer that never answers (not our store)
   // is noticed by that call: bound it by the join timeout too (--rdzv-timeout).
-  client_ = connect_client(fmt::format("main/{}", opts_.node_rank), Millis{0}, opts_.join_timeout,
+  client_ = connect_client(labels::main_conn(opts_.node_rank), Millis{0}, opts_.join_timeout,
                            std::min(std::max(opts_.heartbeat_timeout, Millis{30000}), opts_.join_timeout));
 }
 
@@ -196,11 +183,11 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   PrefixStore s = store();
 
   // A node rank is claimed atomically: the second claimant is told who holds it.
-  const std::int64_t claims = s.add(fmt::format("rank/{}", me.node_rank), 1);
+  const std::int64_t claims = s.add(keys::rank_claim(me.node_rank), 1);
   if (claims > 1) {
     std::string holder = "another agent";
     try {
-      if (auto v = s.get(fmt::format("node/{}", me.node_rank), Millis{2000})) {
+      if (auto v = s.get(keys::node(me.node_rank), Millis{2000})) {
         holder = fmt::format("host {}", json::parse(*v).at("hostname").get<std::string>());
       }
     } catch (const std::exception&) {
@@ -211,9 +198,9 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
                             endpoint(), opts_.run_id, me.node_rank, holder),
                 "join", endpoint());
   }
-  s.set(fmt::format("node/{}", me.node_rank), json(me).dump());
-  const std::int64_t arrival = s.add("arrivals", 1);
-  s.set(fmt::format("arrived/{}", arrival), std::to_string(me.node_rank));
+  s.set(keys::node(me.node_rank), json(me).dump());
+  const std::int64_t arrival = s.add(keys::kArrivals, 1);
+  s.set(keys::arrived(arrival), std::to_string(me.node_rank));
 
   if (server_) run_master_round(make_plan);
 
@@ -221,7 +208,7 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   for (;;) {
     const Millis left = left_until(deadline);
     const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
-    got = s.wait_any({kPlanKey, kJoinErrorKey}, slice);
+    got = s.wait_any({keys::kPlan, keys::kJoinError}, slice);
     if (got || slice >= left || Clock::now() >= deadline) break;
     opts_.on_progress(
         fmt::format("rendezvous {} waiting {:.0f} s for the master (node rank 0) to "
@@ -237,17 +224,17 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
                 "join", endpoint());
   }
   if (*got == 1) {
-    auto msg = s.get(kJoinErrorKey, Millis{0});
+    auto msg = s.get(keys::kJoinError, Millis{0});
     throw Error(Error::Kind::join, msg.value_or("the rendezvous round failed on the master"), "join",
                 endpoint());
   }
-  auto published = s.get(kPlanKey, Millis{0});
+  auto published = s.get(keys::kPlan, Millis{0});
   return read_plan(published.value_or(""));
 }
 
 void Rendezvous::fail_join(const std::string& message) {
   try {
-    store().set(kJoinErrorKey, message);
+    store().set(keys::kJoinError, message);
     linger(opts_.heartbeat_timeout);  // let the waiting agents read it before we go
   } catch (const Error&) {
   }
@@ -260,18 +247,16 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
   PrefixStore s = store();
 
   auto joined_ranks = [&] {
-    std::vector<std::string> keys;
-    for (int r = 0; r < opts_.nnodes_max; ++r) keys.push_back(fmt::format("node/{}", r));
     std::vector<int> ranks;
     for (int r = 0; r < opts_.nnodes_max; ++r) {
-      if (s.check({keys[static_cast<std::size_t>(r)]})) ranks.push_back(r);
+      if (s.check({keys::node(r)})) ranks.push_back(r);
     }
     return ranks;
   };
 
   // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
   // only to say, now and then, who is still missing.
-  const std::string enough = fmt::format("arrived/{}", opts_.nnodes_min);
+  const std::string enough = keys::arrived(opts_.nnodes_min);
   bool arrived = false;
   for (;;) {
     const Millis left = left_until(deadline);
@@ -296,12 +281,12 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
   }
   if (opts_.nnodes_min < opts_.nnodes_max) {
     // Last call: the round closes when MAX nodes are in, or this long after MIN were.
-    s.wait({fmt::format("arrived/{}", opts_.nnodes_max)}, opts_.last_call);
+    s.wait({keys::arrived(opts_.nnodes_max)}, opts_.last_call);
   }
 
   std::vector<JoinInfo> joined;
   for (int r : joined_ranks()) {
-    auto v = s.get(fmt::format("node/{}", r), Millis{0});
+    auto v = s.get(keys::node(r), Millis{0});
     if (!v) continue;
     try {
       joined.push_back(json::parse(*v).get<JoinInfo>());
@@ -319,7 +304,7 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
   } catch (const std::exception& e) {
     // Every agent fails with the same message; the master rethrows the original error.
     try {
-      s.set(kJoinErrorKey, e.what());
+      s.set(keys::kJoinError, e.what());
       linger(opts_.heartbeat_timeout);
     } catch (const Error&) {
     }
@@ -331,8 +316,10 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
     ranks[std::to_string(joined[i].node_rank)] = static_cast<int>(i);
     hosts.push_back(joined[i].hostname);
   }
-  json published = {{"plan", plan}, {"node_ranks", ranks}, {"hosts", hosts}};
-  s.set(kPlanKey, core::dump_json(published));
+  json published = {{keys::plan_record::kPlan, plan},
+                    {keys::plan_record::kNodeRanks, ranks},
+                    {keys::plan_record::kHosts, hosts}};
+  s.set(keys::kPlan, core::dump_json(published));
 }
 
 Joined Rendezvous::read_plan(const std::string& published) {
@@ -340,13 +327,13 @@ Joined Rendezvous::read_plan(const std::string& published) {
   Joined out;
   try {
     j = json::parse(published);
-    out.plan = j.at("plan").get<std::string>();
+    out.plan = j.at(keys::plan_record::kPlan).get<std::string>();
   } catch (const std::exception& e) {
     throw Error(Error::Kind::protocol,
                 fmt::format("rendezvous {}: the published plan is malformed: {}", endpoint(), e.what()),
                 "join", endpoint());
   }
-  const auto& ranks = j.at("node_ranks");
+  const auto& ranks = j.at(keys::plan_record::kNodeRanks);
   const std::string mine = std::to_string(opts_.node_rank);
   if (!ranks.contains(mine)) {
     throw Error(Error::Kind::join,
@@ -356,7 +343,7 @@ Joined Rendezvous::read_plan(const std::string& published) {
                 "join", endpoint());
   }
   participants_.assign(ranks.size(), {});
-  const auto& hosts = j.value("hosts", json::array());
+  const auto& hosts = j.value(keys::plan_record::kHosts, json::array());
   for (const auto& [orig, idx] : ranks.items()) {
     const auto i = static_cast<std::size_t>(idx.get<int>());
     if (i >= participants_.size()) continue;
@@ -393,19 +380,19 @@ void Rendezvous::watch(std::function<void(const core::Failure&)> on_abort) {
   const int attempt = opts_.attempt;
   // The watch connection doubles as the heartbeat: a long poll renewed every heartbeat_interval,
   // which the server requires at least every heartbeat_timeout.
-  watch_client_ = connect_client(fmt::format("agent/{}/{}", attempt, opts_.node_rank),
-                                 opts_.heartbeat_timeout, opts_.heartbeat_timeout, opts_.heartbeat_timeout);
+  watch_client_ = connect_client(labels::agent(attempt, opts_.node_rank), opts_.heartbeat_timeout,
+                                 opts_.heartbeat_timeout, opts_.heartbeat_timeout);
   watching_ = true;
   if (server_) {
     {
       std::lock_guard lk(lost_mu_);
       monitor_stop_ = false;
     }
-    monitor_client_ = connect_client(fmt::format("monitor/{}", attempt), Millis{0}, opts_.heartbeat_timeout,
-                                     opts_.heartbeat_timeout);
+    monitor_client_ =
+        connect_client(labels::monitor(attempt), Millis{0}, opts_.heartbeat_timeout, opts_.heartbeat_timeout);
     monitor_thread_ = std::thread([this, attempt, mon = monitor_client_] { monitor_loop(attempt, mon); });
   }
-  const std::string abort_key = key_prefix() + kAbortKey;
+  const std::string abort_key = key_prefix() + keys::kAbort;
   watch_thread_ = std::thread([this, wc = watch_client_, abort_key] {
     for (;;) {
       try {
@@ -448,8 +435,7 @@ void Rendezvous::on_lost(const std::string& label, const std::string& reason) {
 }
 
 void Rendezvous::monitor_loop(int attempt, std::shared_ptr<TcpStore> mon) {
-  PrefixStore s(fmt::format("/attempt_{}/", attempt), mon);
-  const std::string prefix = fmt::format("agent/{}/", attempt);
+  PrefixStore s(keys::attempt_prefix(attempt), mon);
   for (;;) {
     std::pair<std::string, std::string> ev;
     {
@@ -460,17 +446,13 @@ void Rendezvous::monitor_loop(int attempt, std::shared_ptr<TcpStore> mon) {
       lost_.pop_front();
     }
     const auto& [label, reason] = ev;
-    if (!label.starts_with(prefix)) continue;  // another attempt, or not an agent's watch
-    int orig = -1;
-    try {
-      orig = std::stoi(label.substr(prefix.size()));
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (orig == opts_.node_rank) continue;
+    // Only the watches of this attempt's other agents count.
+    const auto agent = labels::agent_node_rank(label, attempt);
+    if (!agent || *agent == opts_.node_rank) continue;
+    const int orig = *agent;
     try {
       // A node that reached a barrier is leaving; its goodbye is not a failure.
-      if (s.check({fmt::format("left/{}", orig)})) continue;
+      if (s.check({keys::left(orig)})) continue;
       int plan_rank = orig;
       std::string host;
       for (std::size_t i = 0; i < participants_.size(); ++i) {
@@ -487,7 +469,7 @@ void Rendezvous::monitor_loop(int attempt, std::shared_ptr<TcpStore> mon) {
       info.exit_code = 1;
       info.time = core::failure_now();
       // First abort wins: a more specific cause published before the drop stays the root cause.
-      s.compare_set(kAbortKey, "", core::encode_failure(info));
+      s.compare_set(keys::kAbort, "", core::encode_failure(info));
     } catch (const Error&) {
       return;  // our own server is gone: nothing left to tell
     }
@@ -500,7 +482,7 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in) {
   try {
     ensure_connected();
     const std::string mine = core::encode_failure(cause);
-    const std::string winner = store().compare_set(kAbortKey, "", mine);
+    const std::string winner = store().compare_set(keys::kAbort, "", mine);
     if (winner == mine) return cause;
     return core::decode_failure(winner);
   } catch (const std::exception&) {
@@ -511,7 +493,7 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in) {
 std::optional<core::Failure> Rendezvous::aborted() {
   try {
     ensure_connected();
-    if (auto v = store().get(kAbortKey, Millis{0})) return core::decode_failure(*v);
+    if (auto v = store().get(keys::kAbort, Millis{0})) return core::decode_failure(*v);
   } catch (const std::exception&) {
   }
   return std::nullopt;
@@ -520,25 +502,24 @@ std::optional<core::Failure> Rendezvous::aborted() {
 bool Rendezvous::barrier(const std::string& name, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   const int n = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
-  const std::string base = fmt::format("barrier/{}/", name);
   bool ok = false;
   try {
     ensure_connected();
     PrefixStore s = store();
-    s.set(fmt::format("left/{}", opts_.node_rank), "1");
-    if (s.add(base + "count", 1) >= n) s.set(base + "done", "1");
-    const auto got = s.wait_any({base + "done", kAbortKey}, left_until(deadline));
+    s.set(keys::left(opts_.node_rank), "1");
+    if (s.add(keys::barrier_count(name), 1) >= n) s.set(keys::barrier_done(name), "1");
+    const auto got = s.wait_any({keys::barrier_done(name), keys::kAbort}, left_until(deadline));
     ok = got && *got == 0;
     // Leaving: from here on the master closing the store is expected, not a lost master. This must
     // happen before the ack, which lets the master stop serving.
     if (ok) watching_ = false;
     if (ok && !server_) {
-      s.set(fmt::format("{}ack/{}", base, opts_.node_rank), "1");
+      s.set(keys::barrier_ack(name, opts_.node_rank), "1");
     } else if (ok) {
       // Keep serving until every other node has seen the barrier pass (bounded).
       std::vector<std::string> acks;
       for (const auto& p : participants_) {
-        if (p.orig_rank != opts_.node_rank) acks.push_back(fmt::format("{}ack/{}", base, p.orig_rank));
+        if (p.orig_rank != opts_.node_rank) acks.push_back(keys::barrier_ack(name, p.orig_rank));
       }
       if (!acks.empty()) s.wait(acks, std::min(left_until(deadline) + Millis{1000}, Millis{10000}));
     }
