@@ -133,21 +133,33 @@ class Rendezvous {
     std::string hostname;
   };
 
+  // rendezvous.cpp: connections and the attempt's namespace
   std::shared_ptr<TcpStore> connect_client(const std::string& label, std::chrono::milliseconds liveness,
                                            std::chrono::milliseconds connect_timeout,
                                            std::chrono::milliseconds op_timeout) const;
   void ensure_connected();
   PrefixStore store() const;
   std::string key_prefix() const;
+  void linger(std::chrono::milliseconds limit);
+  std::string host_of(int orig_rank) const;
+
+  // join.cpp
+  void claim_node_rank(PrefixStore& s, int node_rank);
+  bool wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start);
   void run_master_round(const PlanFn& make_plan);
+  void wait_for_arrivals(PrefixStore& s);
+  std::vector<int> joined_ranks(PrefixStore& s) const;
+  std::vector<JoinInfo> read_join_records(PrefixStore& s);
   [[noreturn]] void fail_join(const std::string& message);
   Joined read_plan(const std::string& published);
+
+  // liveness.cpp
+  void watch_loop(TcpStore& wc, const std::string& abort_key);
   void stop_watch();
-  void linger(std::chrono::milliseconds limit);
   void fire(const core::Failure& info);
   void monitor_loop(int attempt, std::shared_ptr<TcpStore> mon);
+  void publish_lost(PrefixStore& s, int orig, const std::string& reason);
   void on_lost(const std::string& label, const std::string& reason);
-  std::string host_of(int orig_rank) const;
 
   RendezvousOptions opts_;
   std::uint16_t port_ = 0;

@@ -1,0 +1,219 @@
+// The join round: node-rank claims, join records, arrivals; on the master the round itself
+// (wait for the nodes, build the plan, publish it); on every agent, reading the published plan.
+#include <algorithm>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "core/json.hpp"
+#include "deadline.hpp"
+#include "keys.hpp"
+#include "rendezvous/rendezvous.hpp"
+#include "store/store.hpp"
+
+namespace ddprun::rdzv {
+
+using detail::Clock;
+using detail::left_until;
+using detail::seconds;
+using nlohmann::json;
+
+Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
+  const auto start = Clock::now();
+  JoinInfo me = me_in;
+  me.node_rank = opts_.node_rank;
+  ensure_connected();
+  PrefixStore s = store();
+  claim_node_rank(s, me.node_rank);
+  s.set(keys::node(me.node_rank), core::dump_json(json(me)));
+  const std::int64_t arrival = s.add(keys::kArrivals, 1);
+  s.set(keys::arrived(arrival), std::to_string(me.node_rank));
+
+  if (server_) run_master_round(make_plan);
+
+  if (!wait_for_plan(s, start)) {
+    throw Error(Error::Kind::timeout,
+                fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: the master (node "
+                            "rank 0) published no plan; check that it runs and that every node "
+                            "started (--rdzv-timeout)",
+                            endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
+                "join", endpoint());
+  }
+  return read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
+}
+
+// A node rank is claimed atomically: the second claimant is told who holds it.
+void Rendezvous::claim_node_rank(PrefixStore& s, int node_rank) {
+  if (s.add(keys::rank_claim(node_rank), 1) <= 1) return;
+  std::string holder = "another agent";
+  try {
+    if (auto v = s.get(keys::node(node_rank), Millis{2000})) {
+      holder = fmt::format("host {}", json::parse(*v).at("hostname").get<std::string>());
+    }
+  } catch (const std::exception&) {
+  }
+  throw Error(Error::Kind::rejected,
+              fmt::format("rendezvous {} (run {}): node rank {} is already taken by {}; every "
+                          "node needs its own node rank (check --node-rank / SLURM_NODEID)",
+                          endpoint(), opts_.run_id, node_rank, holder),
+              "join", endpoint());
+}
+
+// True once the plan is published; throws the master's error if the round failed there, false
+// at the join deadline.
+bool Rendezvous::wait_for_plan(PrefixStore& s, Clock::time_point start) {
+  const auto deadline = start + opts_.join_timeout;
+  std::optional<std::size_t> got;
+  for (;;) {
+    const Millis left = left_until(deadline);
+    const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
+    got = s.wait_any({keys::kPlan, keys::kJoinError}, slice);
+    if (got || slice >= left || Clock::now() >= deadline) break;
+    opts_.on_progress(
+        fmt::format("rendezvous {} waiting {:.0f} s for the master (node rank 0) to "
+                    "publish the plan",
+                    endpoint(), std::chrono::duration<double>(Clock::now() - start).count()));
+  }
+  if (got && *got == 1) {
+    auto msg = s.get(keys::kJoinError, Millis{0});
+    throw Error(Error::Kind::join, msg.value_or("the rendezvous round failed on the master"), "join",
+                endpoint());
+  }
+  return got.has_value();
+}
+
+void Rendezvous::fail_join(const std::string& message) {
+  try {
+    store().set(keys::kJoinError, message);
+    linger(opts_.heartbeat_timeout);  // let the waiting agents read it before we go
+  } catch (const Error&) {
+  }
+  throw Error(Error::Kind::join, message, "join", endpoint());
+}
+
+// ---- the master's round
+
+void Rendezvous::run_master_round(const PlanFn& make_plan) {
+  PrefixStore s = store();
+  wait_for_arrivals(s);
+  if (opts_.nnodes_min < opts_.nnodes_max) {
+    // Last call: the round closes when MAX nodes are in, or this long after MIN were.
+    s.wait({keys::arrived(opts_.nnodes_max)}, opts_.last_call);
+  }
+  const std::vector<JoinInfo> joined = read_join_records(s);
+  std::string plan;
+  try {
+    plan = make_plan(joined);
+  } catch (const std::exception& e) {
+    // Every agent fails with the same message; the master rethrows the original error.
+    try {
+      s.set(keys::kJoinError, e.what());
+      linger(opts_.heartbeat_timeout);
+    } catch (const Error&) {
+    }
+    throw;
+  }
+  json ranks = json::object();
+  json hosts = json::array();
+  for (std::size_t i = 0; i < joined.size(); ++i) {
+    ranks[std::to_string(joined[i].node_rank)] = static_cast<int>(i);
+    hosts.push_back(joined[i].hostname);
+  }
+  const json published = {{keys::plan_record::kPlan, plan},
+                          {keys::plan_record::kNodeRanks, ranks},
+                          {keys::plan_record::kHosts, hosts}};
+  s.set(keys::kPlan, core::dump_json(published));
+}
+
+std::vector<int> Rendezvous::joined_ranks(PrefixStore& s) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < opts_.nnodes_max; ++r) {
+    if (s.check({keys::node(r)})) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+// Until nnodes_min agents arrived; at the deadline, fails the round naming the missing nodes.
+void Rendezvous::wait_for_arrivals(PrefixStore& s) {
+  const auto start = Clock::now();
+  const auto deadline = start + opts_.join_timeout;
+  // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
+  // only to say, now and then, who is still missing.
+  const std::string enough = keys::arrived(opts_.nnodes_min);
+  for (;;) {
+    const Millis left = left_until(deadline);
+    const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
+    if (s.wait({enough}, slice)) return;
+    if (slice >= left || Clock::now() >= deadline) break;
+    const auto ranks = joined_ranks(s);
+    opts_.on_progress(fmt::format("rendezvous {} waiting {:.0f} s: {} of {} node(s) joined; missing: {}",
+                                  endpoint(), std::chrono::duration<double>(Clock::now() - start).count(),
+                                  ranks.size(), opts_.nnodes_max,
+                                  describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts)));
+  }
+  const auto ranks = joined_ranks(s);
+  fail_join(
+      fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: {} of {} node(s) joined{}; never "
+                  "arrived: {}. Check that ddprun started on those nodes and can reach {} (--rdzv-timeout)",
+                  endpoint(), opts_.run_id, seconds(opts_.join_timeout), ranks.size(), opts_.nnodes_max,
+                  opts_.nnodes_min < opts_.nnodes_max ? fmt::format(" (need at least {})", opts_.nnodes_min)
+                                                      : std::string{},
+                  describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts), endpoint()));
+}
+
+// The join records of the nodes that joined, sorted by node rank.
+std::vector<JoinInfo> Rendezvous::read_join_records(PrefixStore& s) {
+  std::vector<JoinInfo> joined;
+  for (int r : joined_ranks(s)) {
+    auto v = s.get(keys::node(r), Millis{0});
+    if (!v) continue;
+    try {
+      joined.push_back(json::parse(*v).get<JoinInfo>());
+    } catch (const std::exception& e) {
+      fail_join(fmt::format("rendezvous {}: node rank {} sent a malformed join record: {}", endpoint(), r,
+                            e.what()));
+    }
+  }
+  std::sort(joined.begin(), joined.end(),
+            [](const JoinInfo& a, const JoinInfo& b) { return a.node_rank < b.node_rank; });
+  return joined;
+}
+
+// ---- every agent: the published plan
+
+Joined Rendezvous::read_plan(const std::string& published) {
+  json j;
+  Joined out;
+  try {
+    j = json::parse(published);
+    out.plan = j.at(keys::plan_record::kPlan).get<std::string>();
+  } catch (const std::exception& e) {
+    throw Error(Error::Kind::protocol,
+                fmt::format("rendezvous {}: the published plan is malformed: {}", endpoint(), e.what()),
+                "join", endpoint());
+  }
+  const auto& ranks = j.at(keys::plan_record::kNodeRanks);
+  const std::string mine = std::to_string(opts_.node_rank);
+  if (!ranks.contains(mine)) {
+    throw Error(Error::Kind::join,
+                fmt::format("rendezvous {} (run {}): the round closed without this node (node "
+                            "rank {}): it arrived after the last call; {} node(s) are running",
+                            endpoint(), opts_.run_id, opts_.node_rank, ranks.size()),
+                "join", endpoint());
+  }
+  participants_.assign(ranks.size(), {});
+  const auto& hosts = j.value(keys::plan_record::kHosts, json::array());
+  for (const auto& [orig, idx] : ranks.items()) {
+    const auto i = static_cast<std::size_t>(idx.get<int>());
+    if (i >= participants_.size()) continue;
+    participants_[i].orig_rank = std::stoi(orig);
+    if (i < hosts.size()) participants_[i].hostname = hosts[i].get<std::string>();
+  }
+  plan_node_rank_ = ranks.at(mine).get<int>();
+  out.node_rank = plan_node_rank_;
+  out.nnodes = static_cast<int>(participants_.size());
+  joined_ = true;
+  return out;
+}
+
+}  // namespace ddprun::rdzv

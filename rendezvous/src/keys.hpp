@@ -1,0 +1,90 @@
+#pragma once
+// Every store key and connection label of the rendezvous, in one place. They are the protocol
+// between the agents of one job: change none without changing every agent.
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <fmt/core.h>
+
+namespace ddprun::rdzv::keys {
+
+// One namespace per attempt, so that a restart runs a fresh round. The keys below live in it.
+inline std::string attempt_prefix(int attempt) {
+  return fmt::format("/attempt_{}/", attempt);
+}
+
+inline constexpr const char* kPlan = "plan";             // the published plan record (below)
+inline constexpr const char* kJoinError = "join_error";  // why the round failed on the master
+inline constexpr const char* kAbort = "abort";           // the root cause (core::Failure); first write wins
+inline constexpr const char* kArrivals = "arrivals";     // counter: agents that published their record
+
+// Counter: claims on a node rank; the second claimant is refused.
+inline std::string rank_claim(int node_rank) {
+  return fmt::format("rank/{}", node_rank);
+}
+// The join record (JoinInfo as JSON) of a node rank.
+inline std::string node(int node_rank) {
+  return fmt::format("node/{}", node_rank);
+}
+// The node rank of the n-th arrival (n from 1): the master waits for "arrived/<nnodes>".
+inline std::string arrived(std::int64_t n) {
+  return fmt::format("arrived/{}", n);
+}
+// Set by a node that reached a barrier: it is leaving, its disconnection is no failure.
+inline std::string left(int node_rank) {
+  return fmt::format("left/{}", node_rank);
+}
+
+// Barrier `name`: a counter of arrivals, "done" once all arrived, and each node's acknowledgement.
+inline std::string barrier_count(const std::string& name) {
+  return fmt::format("barrier/{}/count", name);
+}
+inline std::string barrier_done(const std::string& name) {
+  return fmt::format("barrier/{}/done", name);
+}
+inline std::string barrier_ack(const std::string& name, int node_rank) {
+  return fmt::format("barrier/{}/ack/{}", name, node_rank);
+}
+
+// Fields of the record under kPlan.
+namespace plan_record {
+inline constexpr const char* kPlan = "plan";             // the opaque plan
+inline constexpr const char* kNodeRanks = "node_ranks";  // {"<node rank>": rank in the plan}
+inline constexpr const char* kHosts = "hosts";           // hostname by rank in the plan
+}  // namespace plan_record
+
+}  // namespace ddprun::rdzv::keys
+
+// Connection labels (the hello's label): the store reports a lost connection by its label.
+namespace ddprun::rdzv::labels {
+
+// An agent's main connection (join, abort, barrier).
+inline constexpr const char* kMainPrefix = "main/";
+inline std::string main_conn(int node_rank) {
+  return fmt::format("{}{}", kMainPrefix, node_rank);
+}
+// An agent's watch connection, its heartbeat: losing it means losing the agent.
+inline std::string agent_prefix(int attempt) {
+  return fmt::format("agent/{}/", attempt);
+}
+inline std::string agent(int attempt, int node_rank) {
+  return fmt::format("{}{}", agent_prefix(attempt), node_rank);
+}
+// The node rank in an agent label of `attempt`; nullopt for any other label.
+inline std::optional<int> agent_node_rank(const std::string& label, int attempt) {
+  const std::string prefix = agent_prefix(attempt);
+  if (!label.starts_with(prefix)) return std::nullopt;
+  try {
+    return std::stoi(label.substr(prefix.size()));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+// The master's connection that publishes lost agents.
+inline std::string monitor(int attempt) {
+  return fmt::format("monitor/{}", attempt);
+}
+
+}  // namespace ddprun::rdzv::labels

@@ -1,0 +1,160 @@
+// Liveness: every agent's watch (a long poll on the abort key that doubles as its heartbeat) and,
+// on the master, the monitor that turns a lost agent into a published abort.
+#include <fmt/core.h>
+
+#include "keys.hpp"
+#include "rendezvous/rendezvous.hpp"
+#include "store/client.hpp"
+#include "store/store.hpp"
+
+namespace ddprun::rdzv {
+
+void Rendezvous::fire(const core::Failure& info) {
+  if (!watching_.load()) return;
+  if (fired_.exchange(true)) return;
+  std::function<void(const core::Failure&)> cb;
+  {
+    std::lock_guard lk(cb_mu_);
+    cb = on_abort_;
+  }
+  if (cb) cb(info);
+}
+
+void Rendezvous::watch(std::function<void(const core::Failure&)> on_abort) {
+  stop_watch();
+  {
+    std::lock_guard lk(cb_mu_);
+    on_abort_ = std::move(on_abort);
+  }
+  fired_ = false;
+  const int attempt = opts_.attempt;
+  // The watch connection doubles as the heartbeat: a long poll renewed every heartbeat_interval,
+  // which the server requires at least every heartbeat_timeout.
+  watch_client_ = connect_client(labels::agent(attempt, opts_.node_rank), opts_.heartbeat_timeout,
+                                 opts_.heartbeat_timeout, opts_.heartbeat_timeout);
+  watching_ = true;
+  if (server_) {
+    {
+      std::lock_guard lk(lost_mu_);
+      monitor_stop_ = false;
+    }
+    monitor_client_ =
+        connect_client(labels::monitor(attempt), Millis{0}, opts_.heartbeat_timeout, opts_.heartbeat_timeout);
+    monitor_thread_ = std::thread([this, attempt, mon = monitor_client_] { monitor_loop(attempt, mon); });
+  }
+  watch_thread_ = std::thread(
+      [this, wc = watch_client_, abort_key = key_prefix() + keys::kAbort] { watch_loop(*wc, abort_key); });
+}
+
+// Until the abort key appears (its cause is fired) or the master stops answering (a "lost
+// master" cause is fired), or the watch stops.
+void Rendezvous::watch_loop(TcpStore& wc, const std::string& abort_key) {
+  for (;;) {
+    try {
+      auto got = wc.wait_any({abort_key}, opts_.heartbeat_interval);
+      if (!watching_.load()) return;
+      if (!got) continue;
+      auto v = wc.get(abort_key, Millis{0});
+      core::Failure info;
+      try {
+        info = core::decode_failure(v.value_or("{}"));
+      } catch (const std::exception& e) {
+        info.reason = fmt::format("abort with an unreadable cause: {}", e.what());
+        info.exit_code = 1;
+        info.time = core::failure_now();
+      }
+      fire(info);
+      return;
+    } catch (const Error& e) {
+      if (!watching_.load()) return;
+      core::Failure info;
+      info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), e.what());
+      info.host = host_of(0).empty() ? opts_.host : host_of(0);
+      info.node_rank = 0;
+      info.exit_code = 1;
+      info.time = core::failure_now();
+      fire(info);
+      return;
+    }
+  }
+}
+
+void Rendezvous::on_lost(const std::string& label, const std::string& reason) {
+  // Server thread: queue only; the monitor thread talks to the store.
+  {
+    std::lock_guard lk(lost_mu_);
+    lost_.emplace_back(label, reason);
+  }
+  lost_cv_.notify_one();
+}
+
+void Rendezvous::monitor_loop(int attempt, std::shared_ptr<TcpStore> mon) {
+  PrefixStore s(keys::attempt_prefix(attempt), mon);
+  for (;;) {
+    std::pair<std::string, std::string> ev;
+    {
+      std::unique_lock lk(lost_mu_);
+      lost_cv_.wait(lk, [&] { return monitor_stop_ || !lost_.empty(); });
+      if (monitor_stop_) return;
+      ev = std::move(lost_.front());
+      lost_.pop_front();
+    }
+    const auto& [label, reason] = ev;
+    // Only the watches of this attempt's other agents count.
+    const auto orig = labels::agent_node_rank(label, attempt);
+    if (!orig || *orig == opts_.node_rank) continue;
+    try {
+      publish_lost(s, *orig, reason);
+    } catch (const Error&) {
+      return;  // our own server is gone: nothing left to tell
+    }
+  }
+}
+
+void Rendezvous::publish_lost(PrefixStore& s, int orig, const std::string& reason) {
+  // A node that reached a barrier is leaving; its goodbye is not a failure.
+  if (s.check({keys::left(orig)})) return;
+  int plan_rank = orig;
+  std::string host;
+  for (std::size_t i = 0; i < participants_.size(); ++i) {
+    if (participants_[i].orig_rank == orig) {
+      plan_rank = static_cast<int>(i);
+      host = participants_[i].hostname;
+    }
+  }
+  core::Failure info;
+  info.reason = fmt::format("lost the agent on {} (node rank {}): {}",
+                            host.empty() ? std::string("an unknown host") : host, plan_rank, reason);
+  info.host = host;
+  info.node_rank = plan_rank;
+  info.exit_code = 1;
+  info.time = core::failure_now();
+  // First abort wins: a more specific cause published before the drop stays the root cause.
+  s.compare_set(keys::kAbort, "", core::encode_failure(info));
+}
+
+void Rendezvous::stop_watch() {
+  watching_ = false;
+  if (watch_client_) watch_client_->close();
+  if (watch_thread_.joinable()) {
+    // Called from inside the abort callback (e.g. the agent tears down from there): the watch
+    // thread is already on its way out; it must not wait for itself.
+    if (watch_thread_.get_id() == std::this_thread::get_id()) {
+      watch_thread_.detach();
+    } else {
+      watch_thread_.join();
+    }
+  }
+  watch_client_.reset();
+  {
+    std::lock_guard lk(lost_mu_);
+    monitor_stop_ = true;
+    lost_.clear();
+  }
+  lost_cv_.notify_all();
+  if (monitor_client_) monitor_client_->close();
+  if (monitor_thread_.joinable()) monitor_thread_.join();
+  monitor_client_.reset();
+}
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,118 @@
+#pragma once
+// StoreServer's insides, shared by its units: server.cpp (listening, accepting, the public API),
+// connection.cpp (reading, dispatching, writing, closing), handshake.cpp and waiters.cpp.
+// Everything here is touched only from the server thread, except the atomics.
+#include <sys/socket.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "store/auth.hpp"
+#include "store/codec.hpp"
+#include "store/server.hpp"
+#include "store/store.hpp"
+#include "waiters.hpp"
+
+namespace ddprun::rdzv::detail {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+
+struct Conn {
+  explicit Conn(tcp::socket s) : sock(std::move(s)), watchdog(sock.get_executor()) {}
+  tcp::socket sock;
+  asio::steady_timer watchdog;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::string label;
+  sockaddr_storage peer_addr{};  // for the rejected-peer log line
+  std::chrono::milliseconds liveness{0};
+  bool open = true;
+  bool hello_done = false;
+  // A get/wait/wait_any is blocked: the protocol allows no request behind it (docs/protocol.md).
+  bool blocked = false;
+  bool writing = false;
+  bool close_after_write = false;
+  std::string close_reason;
+  std::deque<std::string> outq;
+  // While the frames of one read are served, their answers collect here and go out in one write.
+  bool batching = false;
+  std::string batch;
+  WaiterPtr waiter;
+};
+using ConnPtr = std::shared_ptr<Conn>;
+
+}  // namespace ddprun::rdzv::detail
+
+namespace ddprun::rdzv {
+
+struct StoreServer::Impl {
+  using Conn = detail::Conn;
+  using ConnPtr = detail::ConnPtr;
+  using tcp = detail::tcp;
+
+  explicit Impl(ServerOptions o) : opts(std::move(o)), acceptor(io), verifier(opts.auth, opts.run_id) {}
+
+  ServerOptions opts;
+  boost::asio::io_context io{1};
+  std::array<char, 65536> read_buf{};  // shared by every connection: reads happen on this thread only
+  tcp::acceptor acceptor;
+  std::uint16_t bound_port = 0;
+  StoreData data;
+  detail::Waiters waiters;
+  std::unordered_set<ConnPtr> conns;
+  std::atomic<std::size_t> n_conns{0};
+  std::atomic<std::uint64_t> n_dropped{0};
+  std::atomic<std::uint64_t> n_refused{0};
+  auth::Verifier verifier;
+  // A port scan or a misconfigured job must not flood the master's stderr.
+  auth::LogLimiter log_limit{5, std::chrono::seconds(10)};
+  bool stopping = false;
+  std::atomic<bool> stopped{false};
+  std::thread thread;
+
+  // server.cpp
+  void listen();
+  boost::asio::awaitable<void> accept_loop();
+  void admit(int fd, const sockaddr_storage& peer);
+  void shutdown_now();
+
+  // connection.cpp
+  void arm_watchdog(const ConnPtr& c);
+  void on_watchdog(const ConnPtr& c);
+  void touch(Conn& c);
+  boost::asio::awaitable<void> session(ConnPtr c);
+  boost::system::error_code read_rest(Conn& c, proto::FrameParser& parser);
+  void serve_frames(const ConnPtr& c, proto::FrameParser& parser);
+  void handle(const ConnPtr& c, proto::Request q);
+  void send(const ConnPtr& c, std::string frame);
+  boost::asio::awaitable<void> write_loop(ConnPtr c);
+  // graceful: FIN after what is queued; abortive: reset, queued data dropped; peer_gone: the peer
+  // closed or reset, so a plain close() (a shutdown would be a syscall for nothing).
+  enum class Closing { graceful, abortive, peer_gone };
+  void close(const ConnPtr& c, const std::string& reason, Closing how = Closing::graceful);
+
+  // handshake.cpp
+  void handshake(const ConnPtr& c, const std::string& payload);
+  void log_rejection(const Conn& c, const std::string& label, const std::string& why);
+
+  // waiters.cpp
+  void block(const ConnPtr& c, proto::Request q);
+  boost::asio::awaitable<void> wait_for(ConnPtr c, proto::Request q);
+};
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,41 @@
+#pragma once
+// Blocked get/wait/wait_any requests, indexed by the keys they wait on, so that a write wakes
+// exactly the waiters it satisfies. Server thread only.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "store/codec.hpp"
+#include "store/store.hpp"
+
+namespace ddprun::rdzv::detail {
+
+// One blocked request: its timer expires at the timeout, or is cancelled by the satisfying write.
+struct Waiter {
+  Waiter(boost::asio::any_io_executor ex, proto::Request q) : request(std::move(q)), timer(std::move(ex)) {}
+  proto::Request request;
+  std::string fired_by;  // the key whose write satisfied it; empty on timeout
+  boost::asio::steady_timer timer;
+};
+using WaiterPtr = std::shared_ptr<Waiter>;
+
+class Waiters {
+ public:
+  std::size_t size() const { return count_; }
+  void add(const WaiterPtr& w);
+  // Takes a finished waiter off every list it is still on.
+  void remove(const WaiterPtr& w);
+  // After a write to `key`: wakes the waiters on it that `data` now satisfies.
+  void notify(const std::string& key, const StoreData& data);
+
+ private:
+  std::unordered_map<std::string, std::vector<WaiterPtr>> by_key_;
+  std::size_t count_ = 0;
+};
+
+}  // namespace ddprun::rdzv::detail
