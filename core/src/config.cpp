@@ -120,9 +120,23 @@ int check_nnodes_against(const Options& o, int slurm_nodes, const std::string& w
   return slurm_nodes;
 }
 
+// A worker of ddprun or torchrun starting ddprun: it would meet its parent's Slurm step and ports,
+// and fail later with confusing port or node-rank errors.
+void refuse_nested(const EnvSnapshot& env) {
+  const auto run = env.find("TORCHELASTIC_RUN_ID");
+  if (run == env.end() || !env.contains("LOCAL_RANK") || !env.contains("GROUP_RANK")) return;
+  const auto rank = env.find("RANK");
+  throw Error(
+      fmt::format("ddprun is running inside a worker of another launch (TORCHELASTIC_RUN_ID={}, RANK={}): "
+                  "launchers do not nest; run the command directly, or start a separate job outside "
+                  "the workers",
+                  run->second, rank == env.end() ? "?" : rank->second));
+}
+
 }  // namespace
 
 Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
+  refuse_nested(env);
   Resolved r;
   const SlurmEnv s = read_slurm_env(env);
   r.context = o.standalone ? SlurmContext::none : s.context;
@@ -295,6 +309,7 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
 
   // Every node's shape. Other nodes are assumed to look like this one (dry-run); the rendezvous
   // later replaces the assumption with what each agent reports.
+  r.gpus_on_nodes = r.context == SlurmContext::batch && gpus.empty();
   int local = 0;
   if (r.mode == Mode::per_task) {
     local = tasks[static_cast<std::size_t>(job.node_rank)];
@@ -302,9 +317,14 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
     // `cpu` counts the CPUs the job may use here: Slurm's allocation on this node when it says, never
     // more than this process's affinity (the cgroup cpuset).
     const int cpus = s.cpus_on_node ? std::min(sys.cpu_count, *s.cpus_on_node) : sys.cpu_count;
-    local = resolve_nproc(o.nproc_per_node, gpus, job.gpus_per_proc, cpus);
+    // A batch script or salloc shell runs where no GPU variables are set (the submit host, or the
+    // batch node outside any step): GPU counts, and the checks that need them, come from the nodes
+    // after self-launch. The plan shown here assumes one worker per node for `gpu`.
+    local = r.gpus_on_nodes && o.nproc_per_node == "gpu"
+                ? 1
+                : resolve_nproc(o.nproc_per_node, gpus, job.gpus_per_proc, cpus);
   }
-  if (job.gpus_per_proc > 0 && r.mode != Mode::per_task) {
+  if (job.gpus_per_proc > 0 && r.mode != Mode::per_task && !r.gpus_on_nodes) {
     if (gpus.empty()) {
       throw Error(
           fmt::format("--gpus-per-proc {} but no GPUs are visible (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, "

@@ -106,12 +106,20 @@ SlurmEnv read_slurm_env(const EnvSnapshot& env) {
   s.nodename = get(env, "SLURMD_NODENAME");
   s.cpus_per_task = opt_int(env, "SLURM_CPUS_PER_TASK", 1);
   s.cpus_on_node = opt_int(env, "SLURM_CPUS_ON_NODE", 1);
+  s.het_size = get(env, "SLURM_HET_SIZE");
   s.restart_count = opt_int(env, "SLURM_RESTART_COUNT", 0);
   return s;
 }
 
 SlurmLayout slurm_layout(const SlurmEnv& s) {
   SlurmLayout out;
+  if (!s.nodelist && s.het_size) {
+    // A heterogeneous job's shell names its nodes per component (SLURM_JOB_NODELIST_HET_GROUP_N).
+    throw Error(
+        fmt::format("this is a heterogeneous job ({} components, SLURM_HET_SIZE={}): ddprun runs on one "
+                    "component at a time; start it with srun --het-group=N ddprun ...",
+                    *s.het_size, *s.het_size));
+  }
   if (!s.nodelist) {
     throw Error(
         "SLURM_JOB_ID is set but no nodelist (SLURM_STEP_NODELIST/SLURM_JOB_NODELIST) is; "

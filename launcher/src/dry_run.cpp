@@ -61,6 +61,11 @@ std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
   if (r.context == core::SlurmContext::batch) {
     out += fmt::format("batch script: ddprun would re-launch itself with srun on {} node{}\n",
                        r.allocation_hosts.size(), r.allocation_hosts.size() == 1 ? "" : "s");
+    if (r.gpus_on_nodes) {
+      out +=
+          "GPUs: none visible here; each node's agent counts its own GPUs after the re-launch, so GPU "
+          "lists and worker counts below are assumptions\n";
+    }
   }
   if (plan.mode != core::Mode::standalone) {
     out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
@@ -68,15 +73,18 @@ std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
   std::size_t host_w = 4;
   for (const auto& w : plan.workers) host_w = std::max(host_w, w.host ? w.host->size() : std::size_t{1});
   const bool mp = r.job.procs_per_replica > 1;
+  // A batch script or salloc shell is not one of the nodes that will run workers.
+  auto this_node = [&](int node_rank) {
+    return r.context != core::SlurmContext::batch && node_rank == plan.node_rank;
+  };
   out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}\n", "node", "host", host_w, "rank", "local", "gpus",
                      mp ? "  mp/dp" : "");
   for (const auto& w : plan.workers) {
     std::string gpus = w.gpus.empty() ? "-" : fmt::format("{}", fmt::join(w.gpus, ","));
     std::string mpdp =
         mp ? fmt::format("  {}/{}", w.env.at("DDPRUN_MP_RANK"), w.env.at("DDPRUN_DP_RANK")) : "";
-    out +=
-        fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
-                    w.rank, w.local_rank, gpus, mpdp, w.node_rank == plan.node_rank ? "  <- this node" : "");
+    out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
+                       w.rank, w.local_rank, gpus, mpdp, this_node(w.node_rank) ? "  <- this node" : "");
   }
   std::string cmd;
   for (const auto& a : r.command) cmd += (cmd.empty() ? "" : " ") + a;
@@ -91,6 +99,7 @@ std::string render_plan_json(const core::Resolved& r, const core::Plan& plan) {
   j["rdzv_endpoint"] = fmt::format("{}:{}", r.rdzv_host, r.rdzv_port);
   j["nnodes_min"] = r.nnodes_min;
   j["nnodes_max"] = r.nnodes_max;
+  j["gpus_from_nodes"] = r.gpus_on_nodes;
   return core::dump_json(j, 2) + "\n";
 }
 

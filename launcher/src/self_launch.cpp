@@ -2,21 +2,56 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
+#include "core/hostlist.hpp"
+#include "launcher/system.hpp"
+
 namespace ddprun::launcher {
 
+GpuRequest self_launch_gpus(const core::EnvSnapshot& env) {
+  GpuRequest g;
+  const auto per_task = env.find("SLURM_GPUS_PER_TASK");
+  if (per_task == env.end() || per_task->second.empty()) return g;
+  int gpus = 0;
+  std::vector<int> tasks;
+  try {
+    gpus = core::parse_int("SLURM_GPUS_PER_TASK", per_task->second, 1);
+    const auto it = env.find("SLURM_TASKS_PER_NODE");
+    if (it != env.end()) tasks = core::parse_count_list(it->second);
+  } catch (const core::Error&) {
+    g.warning = fmt::format(
+        "SLURM_GPUS_PER_TASK='{}' is not a GPU count; the agents may see fewer GPUs than the "
+        "job holds",
+        per_task->second);
+    return g;
+  }
+  if (tasks.empty() || std::adjacent_find(tasks.begin(), tasks.end(), std::not_equal_to<>()) != tasks.end()) {
+    g.warning =
+        "the job asked --gpus-per-task with different task counts per node; each node's agent gets "
+        "one task's GPUs. Ask --gpus-per-node instead, or run srun ddprun yourself";
+    return g;
+  }
+  g.per_node = gpus * tasks.front();
+  return g;
+}
+
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
-                                          const std::vector<std::string>& self_argv) {
+                                          const std::vector<std::string>& self_argv,
+                                          std::optional<int> gpus_per_node) {
   std::vector<std::string> out = {srun, fmt::format("--nodes={}", nnodes), fmt::format("--ntasks={}", nnodes),
                                   "--ntasks-per-node=1", "--kill-on-bad-exit=1",
                                   // The agent spawns all of the node's workers: its step needs all of the
                                   // job's CPUs and GPUs on the node, not one task's share.
                                   "--whole"};
+  if (gpus_per_node) out.push_back(fmt::format("--gpus-per-node={}", *gpus_per_node));
   out.insert(out.end(), self_argv.begin(), self_argv.end());
   return out;
 }
@@ -28,7 +63,11 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   std::vector<std::string> self_argv = {self};
   for (int i = 1; i < argc; ++i) self_argv.emplace_back(argv[i]);
   const std::string srun = "srun";
-  auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv);
+  const GpuRequest gpus = self_launch_gpus(snapshot_environ());
+  if (!gpus.warning.empty()) fmt::print(stderr, "ddprun: warning: {}\n", gpus.warning);
+  // srun reads SLURM_GPUS_PER_TASK as --gpus-per-task: one task per node would get one task's GPUs.
+  if (gpus.per_node) ::unsetenv("SLURM_GPUS_PER_TASK");
+  auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv, gpus.per_node);
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);

@@ -1,4 +1,4 @@
-// Bytes that are not UTF-8 in arguments and the environment: ddprun's JSON output stays valid.
+// The dry-run as users meet it in odd places: bytes that are not UTF-8, an salloc shell with no GPUs.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -20,4 +20,37 @@ TEST_CASE("dry-run JSON with a Latin-1 argument and environment value is valid J
   CHECK(j.at("workers").size() == 2);
   // The argument is kept, its invalid byte replaced by U+FFFD.
   CHECK(r.out.find("caf\xef\xbf\xbd") != std::string::npos);
+}
+
+TEST_CASE("dry-run in an salloc shell: GPU counts come from the nodes, and no node is this one",
+          "[cli][dryrun][slurm]") {
+  const std::map<std::string, std::string> salloc = {{"SLURM_JOB_ID", "78"},
+                                                     {"SLURM_JOB_NODELIST", "gpu[1-2]"},
+                                                     {"SLURM_NODELIST", "gpu[1-2]"},
+                                                     {"SLURM_JOB_NUM_NODES", "2"},
+                                                     {"SLURM_NNODES", "2"},
+                                                     {"SLURM_NTASKS", "2"},
+                                                     {"SLURM_TASKS_PER_NODE", "1(x2)"}};
+  const auto r = run_process(
+      {DDPRUN_EXE, "--dry-run", "--nproc-per-node", "gpu", "--no-python", "--", "/bin/true"}, salloc);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("each node's agent counts its own GPUs") != std::string::npos);
+  CHECK(r.out.find("this node") == std::string::npos);
+  const auto j = run_process({DDPRUN_EXE, "--dry-run", "--format", "json", "--nproc-per-node", "gpu",
+                              "--no-python", "--", "/bin/true"},
+                             salloc);
+  REQUIRE(j.code == 0);
+  CHECK(nlohmann::json::parse(j.out).at("gpus_from_nodes") == true);
+}
+
+TEST_CASE("ddprun started by a ddprun worker says launchers do not nest", "[cli][error]") {
+  // The worker's command runs ddprun again: the inner one must refuse at once, naming the outer run.
+  const auto r = run_process({DDPRUN_EXE, "--nproc-per-node", "1", "--no-python", "--", DDPRUN_EXE,
+                              "--no-python", "--", "/bin/true"},
+                             {{"DDPRUN_RDZV_AUTH", "none"}});
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("inside a worker of another launch") != std::string::npos);
+  CHECK(r.err.find("launchers do not nest") != std::string::npos);
 }

@@ -75,6 +75,7 @@ struct Resolved {
   std::string rdzv_auth = "auto";  // validated: auto | munge | token | none
   std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
+  bool gpus_on_nodes = false;  // batch context without GPU variables: GPU counts come from the nodes
   std::vector<std::string> command;           // final argv (python prepended where needed)
   std::optional<std::set<int>> local_ranks_filter;
 };

@@ -40,6 +40,7 @@ struct SlurmEnv {
   std::optional<std::string> nodename;                 // SLURMD_NODENAME
   std::optional<int> cpus_per_task;                    // SLURM_CPUS_PER_TASK
   std::optional<int> cpus_on_node;                     // SLURM_CPUS_ON_NODE: the job's CPUs here
+  std::optional<std::string> het_size;                 // SLURM_HET_SIZE: a heterogeneous job's components
   std::optional<FromVar<std::string>> gpus;            // SLURM_STEP_GPUS, else SLURM_JOB_GPUS
   std::optional<std::string> cuda_visible_devices;     // CUDA_VISIBLE_DEVICES
   std::optional<int> restart_count;                    // SLURM_RESTART_COUNT

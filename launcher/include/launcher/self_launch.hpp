@@ -1,16 +1,27 @@
 #pragma once
 // Self-launch: plain `ddprun ...` in a batch script or salloc shell re-runs itself on every node of
 // the allocation as one srun step with one task per node.
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/slurm_env.hpp"
 
 namespace ddprun::launcher {
 
+// GPUs the job asked for per task (sbatch --gpus-per-task). The one agent task per node must hold
+// the GPUs of all of the node's tasks, or it would see one task's share. Pure.
+struct GpuRequest {
+  std::optional<int> per_node;  // what the self-launch step asks for per node (--gpus-per-node)
+  std::string warning;          // non-empty when it cannot be said (tasks per node differ)
+};
+GpuRequest self_launch_gpus(const core::EnvSnapshot& env);
+
 // The srun command line that re-launches `self_argv` (ddprun's own argv, argv[0] resolved) on `nnodes`.
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
-                                          const std::vector<std::string>& self_argv);
+                                          const std::vector<std::string>& self_argv,
+                                          std::optional<int> gpus_per_node = std::nullopt);
 
 // Replaces this process with srun (so signals and the exit code pass straight through).
 // Returns only on failure, with an Error.

@@ -315,3 +315,48 @@ TEST_CASE("nproc-per-node cpu counts the job's CPUs on the node, not the machine
   env.erase("SLURM_CPUS_ON_NODE");
   CHECK(resolve(o, env, sys()).self.local_world_size == 8);
 }
+
+TEST_CASE("salloc shell: GPU checks wait for the nodes instead of failing here", "[config][slurm][gpu]") {
+  // The salloc shell of `salloc -N2 --gres=gpu:2` has no GPU variables (they belong to steps).
+  EnvSnapshot env = {{"SLURM_JOB_ID", "78"},
+                     {"SLURM_JOB_NODELIST", "gpu[1-2]"},
+                     {"SLURM_NODELIST", "gpu[1-2]"},
+                     {"SLURM_JOB_NUM_NODES", "2"},
+                     {"SLURM_NNODES", "2"},
+                     {"SLURM_NTASKS", "2"},
+                     {"SLURM_TASKS_PER_NODE", "1(x2)"}};
+  Options o = cmd();
+  o.nproc_per_node = "gpu";
+  const auto r = resolve(o, env, sys());
+  CHECK(r.context == SlurmContext::batch);
+  CHECK(r.gpus_on_nodes);
+  CHECK(r.self.local_world_size == 1);  // an assumption, said so by the dry-run
+  o.gpus_per_proc = 2;
+  CHECK_NOTHROW(resolve(o, env, sys()));
+  // Inside a step the same request with no GPUs is still an error, on the node that has none.
+  auto step = step_env(0);
+  Options s = cmd();
+  s.nproc_per_node = "gpu";
+  CHECK_THROWS_WITH(resolve(s, step, sys()), Catch::Contains("no GPUs are visible"));
+  // A batch shell that does see GPUs plans with them.
+  env["SLURM_JOB_GPUS"] = "0,1";
+  Options g = cmd();
+  g.nproc_per_node = "gpu";
+  const auto rg = resolve(g, env, sys());
+  CHECK_FALSE(rg.gpus_on_nodes);
+  CHECK(rg.self.local_world_size == 2);
+}
+
+TEST_CASE("a heterogeneous job's shell is told to pick a component with srun --het-group",
+          "[config][slurm][error]") {
+  // What sbatch gives a heterogeneous job's batch shell: per-component lists, no plain SLURM_JOB_NODELIST.
+  EnvSnapshot env = {{"SLURM_JOB_ID", "80"},
+                     {"SLURM_HET_SIZE", "2"},
+                     {"SLURM_JOB_NODELIST_HET_GROUP_0", "node1"},
+                     {"SLURM_JOB_NODELIST_HET_GROUP_1", "node[2-3]"}};
+  CHECK_THROWS_WITH(resolve(cmd(), env, sys()),
+                    Catch::Contains("heterogeneous job") && Catch::Contains("srun --het-group=N ddprun"));
+  // Without the het marker the old message stays.
+  EnvSnapshot plain = {{"SLURM_JOB_ID", "81"}};
+  CHECK_THROWS_WITH(resolve(cmd(), plain, sys()), Catch::Contains("no nodelist"));
+}

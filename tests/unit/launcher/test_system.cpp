@@ -1,6 +1,8 @@
 // The application layer: MASTER_PORT selection by binding, the self-launch command line.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "launcher/self_launch.hpp"
 #include "launcher/system.hpp"
 #include "support/net_util.hpp"
@@ -33,4 +35,20 @@ TEST_CASE("self-launch: one agent task per node with the node's whole allocation
                                          "4",
                                          "train.py"};
   CHECK(argv == want);
+}
+
+TEST_CASE("self-launch under --gpus-per-task holds every task's GPUs on each node", "[config][slurm][gpu]") {
+  // sbatch -N2 --ntasks-per-node=2 --gpus-per-task=1: one agent per node must get 2 GPUs, not 1.
+  const auto g = self_launch_gpus({{"SLURM_GPUS_PER_TASK", "1"}, {"SLURM_TASKS_PER_NODE", "2(x2)"}});
+  REQUIRE(g.per_node.has_value());
+  CHECK(*g.per_node == 2);
+  CHECK(g.warning.empty());
+  const auto argv = self_launch_argv("srun", 2, {"/opt/ddprun", "train.py"}, g.per_node);
+  CHECK(std::find(argv.begin(), argv.end(), "--gpus-per-node=2") != argv.end());
+  // Nothing asked per task: nothing added.
+  CHECK_FALSE(self_launch_gpus({{"SLURM_TASKS_PER_NODE", "2(x2)"}}).per_node);
+  // Uneven tasks per node cannot be one per-node count: said, not guessed.
+  const auto uneven = self_launch_gpus({{"SLURM_GPUS_PER_TASK", "2"}, {"SLURM_TASKS_PER_NODE", "2,1"}});
+  CHECK_FALSE(uneven.per_node);
+  CHECK_THAT(uneven.warning, Catch::Contains("--gpus-per-node"));
 }
