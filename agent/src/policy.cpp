@@ -61,6 +61,28 @@ bool is_stopping_signal(int sig) {
   return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
 }
 
+SignalAction signal_action(int sig, int previous_agent_signal, bool teardown_started) {
+  if (!is_stopping_signal(sig)) return SignalAction::forward;  // USR1/USR2: checkpoint requests
+  if (previous_agent_signal != 0) {
+    return sig == SIGINT && previous_agent_signal == SIGINT ? SignalAction::kill : SignalAction::ignore;
+  }
+  return teardown_started ? SignalAction::forward : SignalAction::teardown;
+}
+
+std::string_view to_string(SignalAction a) {
+  switch (a) {
+    case SignalAction::forward:
+      return "forward";
+    case SignalAction::teardown:
+      return "teardown";
+    case SignalAction::kill:
+      return "kill";
+    case SignalAction::ignore:
+      return "ignore";
+  }
+  return "ignore";
+}
+
 AttemptDecision after_attempt(const RunResult& r, const std::optional<Failure>& published, int attempt,
                               int max_restarts) {
   if (r.success) return {false, 0};

@@ -497,32 +497,21 @@ void Supervisor::arm_signal() {
 }
 
 void Supervisor::on_signal(int sig) {
-  auto received = [&](const char* action) {
-    event("signal_received", {{"signal", signal_name(sig)}, {"action", action}});
-  };
-  if (!is_stopping_signal(sig)) {
-    received("forward");
-    kill_all(sig, true);  // USR1/USR2: checkpoint requests, the job goes on
-    return;
-  }
-  if (agent_signal_ != 0) {
-    // A second Ctrl-C means "now". Repeated TERM/HUP/QUIT are not a person asking twice: Slurm can
-    // deliver TERM more than once at a time limit, and the workers must keep their grace to checkpoint.
-    if (sig == SIGINT && agent_signal_ == SIGINT) {
-      received("kill");
+  const SignalAction action = signal_action(sig, agent_signal_, teardown_started_);
+  if (is_stopping_signal(sig) && agent_signal_ == 0) agent_signal_ = sig;
+  event("signal_received", {{"signal", signal_name(sig)}, {"action", to_string(action)}});
+  switch (action) {
+    case SignalAction::forward:
+      kill_all(sig, true);
+      return;
+    case SignalAction::kill:
       kill_all(SIGKILL, false);
-    } else {
-      received("ignore");
-    }
-    return;
+      return;
+    case SignalAction::ignore:
+      return;
+    case SignalAction::teardown:
+      break;
   }
-  agent_signal_ = sig;
-  if (teardown_started_) {
-    received("forward");
-    kill_all(sig, true);
-    return;
-  }
-  received("teardown");
   Failure f;
   f.host = host_;
   f.node_rank = node_rank_;
