@@ -708,11 +708,12 @@ RunResult Supervisor::finish(SignalWatcher& sigw, const std::shared_ptr<RemoteCh
   if (json_) {
     if (!r.success) event("failure_report", report_to_json(r));
     event("summary", summary_json(r));
-  } else if (!opts_.quiet) {
+  } else {
+    // --quiet hides the tables, never the failure.
     const bool colour = use_colour(2);
     std::string text;
-    if (!r.success) text += format_report(r, colour);
-    if (!r.exits.empty()) text += format_summary(r, colour);
+    if (!r.success) text += format_report(r, colour, opts_.quiet ? ReportLength::brief : ReportLength::full);
+    if (!opts_.quiet && !r.exits.empty()) text += format_summary(r, colour);
     write_stderr(text);
   }
   if (!r.success) write_error_json(r);
