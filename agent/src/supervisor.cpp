@@ -15,7 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
+#include <utility>
 
 #include "agent/command.hpp"
 #include "agent/error.hpp"
@@ -101,14 +101,6 @@ nlohmann::json summary_json(const RunResult& r) {
 bool same_failure(const Failure& a, const Failure& b) {
   return a.host == b.host && a.rank == b.rank && a.pid == b.pid && a.node_rank == b.node_rank;
 }
-
-// Shared with the coordinator's thread: the remote root cause and where to post it.
-struct RemoteChannel {
-  std::mutex m;
-  asio::io_context* io = nullptr;
-  std::function<void(const Failure&)> deliver;  // runs on the io_context's thread
-  std::optional<Failure> root;
-};
 
 // A worker that could not be started; run() turns it into a result.
 struct StartFailure {
@@ -200,7 +192,11 @@ class Supervisor {
   void worker_exited_event(const Proc& p) const;
   void kill_all(int sig, bool live_only);
   void check_done();
-  RunResult finish(SignalWatcher& sigw, const std::shared_ptr<RemoteChannel>& channel);
+  void deliver_posted();
+  std::optional<Failure> remote() const;
+  bool succeeded() const;
+  void wait_exit_barrier(SignalWatcher& sigw);
+  RunResult finish();
   void write_error_json(const RunResult& r) const;
 
   const std::vector<core::Worker>& local_;
@@ -221,9 +217,30 @@ class Supervisor {
   int node_rank_ = 0;
   bool teardown_started_ = false;
   bool cleanup_started_ = false;
+  bool running_ = false;  // the loop runs; after it, signals wait for finish() and nothing is torn down
+  std::vector<int> late_signals_;
   int agent_signal_ = 0;
   std::optional<Failure> local_root_;
-  std::optional<Failure> remote_root_;
+  std::optional<Failure> remote_root_;  // the one place it is kept: delivered by asio::post
+};
+
+// Installs the remote abort handler for one run. Every remote root cause reaches the loop through
+// asio::post; the coordinator stops calling the handler once it is reset.
+class AbortHandler {
+ public:
+  AbortHandler(Coordinator& c, std::function<void(const Failure&)> h) : c_(c) {
+    c_.set_remote_abort_handler(std::move(h));
+  }
+  ~AbortHandler() { reset(); }
+  AbortHandler(const AbortHandler&) = delete;
+  AbortHandler& operator=(const AbortHandler&) = delete;
+  void reset() {
+    if (std::exchange(installed_, false)) c_.set_remote_abort_handler({});
+  }
+
+ private:
+  Coordinator& c_;
+  bool installed_ = true;
 };
 
 Failure Supervisor::worker_failure(const Proc& p) const {
@@ -248,32 +265,14 @@ RunResult Supervisor::run() {
   node_rank_ = local_.empty() ? 0 : local_.front().node_rank;
   if (opts_.events != nullptr) opts_.events->set_context(host_, node_rank_);
 
-  auto channel = std::make_shared<RemoteChannel>();
-  channel->io = &io_;
-  channel->deliver = [this](const Failure& f) { on_remote(f); };
+  AbortHandler abort_handler(coord_,
+                             [this](const Failure& f) { asio::post(io_, [this, f] { on_remote(f); }); });
   SignalWatcher sigw(forwarded_signals());
   sig_sd_.assign(::fcntl(sigw.fd(), F_DUPFD_CLOEXEC, 3));
-  coord_.set_remote_abort_handler([channel](const Failure& f) {
-    std::lock_guard lk(channel->m);
-    if (!channel->root) channel->root = f;
-    if (channel->io != nullptr) {
-      asio::post(*channel->io, [channel, f] { channel->deliver(f); });
-    }
-  });
-  struct HandlerReset {
-    Coordinator& c;
-    ~HandlerReset() { c.set_remote_abort_handler({}); }
-  } handler_reset{coord_};
-  auto detach_channel = [&channel] {
-    std::lock_guard lk(channel->m);
-    channel->io = nullptr;
-    channel->deliver = nullptr;
-  };
 
   try {
     spawn_all();
   } catch (const StartFailure& fail) {
-    detach_channel();
     return start_failure(fail.message, fail.exit_code, local_.at(fail.worker));
   }
 
@@ -284,10 +283,21 @@ RunResult Supervisor::run() {
       arm_read(*p, p->err);
     }
     arm_signal();
+    running_ = true;
     io_.run();
+    running_ = false;
   }
-  detach_channel();
-  return finish(sigw, channel);
+  deliver_posted();
+  if (succeeded()) wait_exit_barrier(sigw);
+  abort_handler.reset();
+  deliver_posted();  // nothing can be posted any more
+  return finish();
+}
+
+// Runs what was posted after the loop stopped (remote aborts; signals read then wait in late_signals_).
+void Supervisor::deliver_posted() {
+  io_.restart();
+  io_.poll();
 }
 
 void Supervisor::spawn_all() {
@@ -491,7 +501,13 @@ void Supervisor::close_stream(Proc& p, Stream& s) {
 void Supervisor::arm_signal() {
   sig_sd_.async_read_some(asio::buffer(sig_buf_), [this](const boost::system::error_code& ec, std::size_t n) {
     if (ec) return;
-    for (std::size_t i = 0; i < n; ++i) on_signal(sig_buf_[i]);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (running_) {
+        on_signal(sig_buf_[i]);
+      } else {
+        late_signals_.push_back(sig_buf_[i]);
+      }
+    }
     arm_signal();
   });
 }
@@ -531,7 +547,7 @@ void Supervisor::on_remote(const Failure& f) {
     remote_root_ = f;
     event("remote_abort", {{"root_cause", failure_to_json(f)}});
   }
-  if (!teardown_started_) start_teardown(SIGTERM, "remote_abort", f);
+  if (running_ && !teardown_started_) start_teardown(SIGTERM, "remote_abort", f);
 }
 
 void Supervisor::handle_local_failure() {
@@ -636,7 +652,42 @@ void Supervisor::check_done() {
   io_.stop();
 }
 
-RunResult Supervisor::finish(SignalWatcher& sigw, const std::shared_ptr<RemoteChannel>& channel) {
+std::optional<Failure> Supervisor::remote() const {
+  if (remote_root_ && local_root_ && same_failure(*remote_root_, *local_root_)) return std::nullopt;
+  return remote_root_;
+}
+
+bool Supervisor::succeeded() const {
+  bool ok = !local_root_ && !remote() && agent_signal_ == 0;
+  for (const auto& p : procs_) ok = ok && !p->status.failed();
+  return ok;
+}
+
+// This node's workers all succeeded: wait for the other nodes.
+void Supervisor::wait_exit_barrier(SignalWatcher& sigw) {
+  bool barrier = false;
+  try {
+    barrier = coord_.exit_barrier(opts_.exit_barrier_timeout);
+  } catch (const std::exception& e) {
+    warn(fmt::format("exit barrier failed: {}", e.what()));
+  }
+  deliver_posted();  // an abort that ended the barrier
+  if (!barrier && !remote()) {
+    warn(fmt::format("not every node finished within the exit barrier ({} s); this node's workers succeeded",
+                     opts_.exit_barrier_timeout.count() / 1000));
+  }
+  const auto unread = sigw.drain();
+  late_signals_.insert(late_signals_.end(), unread.begin(), unread.end());
+  for (int sig : late_signals_) {
+    if (is_stopping_signal(sig) && agent_signal_ == 0) {
+      agent_signal_ = sig;
+      // The workers had already ended: nothing to forward, but the job counts as stopped.
+      event("signal_received", {{"signal", signal_name(sig)}, {"action", "stop"}});
+    }
+  }
+}
+
+RunResult Supervisor::finish() {
   RunResult r;
   r.attempt = opts_.attempt;
   r.node_rank = node_rank_;
@@ -662,39 +713,6 @@ RunResult Supervisor::finish(SignalWatcher& sigw, const std::shared_ptr<RemoteCh
       local_root_->stderr_tail = e.stderr_tail;
     }
     r.exits.push_back(std::move(e));
-  }
-
-  auto remote = [&] {
-    std::lock_guard lk(channel->m);
-    auto f = remote_root_ ? remote_root_ : channel->root;
-    if (f && local_root_ && same_failure(*f, *local_root_)) f.reset();
-    return f;
-  };
-  auto signal_seen = [&] {
-    for (int sig : sigw.drain()) {
-      if (is_stopping_signal(sig) && agent_signal_ == 0) {
-        agent_signal_ = sig;
-        // The workers had already ended: nothing to forward, but the job counts as stopped.
-        event("signal_received", {{"signal", signal_name(sig)}, {"action", "stop"}});
-      }
-    }
-  };
-
-  bool ok = !local_root_ && !remote() && agent_signal_ == 0;
-  for (const auto& s : statuses) ok = ok && !s.failed();
-  if (ok) {
-    bool barrier = false;
-    try {
-      barrier = coord_.exit_barrier(opts_.exit_barrier_timeout);
-    } catch (const std::exception& e) {
-      warn(fmt::format("exit barrier failed: {}", e.what()));
-    }
-    if (!barrier && !remote()) {
-      warn(
-          fmt::format("not every node finished within the exit barrier ({} s); this node's workers succeeded",
-                      opts_.exit_barrier_timeout.count() / 1000));
-    }
-    signal_seen();
   }
 
   const auto remote_root = remote();

@@ -21,7 +21,10 @@ class Coordinator {
   virtual void publish_failure(const Failure& f) = 0;
   // The supervisor installs a handler at the start of each run and an empty function at its end.
   // The implementation calls it (from any thread) with the job's root cause when another node
-  // failed; calling it with this node's own published failure is harmless.
+  // failed, also when that happened before the handler was installed; calling it with this node's
+  // own published failure is harmless. The handler only posts the cause to the supervisor's loop,
+  // which keeps it: the implementation keeps no copy. It calls the handler under its own lock, so
+  // once set_remote_abort_handler returns, the previous handler is neither running nor called again.
   virtual void set_remote_abort_handler(std::function<void(const Failure& root)> h) = 0;
   // Called only after every local worker exited 0. Returns true once every node got there, false
   // on timeout or abort. Must return within `timeout` (plus a little).

@@ -57,7 +57,8 @@ std::string error_json_path(const AgentOptions& opts, int node_rank);  // "" whe
 // as events in json mode.
 // Can be called again for a restart; it must be called from a thread that lives as long as the
 // workers (their death signal follows it).
-// Throws Error only for invalid options; a command that cannot start gives spawn_failed.
+// Throws Error only for invalid options, and passes on what the coordinator throws when the run
+// starts (installing the abort handler); a command that cannot start gives spawn_failed.
 RunResult run_workers(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
                       Coordinator& coordinator);
 
