@@ -29,6 +29,12 @@ std::string describe_exit(const ExitStatus& s) {
   return "exited with code " + std::to_string(s.exit_code);
 }
 
+std::string exit_reason(const ExitStatus& s, bool after_teardown) {
+  if (after_teardown && s.signal != 0) return describe_exit(s) + " (stopped by ddprun)";
+  if (after_teardown && s.failed()) return describe_exit(s) + " during teardown";
+  return describe_exit(s);
+}
+
 std::string short_exit(const ExitStatus& s) {
   if (s.signal != 0) return signal_name(s.signal) + " (" + std::to_string(s.exit_code) + ")";
   return std::to_string(s.exit_code);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/failure.hpp"
@@ -29,6 +30,26 @@ class Coordinator {
   // Called only after every local worker exited 0. Returns true once every node got there, false
   // on timeout or abort. Must return within `timeout` (plus a little).
   virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+};
+
+// Installs a remote abort handler for the lifetime of one run; reset() (or the destructor) removes
+// it, after which it is neither running nor called again.
+class ScopedAbortHandler {
+ public:
+  ScopedAbortHandler(Coordinator& c, std::function<void(const Failure&)> h) : c_(c) {
+    c_.set_remote_abort_handler(std::move(h));
+  }
+  ~ScopedAbortHandler() { reset(); }
+  ScopedAbortHandler(const ScopedAbortHandler&) = delete;
+  ScopedAbortHandler& operator=(const ScopedAbortHandler&) = delete;
+  void reset() {
+    if (installed_) c_.set_remote_abort_handler({});
+    installed_ = false;
+  }
+
+ private:
+  Coordinator& c_;
+  bool installed_ = true;
 };
 
 // A job of one node: nothing to tell anyone.

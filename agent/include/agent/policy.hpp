@@ -23,6 +23,10 @@ using core::signal_name;
 // "exited with code 3" / "killed by SIGSEGV" / "exited normally".
 std::string describe_exit(const ExitStatus& s);
 
+// describe_exit, and for a worker that ended during our teardown: "killed by SIGTERM (stopped by
+// ddprun)" or "exited with code 1 during teardown".
+std::string exit_reason(const ExitStatus& s, bool after_teardown);
+
 // "3" or "SIGKILL (137)": the short form used in tables.
 std::string short_exit(const ExitStatus& s);
 
