@@ -29,6 +29,12 @@ std::string describe_exit(const ExitStatus& s) {
   return "exited with code " + std::to_string(s.exit_code);
 }
 
+std::string exit_reason(const ExitStatus& s, bool after_teardown) {
+  if (after_teardown && s.signal != 0) return describe_exit(s) + " (stopped by ddprun)";
+  if (after_teardown && s.failed()) return describe_exit(s) + " during teardown";
+  return describe_exit(s);
+}
+
 std::string short_exit(const ExitStatus& s) {
   if (s.signal != 0) return signal_name(s.signal) + " (" + std::to_string(s.exit_code) + ")";
   return std::to_string(s.exit_code);
@@ -59,6 +65,28 @@ const std::vector<int>& forwarded_signals() {
 
 bool is_stopping_signal(int sig) {
   return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+}
+
+SignalAction signal_action(int sig, int previous_agent_signal, bool teardown_started) {
+  if (!is_stopping_signal(sig)) return SignalAction::forward;  // USR1/USR2: checkpoint requests
+  if (previous_agent_signal != 0) {
+    return sig == SIGINT && previous_agent_signal == SIGINT ? SignalAction::kill : SignalAction::ignore;
+  }
+  return teardown_started ? SignalAction::forward : SignalAction::teardown;
+}
+
+std::string_view to_string(SignalAction a) {
+  switch (a) {
+    case SignalAction::forward:
+      return "forward";
+    case SignalAction::teardown:
+      return "teardown";
+    case SignalAction::kill:
+      return "kill";
+    case SignalAction::ignore:
+      return "ignore";
+  }
+  return "ignore";
 }
 
 AttemptDecision after_attempt(const RunResult& r, const std::optional<Failure>& published, int attempt,

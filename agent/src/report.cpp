@@ -30,7 +30,7 @@ std::string duration_text(std::chrono::milliseconds d) {
 
 }  // namespace
 
-std::string format_report(const RunResult& r, bool colour) {
+std::string format_report(const RunResult& r, bool colour, ReportLength length) {
   std::string out = paint(fmt::format("ddprun: job failed with exit code {} (attempt {}, node {}, host {})",
                                       r.exit_code, r.attempt, r.node_rank, r.host),
                           Style::bold_red, colour) +
@@ -54,6 +54,7 @@ std::string format_report(const RunResult& r, bool colour) {
       for (const auto& l : f->stderr_tail) out += "    | " + l + "\n";
     }
   }
+  if (length == ReportLength::brief) return out;
   std::string others;
   for (const auto& e : r.exits) {
     if (!e.status.failed()) continue;

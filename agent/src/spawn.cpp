@@ -138,6 +138,25 @@ void ensure_stdio_open() {
   }
 }
 
+// The sync pipe closes at exec (close-on-exec), or carries the child's error: then it is reaped and
+// the error thrown.
+void wait_for_exec(const UniqueFd& sync_r, pid_t pid, const std::string& program) {
+  ChildError ce{};
+  ssize_t n;
+  do {
+    n = ::read(sync_r.get(), &ce, sizeof ce);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (ce.stage == 0) {
+    auto [msg, code] = describe_exec_error(ce.err, program);
+    throw Error(msg, code);
+  }
+  throw Error(std::string("cannot set up the worker's stdio: ") + std::strerror(ce.err), 1);
+}
+
 }  // namespace
 
 Spawned spawn_process(const SpawnRequest& req) {
@@ -175,21 +194,7 @@ Spawned spawn_process(const SpawnRequest& req) {
   err_w.reset();
   sync_w.reset();
 
-  ChildError ce{};
-  ssize_t n;
-  do {
-    n = ::read(sync_r.get(), &ce, sizeof ce);
-  } while (n < 0 && errno == EINTR);
-  if (n > 0) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (ce.stage == 0) {
-      auto [msg, code] = describe_exec_error(ce.err, req.program);
-      throw Error(msg, code);
-    }
-    throw Error(std::string("cannot set up the worker's stdio: ") + std::strerror(ce.err), 1);
-  }
+  wait_for_exec(sync_r, pid, req.program);
 
   Spawned s;
   s.pid = pid;

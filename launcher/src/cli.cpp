@@ -173,7 +173,9 @@ CliResult parse_cli(int argc, const char* const* argv) {
   app.add_option("--monitor-interval,--monitor_interval", monitor_interval,
                  "Accepted for torchrun compatibility; ignored (supervision is event driven)")
       ->group(logs);
-  app.add_flag("-q,--quiet", o.quiet, "No startup table or summary")->group(logs);
+  app.add_flag("-q,--quiet", o.quiet,
+               "No startup table, progress or summary table; a failure still prints its root cause")
+      ->group(logs);
   app.add_option(
          "--log-format", o.log_format,
          "ddprun's own messages: text, or json (one event per line on stderr; worker output unchanged)")

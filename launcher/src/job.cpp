@@ -73,9 +73,9 @@ class LocalSession final : public Session {
   agent::LocalCoordinator coord_;
 };
 
-// The supervisor's view of the other nodes, over the rendezvous. The watch thread hands a remote
-// root cause over here; one that arrives before the supervisor installs its handler is kept and
-// delivered on installation.
+// The supervisor's view of the other nodes, over the rendezvous. The watch (heartbeats and the
+// abort push) starts when the supervisor installs its handler, once per attempt, so an abort cannot
+// arrive before someone listens: one published earlier is pushed at once by the new watch.
 class StoreCoordinator final : public agent::Coordinator {
  public:
   explicit StoreCoordinator(rdzv::Rendezvous& rz) : rz_(rz) {}
@@ -83,45 +83,35 @@ class StoreCoordinator final : public agent::Coordinator {
   void publish_failure(const Failure& f) override { rz_.abort(f); }
 
   void set_remote_abort_handler(std::function<void(const Failure&)> h) override {
-    std::optional<Failure> pending;
     {
       std::lock_guard lock(mu_);
       handler_ = std::move(h);
-      if (handler_ && pending_) pending = pending_;
+      if (!handler_ || watched_attempt_ == rz_.attempt()) return;
+      watched_attempt_ = rz_.attempt();
     }
-    if (pending) deliver(*pending);
+    try {
+      rz_.watch([this](const Failure& f) { on_abort(f); });
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      handler_ = nullptr;  // the supervisor that installed it is going away
+      watched_attempt_ = -1;
+      throw;
+    }
   }
 
   bool exit_barrier(milliseconds timeout) override { return rz_.barrier("exit", timeout); }
 
-  void on_abort(const Failure& f) {
-    {
-      std::lock_guard lock(mu_);
-      pending_ = f;
-      if (!handler_) return;
-    }
-    deliver(f);
-  }
-
-  void reset() {
-    std::lock_guard lock(mu_);
-    pending_.reset();
-  }
-
  private:
-  void deliver(const Failure& f) {
-    std::function<void(const Failure&)> h;
-    {
-      std::lock_guard lock(mu_);
-      h = handler_;
-    }
-    if (h) h(f);
+  // From the watch thread. Under the lock: once the handler is reset, it is not running.
+  void on_abort(const Failure& f) {
+    std::lock_guard lock(mu_);
+    if (handler_) handler_(f);
   }
 
   rdzv::Rendezvous& rz_;
   std::mutex mu_;
   std::function<void(const Failure&)> handler_;
-  std::optional<Failure> pending_;
+  int watched_attempt_ = -1;
 };
 
 // Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
@@ -200,8 +190,6 @@ class RendezvousSession final : public Session {
     round.plan.node_rank = joined.node_rank;
     round.local = local_workers(round.plan, attempt);
     round.announce = my_id_ == 0;
-    coord_.reset();
-    rz_.watch([this](const Failure& f) { coord_.on_abort(f); });
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/failure.hpp"
@@ -21,11 +22,34 @@ class Coordinator {
   virtual void publish_failure(const Failure& f) = 0;
   // The supervisor installs a handler at the start of each run and an empty function at its end.
   // The implementation calls it (from any thread) with the job's root cause when another node
-  // failed; calling it with this node's own published failure is harmless.
+  // failed, also when that happened before the handler was installed; calling it with this node's
+  // own published failure is harmless. The handler only posts the cause to the supervisor's loop,
+  // which keeps it: the implementation keeps no copy. It calls the handler under its own lock, so
+  // once set_remote_abort_handler returns, the previous handler is neither running nor called again.
   virtual void set_remote_abort_handler(std::function<void(const Failure& root)> h) = 0;
   // Called only after every local worker exited 0. Returns true once every node got there, false
   // on timeout or abort. Must return within `timeout` (plus a little).
   virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+};
+
+// Installs a remote abort handler for the lifetime of one run; reset() (or the destructor) removes
+// it, after which it is neither running nor called again.
+class ScopedAbortHandler {
+ public:
+  ScopedAbortHandler(Coordinator& c, std::function<void(const Failure&)> h) : c_(c) {
+    c_.set_remote_abort_handler(std::move(h));
+  }
+  ~ScopedAbortHandler() { reset(); }
+  ScopedAbortHandler(const ScopedAbortHandler&) = delete;
+  ScopedAbortHandler& operator=(const ScopedAbortHandler&) = delete;
+  void reset() {
+    if (installed_) c_.set_remote_abort_handler({});
+    installed_ = false;
+  }
+
+ private:
+  Coordinator& c_;
+  bool installed_ = true;
 };
 
 // A job of one node: nothing to tell anyone.

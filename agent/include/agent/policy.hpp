@@ -2,6 +2,7 @@
 // Failure policy: pure decisions about exit statuses, root causes and the job's exit code.
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/coordinator.hpp"
@@ -22,6 +23,10 @@ using core::signal_name;
 // "exited with code 3" / "killed by SIGSEGV" / "exited normally".
 std::string describe_exit(const ExitStatus& s);
 
+// describe_exit, and for a worker that ended during our teardown: "killed by SIGTERM (stopped by
+// ddprun)" or "exited with code 1 during teardown".
+std::string exit_reason(const ExitStatus& s, bool after_teardown);
+
 // "3" or "SIGKILL (137)": the short form used in tables.
 std::string short_exit(const ExitStatus& s);
 
@@ -40,5 +45,21 @@ int job_exit_code(const std::optional<Failure>& root_cause, int agent_signal,
 // Signals the agent forwards to every worker process group, and which of them end the job.
 const std::vector<int>& forwarded_signals();
 bool is_stopping_signal(int sig);  // TERM, INT, HUP, QUIT: forward, then grace and kill
+
+// What a signal reaching the agent does while its workers run.
+enum class SignalAction {
+  forward,   // to every live worker group; the job goes on, or is already being torn down
+  teardown,  // the first stopping signal: teardown starts with it
+  kill,      // a second SIGINT (Ctrl-C twice): SIGKILL every group now
+  ignore,    // a repeated TERM/HUP/QUIT: the workers keep their grace to checkpoint
+};
+
+// `previous_agent_signal` is the first stopping signal the agent got (0 if none); the caller records
+// the first one. Slurm can deliver TERM more than once at a time limit, so only a second SIGINT
+// means "now".
+SignalAction signal_action(int sig, int previous_agent_signal, bool teardown_started);
+
+// "forward", "teardown", "kill", "ignore": the signal_received event's action.
+std::string_view to_string(SignalAction a);
 
 }  // namespace ddprun::agent

@@ -35,7 +35,7 @@ struct AgentOptions {
   std::optional<std::set<int>> local_ranks_filter;  // local ranks shown on the console
   std::optional<std::string> error_file;            // JSON report of a failed run
   int attempt = 0;
-  bool quiet = false;  // no summary/report on stderr (JSON still written)
+  bool quiet = false;  // no summary table; a failure still gets the brief report (root cause)
   // Where ddprun's own messages go as JSON events (--log-format json); null or text mode: the usual
   // text on stderr. In json mode the supervisor writes no text of its own, whatever `quiet` says.
   Events* events = nullptr;
@@ -53,10 +53,12 @@ std::string error_json_path(const AgentOptions& opts, int node_rank);  // "" whe
 
 // Spawns `local` (this node's workers), relays their output, supervises them, tears down on the
 // first failure, a remote abort or a stopping signal, and returns how it ended. Prints the failure
-// report and the summary table on stderr (unless quiet), or emits them as events in json mode.
+// report and the summary table on stderr (quiet: only the brief report of a failure), or emits them
+// as events in json mode.
 // Can be called again for a restart; it must be called from a thread that lives as long as the
 // workers (their death signal follows it).
-// Throws Error only for invalid options; a command that cannot start gives spawn_failed.
+// Throws Error only for invalid options, and passes on what the coordinator throws when the run
+// starts (installing the abort handler); a command that cannot start gives spawn_failed.
 RunResult run_workers(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
                       Coordinator& coordinator);
 

@@ -25,13 +25,10 @@ class RecordingCoordinator : public Coordinator {
     ++barriers;
     return true;
   }
+  // Like the store's watch thread; under the lock, as the Coordinator interface requires.
   void abort(const Failure& f) {
-    std::function<void(const Failure&)> h;
-    {
-      std::lock_guard lk(m);
-      h = handler;
-    }
-    if (h) h(f);
+    std::lock_guard lk(m);
+    if (handler) handler(f);
   }
   std::mutex m;
   std::vector<Failure> published;

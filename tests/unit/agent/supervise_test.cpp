@@ -212,3 +212,35 @@ TEST_CASE("processes a worker leaves in its group are killed when the job ends")
   if (!gone) ::kill(child, SIGKILL);
   CHECK(gone);
 }
+
+TEST_CASE("quiet hides the tables but never the failure: the root cause is still on stderr") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.quiet = true;
+  const auto r =
+      run_agent_in_child(dir, make_workers({"hang", "eprint first-clue eprint last-words exit 3"}), 2, opts);
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 3);
+  CHECK(r.err.find("ddprun: job failed with exit code 3") != std::string::npos);
+  CHECK(r.err.find("Root cause") != std::string::npos);
+  CHECK(r.err.find("host      : testhost") != std::string::npos);
+  CHECK(r.err.find("rank      : 1 (local rank 1)") != std::string::npos);
+  CHECK(r.err.find("exit code : 3") != std::string::npos);
+  CHECK(r.err.find("reason    : exited with code 3") != std::string::npos);
+  CHECK(r.err.find("    | first-clue\n    | last-words\n") != std::string::npos);
+  // No tables: neither the summary nor the list of workers stopped by the teardown.
+  CHECK(r.err.find("summary") == std::string::npos);
+  CHECK(r.err.find("Other failures") == std::string::npos);
+}
+
+TEST_CASE("a quiet run that succeeds prints nothing of ddprun's own") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.quiet = true;
+  const auto r = run_agent_in_child(dir, make_workers({"print hello exit 0", "exit 0"}), 2, opts);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("success") == true);
+  CHECK(r.err.empty());
+  CHECK(r.out == "[0]: hello\n");
+}

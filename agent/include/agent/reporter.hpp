@@ -1,0 +1,49 @@
+#pragma once
+// ddprun's own messages about one run of this node's workers: JSON events (--log-format json) or
+// text on stderr, the failure report and summary table at the end, and the JSON error file.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/proc.hpp"
+#include "agent/result.hpp"
+#include "agent/supervisor.hpp"
+
+namespace ddprun::agent {
+
+class Reporter {
+ public:
+  explicit Reporter(const AgentOptions& opts);
+
+  // This node, for the events and the error file's name.
+  void set_node(const std::string& host, int node_rank);
+  bool json() const { return json_; }
+
+  void warn(const std::string& message) const;
+  void worker_started(const Proc& p, const std::vector<std::string>& argv) const;
+  void worker_exited(const Proc& p) const;
+  void signal_received(int sig, std::string_view action) const;
+  void remote_abort(const Failure& root) const;
+  void teardown(std::string_view reason, int sig, const Failure& root) const;
+  // A command that could not be started: one error line, or a spawn_failed event and the end of
+  // each worker already started (and killed).
+  void spawn_failed(const Failure& f, const std::string& message,
+                    const std::vector<std::unique_ptr<Proc>>& started) const;
+  // The end of a run: failure report and summary table as text, or as events; the error file of a
+  // failed run. --quiet hides the tables, never the failure: a brief report instead of the full one.
+  void finished(const RunResult& r) const;
+
+ private:
+  void event(const std::string& name, nlohmann::json fields) const;
+  void write_error_json(const RunResult& r) const;
+
+  const AgentOptions& opts_;
+  bool json_;  // events instead of ddprun's own text on stderr
+  std::string host_;
+  int node_rank_ = 0;
+};
+
+}  // namespace ddprun::agent

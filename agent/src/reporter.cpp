@@ -1,0 +1,145 @@
+#include "agent/reporter.hpp"
+
+#include <fmt/format.h>
+#include <filesystem>
+#include <fstream>
+
+#include "agent/events.hpp"
+#include "agent/io.hpp"
+#include "agent/report.hpp"
+
+namespace ddprun::agent {
+
+namespace {
+
+nlohmann::json signal_json(int sig) {
+  return sig != 0 ? nlohmann::json(signal_name(sig)) : nlohmann::json(nullptr);
+}
+
+double seconds(std::chrono::milliseconds d) {
+  return static_cast<double>(d.count()) / 1000.0;
+}
+
+nlohmann::json summary_json(const RunResult& r) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& e : r.exits) {
+    workers.push_back({{"rank", e.rank},
+                       {"local_rank", e.local_rank},
+                       {"host", e.host},
+                       {"exit", e.status.exit_code},
+                       {"signal", signal_json(e.status.signal)},
+                       {"duration_s", seconds(e.duration)},
+                       {"stopped_by_ddprun", e.stopped_by_ddprun}});
+  }
+  return {{"success", r.success}, {"exit_code", r.exit_code}, {"attempt", r.attempt}, {"workers", workers}};
+}
+
+}  // namespace
+
+std::string error_json_path(const AgentOptions& opts, int node_rank) {
+  if (opts.error_file) return *opts.error_file;
+  if (opts.log_dir)
+    return fmt::format("{}/error_node_{}.json", attempt_dir(*opts.log_dir, opts.attempt), node_rank);
+  return "";
+}
+
+Reporter::Reporter(const AgentOptions& opts)
+    : opts_(opts), json_(opts.events != nullptr && opts.events->json()) {}
+
+void Reporter::set_node(const std::string& host, int node_rank) {
+  host_ = host;
+  node_rank_ = node_rank;
+  if (opts_.events != nullptr) opts_.events->set_context(host_, node_rank_);
+}
+
+void Reporter::event(const std::string& name, nlohmann::json fields) const {
+  if (json_) opts_.events->emit(name, std::move(fields));
+}
+
+void Reporter::warn(const std::string& message) const {
+  if (json_) {
+    event("warning", {{"message", message}});
+  } else {
+    write_all(2, "ddprun: " + paint("warning:", Style::yellow, use_colour(2)) + " " + message + "\n");
+  }
+}
+
+void Reporter::worker_started(const Proc& p, const std::vector<std::string>& argv) const {
+  event("worker_started",
+        {{"rank", p.worker().rank}, {"local_rank", p.worker().local_rank}, {"pid", p.pid()}, {"argv", argv}});
+}
+
+void Reporter::worker_exited(const Proc& p) const {
+  if (!json_) return;
+  event("worker_exited", {{"rank", p.worker().rank},
+                          {"local_rank", p.worker().local_rank},
+                          {"pid", p.pid()},
+                          {"exit_code", p.end.status.exit_code},
+                          {"signal", signal_json(p.end.status.signal)},
+                          {"reason", exit_reason(p.end.status, p.end.stopped_by_ddprun)},
+                          {"duration_s", seconds(p.end.duration)},
+                          {"stopped_by_ddprun", p.end.stopped_by_ddprun}});
+}
+
+void Reporter::signal_received(int sig, std::string_view action) const {
+  event("signal_received", {{"signal", signal_name(sig)}, {"action", action}});
+}
+
+void Reporter::remote_abort(const Failure& root) const {
+  event("remote_abort", {{"root_cause", failure_to_json(root)}});
+}
+
+void Reporter::teardown(std::string_view reason, int sig, const Failure& root) const {
+  event("teardown", {{"reason", reason},
+                     {"signal", signal_name(sig)},
+                     {"grace_s", seconds(opts_.term_timeout)},
+                     {"root_cause", failure_to_json(root)}});
+}
+
+void Reporter::spawn_failed(const Failure& f, const std::string& message,
+                            const std::vector<std::unique_ptr<Proc>>& started) const {
+  if (json_) {
+    event("spawn_failed", {{"rank", f.rank},
+                           {"local_rank", f.local_rank},
+                           {"error", message},
+                           {"exit_code", f.exit_code},
+                           {"command", opts_.command},
+                           {"module", opts_.module}});
+    for (const auto& p : started) worker_exited(*p);
+    return;
+  }
+  std::string command;
+  for (const auto& a : opts_.command) command += (command.empty() ? "" : " ") + a;
+  write_all(2, fmt::format("ddprun: {} cannot start rank {} (local rank {}) on {}: {} (command: {}{})\n",
+                           paint("error:", Style::bold_red, use_colour(2)), f.rank, f.local_rank, f.host,
+                           message, opts_.module ? "-m " : "", command));
+}
+
+void Reporter::finished(const RunResult& r) const {
+  if (json_) {
+    if (!r.success) event("failure_report", report_to_json(r));
+    event("summary", summary_json(r));
+  } else if (!r.spawn_failed) {  // spawn_failed() printed its line already
+    const bool colour = use_colour(2);
+    std::string text;
+    if (!r.success) text += format_report(r, colour, opts_.quiet ? ReportLength::brief : ReportLength::full);
+    if (!opts_.quiet && !r.exits.empty()) text += format_summary(r, colour);
+    write_all(2, text);
+  }
+  if (!r.success) write_error_json(r);
+}
+
+void Reporter::write_error_json(const RunResult& r) const {
+  const std::string path = error_json_path(opts_, node_rank_);
+  if (path.empty()) return;
+  std::error_code ec;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  std::ofstream f(path, std::ios::trunc);
+  // Worker stderr lines may not be UTF-8: replace them rather than throw.
+  f << report_to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  f.close();
+  if (!f) warn("cannot write the error report to " + path);
+}
+
+}  // namespace ddprun::agent
