@@ -21,24 +21,6 @@ namespace ddprun::rdzv {
 using detail::Clock;
 using nlohmann::json;
 
-// ---- JSON
-
-void to_json(json& j, const JoinInfo& a) {
-  j = json{{"node_rank", a.node_rank},
-           {"hostname", a.hostname},
-           {"addr", a.addr},
-           {"local_world_size", a.local_world_size},
-           {"gpus", a.gpus}};
-}
-
-void from_json(const json& j, JoinInfo& a) {
-  a.node_rank = j.at("node_rank").get<int>();
-  a.hostname = j.at("hostname").get<std::string>();
-  a.addr = j.at("addr").get<std::string>();
-  a.local_world_size = j.at("local_world_size").get<int>();
-  a.gpus = j.at("gpus").get<std::vector<std::string>>();
-}
-
 // ---- pure helpers
 
 std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_max,

@@ -23,7 +23,8 @@ std::optional<std::string> refusal(const proto::Hello& h, const std::string& run
   if (h.run_id != run_id) {
     return fmt::format(
         "run id mismatch: this store serves run '{}', the client belongs to "
-        "run '{}'; check --rdzv-id / SLURM_JOB_ID and the endpoint",
+        "run '{}': another job or Slurm step (JOBID.STEPID) reached this port; check --rdzv-id and the "
+        "endpoint",
         run_id, h.run_id);
   }
   const auto mode = auth::mode_from_wire(h.auth);

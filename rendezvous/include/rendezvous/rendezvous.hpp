@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/failure.hpp"
 #include "store/auth.hpp"
@@ -40,8 +40,8 @@ struct JoinInfo {
   int local_world_size = 1;
   std::vector<std::string> gpus;
 };
-void to_json(nlohmann::json& j, const JoinInfo& a);
-void from_json(const nlohmann::json& j, JoinInfo& a);
+// A plain record: nlohmann's macro writes its codec (every field required when reading).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinInfo, node_rank, hostname, addr, local_world_size, gpus)
 
 struct RendezvousOptions {
   std::string host;        // the master's address as the other agents reach it
