@@ -1,5 +1,5 @@
 #pragma once
-// How one node's supervisor talks to the rest of the job. The lead implements it over the
+// How one node's supervisor talks to the rest of the job. The application implements it over the
 // rendezvous store; LocalCoordinator is the single-node version. Kept free of rendezvous headers
 // so the agent can be built and tested on its own.
 #include <chrono>
