@@ -176,6 +176,138 @@ std::vector<std::size_t> loop_order(std::size_t nbrackets) {
   return order;
 }
 
+// One item of a hostlist: literal texts around zero or more brackets (texts.size() == brackets.size() + 1).
+struct Item {
+  std::vector<std::string> texts = std::vector<std::string>(1);
+  std::vector<Bracket> brackets;
+};
+
+// Reads one item from expr[i] up to the next separator; returns the position after it.
+std::size_t parse_item(std::string_view expr, std::size_t i, Item& item) {
+  while (i < expr.size() && !is_separator(expr[i])) {
+    const char c = expr[i];
+    if (c == '[') {
+      item.brackets.emplace_back();
+      i = parse_bracket(expr, i, item.brackets.back());
+      item.texts.emplace_back();
+    } else if (c == ']') {
+      fail(expr, i, "']' without a matching '['", "remove it or add the missing '['");
+    } else if (is_control(c)) {
+      fail(expr, i, "control character", "host names are printable text");
+    } else {
+      item.texts.back() += c;
+      ++i;
+    }
+  }
+  return i;
+}
+
+// Sizes the item's expansion before building it: host count and exact bytes, within the caps
+// (given what earlier items already produced). Returns the host count.
+std::size_t check_item_size(std::string_view expr, std::size_t item_pos, const Item& item,
+                            std::size_t hosts_so_far, std::size_t& total_chars) {
+  std::size_t count = 1;
+  for (const Bracket& b : item.brackets) {
+    if (count > kMaxTotalHosts / b.values.size()) {
+      count = kMaxTotalHosts + 1;
+      break;
+    }
+    count *= b.values.size();
+  }
+  if (count > kMaxTotalHosts - hosts_so_far) {
+    fail(expr, item_pos, fmt::format("expands to more than {} hosts", kMaxTotalHosts),
+         "check the ranges or split the expression");
+  }
+  // Each bracket value appears count/size times, each text count times.
+  std::size_t item_chars = 0;
+  for (const std::string& t : item.texts) item_chars += t.size() * count;
+  for (const Bracket& b : item.brackets) item_chars += b.chars * (count / b.values.size());
+  if (item_chars > kMaxTotalChars - total_chars) {
+    fail(expr, item_pos, fmt::format("expands to more than {} bytes of host names", kMaxTotalChars),
+         "check the ranges or split the expression");
+  }
+  total_chars += item_chars;
+  return count;
+}
+
+// Appends every host of the item, the brackets nested as Slurm nests them (an odometer).
+void expand_item(const Item& item, std::vector<std::string>& hosts) {
+  const auto& brackets = item.brackets;
+  const std::vector<std::size_t> order = loop_order(brackets.size());
+  std::vector<std::size_t> idx(brackets.size(), 0);
+  for (;;) {
+    std::string name = item.texts[0];
+    for (std::size_t b = 0; b < brackets.size(); ++b) {
+      name += brackets[b].values[idx[b]];
+      name += item.texts[b + 1];
+    }
+    hosts.push_back(std::move(name));
+    // Advance the odometer, innermost loop first.
+    std::size_t level = order.size();
+    while (level > 0) {
+      const std::size_t b = order[level - 1];
+      if (++idx[b] < brackets[b].values.size()) break;
+      idx[b] = 0;
+      --level;
+    }
+    if (level == 0) return;
+  }
+}
+
+// A host split into text and its trailing number (if any, and if it fits in 64 bits).
+struct Split {
+  std::string_view prefix;
+  std::string_view digits;  // empty: no foldable number
+  std::uint64_t value = 0;
+};
+
+Split split_host(const std::string& name, std::size_t index) {
+  for (const char c : name) {
+    if (!is_name_char(c)) {
+      throw Error(
+          fmt::format("cannot write host \"{}\" (index {}) as a hostlist: names may not contain "
+                      "brackets, commas, whitespace or control characters",
+                      shown(name, 0), index));
+    }
+  }
+  if (name.empty()) {
+    throw Error(fmt::format("cannot write host {} as a hostlist: the name is empty", index));
+  }
+  std::size_t start = name.size();
+  while (start > 0 && is_digit(name[start - 1])) --start;
+  Split s{std::string_view(name), {}, 0};
+  std::uint64_t value = 0;
+  if (start < name.size() && to_u64(std::string_view(name).substr(start), value)) {
+    s.prefix = std::string_view(name).substr(0, start);
+    s.digits = std::string_view(name).substr(start);
+    s.value = value;
+  }
+  return s;
+}
+
+// Writes the bracket contents of one group split[h, end): ranges of numbers that count up by one
+// and print the same at the first one's width, joined by commas.
+void write_ranges(const std::vector<Split>& split, std::size_t h, std::size_t end, std::string& out) {
+  std::size_t r = h;
+  while (r < end) {
+    const std::size_t width = split[r].digits.size();
+    std::size_t last = r;
+    while (last + 1 < end && last + 1 - r < kMaxRangeHosts &&
+           split[last].value != std::numeric_limits<std::uint64_t>::max() &&
+           split[last + 1].value == split[last].value + 1 &&
+           split[last + 1].digits == pad(split[last + 1].value, width)) {
+      ++last;
+    }
+    if (r > h) out += ',';
+    out += split[r].digits;
+    if (last > r) {
+      out += '-';
+      out += split[last].digits;
+    }
+    r = last + 1;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> expand_hostlist(std::string_view expr) {
@@ -187,105 +319,19 @@ std::vector<std::string> expand_hostlist(std::string_view expr) {
       ++i;
       continue;
     }
-    // One item: literal texts around zero or more brackets, up to the next separator.
     const std::size_t item_pos = i;
-    std::vector<std::string> texts(1);  // texts.size() == brackets.size() + 1
-    std::vector<Bracket> brackets;
-    while (i < expr.size() && !is_separator(expr[i])) {
-      const char c = expr[i];
-      if (c == '[') {
-        brackets.emplace_back();
-        i = parse_bracket(expr, i, brackets.back());
-        texts.emplace_back();
-      } else if (c == ']') {
-        fail(expr, i, "']' without a matching '['", "remove it or add the missing '['");
-      } else if (is_control(c)) {
-        fail(expr, i, "control character", "host names are printable text");
-      } else {
-        texts.back() += c;
-        ++i;
-      }
-    }
-
-    // Size the expansion before building it.
-    std::size_t count = 1;
-    for (const Bracket& b : brackets) {
-      if (count > kMaxTotalHosts / b.values.size()) {
-        count = kMaxTotalHosts + 1;
-        break;
-      }
-      count *= b.values.size();
-    }
-    if (count > kMaxTotalHosts - hosts.size()) {
-      fail(expr, item_pos, fmt::format("expands to more than {} hosts", kMaxTotalHosts),
-           "check the ranges or split the expression");
-    }
-    // Exact byte count: each bracket value appears count/size times, each text count times.
-    std::size_t item_chars = 0;
-    for (const std::string& t : texts) item_chars += t.size() * count;
-    for (const Bracket& b : brackets) item_chars += b.chars * (count / b.values.size());
-    if (item_chars > kMaxTotalChars - total_chars) {
-      fail(expr, item_pos, fmt::format("expands to more than {} bytes of host names", kMaxTotalChars),
-           "check the ranges or split the expression");
-    }
-    total_chars += item_chars;
-
-    const std::vector<std::size_t> order = loop_order(brackets.size());
-    std::vector<std::size_t> idx(brackets.size(), 0);
-    for (;;) {
-      std::string name = texts[0];
-      for (std::size_t b = 0; b < brackets.size(); ++b) {
-        name += brackets[b].values[idx[b]];
-        name += texts[b + 1];
-      }
-      hosts.push_back(std::move(name));
-      // Advance the odometer, innermost loop first.
-      std::size_t level = order.size();
-      while (level > 0) {
-        const std::size_t b = order[level - 1];
-        if (++idx[b] < brackets[b].values.size()) break;
-        idx[b] = 0;
-        --level;
-      }
-      if (level == 0) break;
-    }
+    Item item;
+    i = parse_item(expr, i, item);
+    check_item_size(expr, item_pos, item, hosts.size(), total_chars);
+    expand_item(item, hosts);
   }
   return hosts;
 }
 
 std::string compress_hostlist(const std::vector<std::string>& hosts) {
-  // A host split into text and its trailing number (if any, and if it fits in 64 bits).
-  struct Split {
-    std::string_view prefix;
-    std::string_view digits;  // empty: no foldable number
-    std::uint64_t value = 0;
-  };
   std::vector<Split> split;
   split.reserve(hosts.size());
-  for (std::size_t h = 0; h < hosts.size(); ++h) {
-    const std::string& name = hosts[h];
-    for (const char c : name) {
-      if (!is_name_char(c)) {
-        throw Error(
-            fmt::format("cannot write host \"{}\" (index {}) as a hostlist: names may not contain "
-                        "brackets, commas, whitespace or control characters",
-                        shown(name, 0), h));
-      }
-    }
-    if (name.empty()) {
-      throw Error(fmt::format("cannot write host {} as a hostlist: the name is empty", h));
-    }
-    std::size_t start = name.size();
-    while (start > 0 && is_digit(name[start - 1])) --start;
-    Split s{std::string_view(name), {}, 0};
-    std::uint64_t value = 0;
-    if (start < name.size() && to_u64(std::string_view(name).substr(start), value)) {
-      s.prefix = std::string_view(name).substr(0, start);
-      s.digits = std::string_view(name).substr(start);
-      s.value = value;
-    }
-    split.push_back(s);
-  }
+  for (std::size_t h = 0; h < hosts.size(); ++h) split.push_back(split_host(hosts[h], h));
 
   std::string out;
   std::size_t h = 0;
@@ -298,31 +344,12 @@ std::string compress_hostlist(const std::vector<std::string>& hosts) {
     }
     if (end - h == 1) {
       out += hosts[h];
-      h = end;
-      continue;
+    } else {
+      out += split[h].prefix;
+      out += '[';
+      write_ranges(split, h, end, out);
+      out += ']';
     }
-    out += split[h].prefix;
-    out += '[';
-    std::size_t r = h;
-    while (r < end) {
-      // A range: following numbers that count up by one and print the same at lo's width.
-      const std::size_t width = split[r].digits.size();
-      std::size_t last = r;
-      while (last + 1 < end && last + 1 - r < kMaxRangeHosts &&
-             split[last].value != std::numeric_limits<std::uint64_t>::max() &&
-             split[last + 1].value == split[last].value + 1 &&
-             split[last + 1].digits == pad(split[last + 1].value, width)) {
-        ++last;
-      }
-      if (r > h) out += ',';
-      out += split[r].digits;
-      if (last > r) {
-        out += '-';
-        out += split[last].digits;
-      }
-      r = last + 1;
-    }
-    out += ']';
     h = end;
   }
   return out;
