@@ -17,10 +17,17 @@ std::vector<std::string> cmdline(std::vector<std::string> args) {
 }
 
 std::map<std::string, std::string> slurm_step(int node) {
-  return {{"SLURM_JOB_ID", "4242"},         {"SLURM_STEP_ID", "0"},         {"SLURM_STEP_NODELIST", "gpu[07-08]"},
-          {"SLURM_NODELIST", "gpu[07-10]"}, {"SLURM_STEP_NUM_NODES", "2"},  {"SLURM_STEP_NUM_TASKS", "2"},
-          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_NODEID", std::to_string(node)},
-          {"SLURM_PROCID", std::to_string(node)}, {"SLURM_LOCALID", "0"},  {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}};
+  return {{"SLURM_JOB_ID", "4242"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+          {"SLURM_NODELIST", "gpu[07-10]"},
+          {"SLURM_STEP_NUM_NODES", "2"},
+          {"SLURM_STEP_NUM_TASKS", "2"},
+          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+          {"SLURM_NODEID", std::to_string(node)},
+          {"SLURM_PROCID", std::to_string(node)},
+          {"SLURM_LOCALID", "0"},
+          {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}};
 }
 
 // Bad input: non-zero exit, exactly one line on stderr naming `culprit`, nothing on stdout.
@@ -51,9 +58,9 @@ TEST_CASE("ddprun hostlist: malformed expression prints nothing on stdout", "[cl
 }
 
 TEST_CASE("dry-run JSON lists every worker of the whole job", "[cli][dryrun]") {
-  auto r = run_process(
-      cmdline({"--dry-run", "--format", "json", "--gpus-per-proc", "2", "--", "python3", "train.py", "--lr", "0.1"}),
-      slurm_step(1));
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "--gpus-per-proc", "2", "--", "python3",
+                                "train.py", "--lr", "0.1"}),
+                       slurm_step(1));
   REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j.at("world_size") == 4);
@@ -118,7 +125,8 @@ TEST_CASE("bad input table", "[cli][error]") {
   check_bad({"--master-port", "abc", "true"}, "--master-port 'abc'");
   check_bad({"--nnodes", "3:2", "true"}, "MIN 3 is greater than MAX 2");
   check_bad({"--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:29400", "true"}, "--node-rank 2");
-  check_bad({"--gpus-per-proc", "3", "true"}, "not divisible by --gpus-per-proc 3", {{"CUDA_VISIBLE_DEVICES", "0,1"}});
+  check_bad({"--gpus-per-proc", "3", "true"}, "not divisible by --gpus-per-proc 3",
+            {{"CUDA_VISIBLE_DEVICES", "0,1"}});
   check_bad({"--nproc-per-node", "3", "--procs-per-replica", "2", "true"}, "--procs-per-replica 2");
   auto env = slurm_step(0);
   env["SLURM_STEP_NODELIST"] = "gpu[07-";
