@@ -154,12 +154,6 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
     throw Error(fmt::format("--rdzv-timeout {} must be a positive number of seconds", *o.rdzv_timeout));
   }
   if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
-  if (o.log_format != "text" && o.log_format != "json") {
-    throw Error(fmt::format("--log-format '{}' is not known; use text or json", o.log_format));
-  }
-  if (o.format != "text" && o.format != "json") {
-    throw Error(fmt::format("--format '{}' is not known; use text or json", o.format));
-  }
   r.command = build_command(o);
   if (o.local_ranks_filter) r.local_ranks_filter = parse_rank_filter(*o.local_ranks_filter);
   std::optional<std::uint16_t> master_port_flag;
@@ -167,9 +161,6 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   std::optional<std::pair<std::string, std::optional<std::uint16_t>>> endpoint;
   if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
   if (o.rdzv_timeout) r.rdzv_timeout = *o.rdzv_timeout;
-  if (o.rdzv_auth != "auto" && o.rdzv_auth != "munge" && o.rdzv_auth != "token" && o.rdzv_auth != "none") {
-    throw Error(fmt::format("--rdzv-auth '{}' is not one of auto, munge, token, none", o.rdzv_auth));
-  }
   r.rdzv_auth = o.rdzv_auth;
   r.rdzv_token_file = o.rdzv_token_file;
   if (o.last_call) r.last_call = *o.last_call;

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 namespace ddprun::launcher {
@@ -33,6 +34,12 @@ void tee_level(CLI::App& app, const std::string& names, const std::string& help,
   app.add_option_function<std::string>(
          names, [&o](const std::string& level) { o.tee = o.tee || (!level.empty() && level != "0"); }, help)
       ->group("Supervision and logs");
+}
+
+// One of `values`, checked by CLI11 for the flag and its DDPRUN_* variable alike; help shows a|b|c.
+CLI::Option* one_of(CLI::Option* opt, const std::vector<std::string>& values) {
+  return opt->check(CLI::IsMember(values).description(""))
+      ->type_name(fmt::format("{}", fmt::join(values, "|")));
 }
 
 // Accepted for torchrun compatibility and ignored; the value must still parse as T.
@@ -110,12 +117,12 @@ void add_store_options(CLI::App& app, core::Options& o) {
 
 void add_auth_options(CLI::App& app, core::Options& o) {
   const std::string g = "Rendezvous";
-  app.add_option("--rdzv-auth", o.rdzv_auth,
-                 "Who may join the store: auto (MUNGE if munged runs, else a token if given, else none), "
-                 "munge, token, or none; same on every node (see docs/security.md)")
+  one_of(app.add_option("--rdzv-auth", o.rdzv_auth,
+                        "Who may join the store: auto (MUNGE if munged runs, else a token if given, else "
+                        "none), munge, token, or none; same on every node (see docs/security.md)"),
+         {"auto", "munge", "token", "none"})
       ->envname(env("RDZV_AUTH"))
-      ->group(g)
-      ->type_name("auto|munge|token|none");
+      ->group(g);
   app.add_option("--rdzv-token-file", o.rdzv_token_file,
                  "File (mode 0600, yours) holding the shared secret for --rdzv-auth token; "
                  "or set DDPRUN_TOKEN")
@@ -139,7 +146,7 @@ void add_run_options(CLI::App& app, core::Options& o) {
   app.add_flag("--dry-run", o.dry_run,
                "Print the plan (every worker of the job, with its environment) and exit")
       ->group(g);
-  app.add_option("--format", o.format, "Dry-run output: text or json")->group(g);
+  one_of(app.add_option("--format", o.format, "Dry-run output: text or json"), {"text", "json"})->group(g);
 }
 
 void add_log_options(CLI::App& app, core::Options& o) {
@@ -170,9 +177,10 @@ void add_log_options(CLI::App& app, core::Options& o) {
   app.add_flag("-q,--quiet", o.quiet,
                "No startup table, progress or summary table; a failure still prints its root cause")
       ->group(g);
-  app.add_option(
-         "--log-format", o.log_format,
-         "ddprun's own messages: text, or json (one event per line on stderr; worker output unchanged)")
+  one_of(app.add_option("--log-format", o.log_format,
+                        "ddprun's own messages: text, or json (one event per line on stderr; worker output "
+                        "unchanged)"),
+         {"text", "json"})
       ->envname(env("LOG_FORMAT"))
       ->group(g);
 }

@@ -349,7 +349,7 @@ int run_attempts(Session& session, const core::Options& o, agent::AgentOptions a
 }  // namespace
 
 int run_job(const core::Options& o, const core::Resolved& r) {
-  agent::Events ev(agent::parse_log_format(o.log_format));
+  agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
   ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
   auto fail = [&](const std::string& what, int code) {
     if (ev.json()) {

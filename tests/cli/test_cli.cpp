@@ -117,7 +117,7 @@ TEST_CASE("a command after -- may start with a dash", "[cli]") {
 TEST_CASE("bad input table", "[cli][error]") {
   check_bad({"--bogus", "true"}, "unknown flag '--bogus'");
   check_bad({"--dry-run"}, "no command");
-  check_bad({"--dry-run", "--format", "xml", "true"}, "--format 'xml'");
+  check_bad({"--dry-run", "--format", "xml", "true"}, "--format: xml not in {text,json}");
   check_bad({"--nproc-per-node", "0", "true"}, "--nproc-per-node 0");
   check_bad({"--nproc-per-node", "gpu", "true"}, "no GPUs are visible");
   check_bad({"--gpus-per-proc", "0", "true"}, "--gpus-per-proc 0");
@@ -166,5 +166,6 @@ TEST_CASE("log format json: every ddprun line on stderr is one JSON event", "[cl
   CHECK(std::count(events.begin(), events.end(), "failure_report") == 1);
   // Worker output is untouched.
   CHECK_THAT(r.out, Catch::Contains("[0]: out") && Catch::Contains("[1]: out"));
-  check_bad({"--log-format", "yaml", "true"}, "--log-format 'yaml'");
+  check_bad({"--log-format", "yaml", "true"}, "--log-format: yaml not in {text,json}");
+  check_bad({"true"}, "--log-format: yaml", {{"DDPRUN_LOG_FORMAT", "yaml"}});
 }

@@ -59,3 +59,13 @@ TEST_CASE("cli: torchrun's -t and -r levels turn on --tee unless 0", "[cli]") {
   CHECK_THROWS_AS(parse({"--monitor-interval", "soon", "true"}), ddprun::core::Error);
   CHECK_THROWS_WITH(parse({"--bogus", "true"}), Catch::Contains("unknown flag '--bogus'"));
 }
+
+TEST_CASE("cli: fixed choices are checked for flags and DDPRUN_* variables alike", "[cli]") {
+  CHECK(parse({"--format", "json", "--log-format", "json", "--rdzv-auth", "token", "true"}).options.format ==
+        "json");
+  CHECK_THROWS_WITH(parse({"--format", "xml", "true"}), Catch::Contains("--format: xml not in {text,json}"));
+  CHECK_THROWS_WITH(parse({"--rdzv-auth", "maybe", "true"}), Catch::Contains("--rdzv-auth: maybe"));
+  ::setenv("DDPRUN_LOG_FORMAT", "yaml", 1);
+  CHECK_THROWS_WITH(parse({"true"}), Catch::Contains("--log-format: yaml not in {text,json}"));
+  ::unsetenv("DDPRUN_LOG_FORMAT");
+}
