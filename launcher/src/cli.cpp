@@ -1,6 +1,7 @@
 #include "launcher/cli.hpp"
 
 #include <iostream>
+#include <memory>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -21,9 +22,26 @@ constexpr const char* kDescription =
     "Inside `srun` it reads the step's Slurm variables; in a batch script it re-launches itself on every\n"
     "node with srun; outside Slurm it takes torchrun-style flags. Workers get RANK, LOCAL_RANK, WORLD_SIZE,\n"
     "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*, CUDA_VISIBLE_DEVICES and\n"
-    "OMP_NUM_THREADS. Every option also reads DDPRUN_<NAME> (e.g. DDPRUN_NPROC_PER_NODE); flags win.\n\n"
-    "Usage: ddprun [options] [--] COMMAND [ARGS...]\n"
-    "       ddprun hostlist EXPR...      expand Slurm hostlists, one host per line\n";
+    "OMP_NUM_THREADS. Every option also reads DDPRUN_<NAME> (e.g. DDPRUN_NPROC_PER_NODE); flags win.";
+
+constexpr const char* kUsage =
+    "Usage: ddprun [OPTIONS] [--] COMMAND [ARGS...]\n"
+    "       ddprun --dry-run [--format text|json] [OPTIONS] [--] COMMAND [ARGS...]\n"
+    "       ddprun hostlist EXPR...        expand Slurm hostlists, one host per line\n";
+
+// `ddprun --help` starts with our usage lines, once (CLI11's own would read `ddprun [OPTIONS]
+// [COMMAND...] [SUBCOMMAND]`), then the description and the options. Subcommands keep CLI11's layout.
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    return app->get_parent() == nullptr ? kUsage : CLI::Formatter::make_usage(app, std::move(name));
+  }
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    if (app->get_parent() != nullptr) return CLI::Formatter::make_help(app, std::move(name), mode);
+    return make_usage(app, name) + "\n" + make_description(app) + make_positionals(app) +
+           make_groups(app, mode) + make_subcommands(app, mode);
+  }
+};
 
 std::string env(const char* name) {
   return std::string("DDPRUN_") + name;
@@ -185,18 +203,23 @@ void add_log_options(CLI::App& app, core::Options& o) {
       ->group(g);
 }
 
-// CLI11 swallows a `--` before COMMAND; a command after `--` may itself start with '-'.
-std::vector<std::string> command_from(const CLI::App& app, int argc, const char* const* argv) {
-  std::vector<std::string> command = app.remaining();
-  if (!command.empty() && command.front() == "--") command.erase(command.begin());
-  const auto cmd_start = static_cast<std::size_t>(argc) - command.size();
-  const bool after_dashdash = cmd_start >= 1 && std::string_view(argv[cmd_start - 1]) == "--";
-  if (!after_dashdash && !command.empty() && command.front().size() > 1 && command.front().front() == '-') {
-    throw core::Error(
-        fmt::format("unknown flag '{}'; see ddprun --help (put -- before a command that starts with -)",
-                    command.front()));
+// Flags CLI11 did not know are left over (allow_extras) so that they get our message. A command that
+// starts with '-' must come after `--`, which CLI11 leaves over too.
+void reject_unknown_flags(const CLI::App& app) {
+  for (const auto& arg : app.remaining()) {
+    if (arg == "--") continue;
+    throw core::Error(fmt::format(
+        "unknown flag '{}'; see ddprun --help (put -- before a command that starts with -)", arg));
   }
-  return command;
+}
+
+// `ddprun hostlist EXPR...`; an EXPR cannot start with '-'.
+CLI::App* add_hostlist(CLI::App& app, std::vector<std::string>& exprs) {
+  CLI::App* sub = app.add_subcommand(
+      "hostlist", "Expand Slurm hostlists, one host per line, like scontrol show hostnames");
+  sub->allow_extras(false);
+  sub->add_option("EXPR", exprs, "A hostlist expression, e.g. 'node[01-04]'");
+  return sub;
 }
 
 }  // namespace
@@ -205,15 +228,22 @@ CliResult parse_cli(int argc, const char* const* argv) {
   CliResult res;
   core::Options& o = res.options;
   CLI::App app{kDescription, "ddprun"};
-  app.prefix_command();  // everything from COMMAND on belongs to the command
+  app.allow_extras();        // unknown flags: see reject_unknown_flags
+  app.positionals_at_end();  // everything from COMMAND on belongs to the command, `--` included
   app.set_help_flag("-h,--help", "Print this help and exit");
   app.set_version_flag("-V,--version", version_string(), "Print version and build information");
-  app.get_formatter()->column_width(36);
+  auto formatter = std::make_shared<HelpFormatter>();
+  formatter->column_width(36);
+  app.formatter(formatter);
   add_job_options(app, o);
   add_store_options(app, o);
   add_auth_options(app, o);
   add_run_options(app, o);
   add_log_options(app, o);
+  app.add_option("COMMAND", o.command, "The command and its arguments (after --, it may start with -)")
+      ->type_name("ARGS");
+  std::vector<std::string> exprs;
+  CLI::App* hostlist = add_hostlist(app, exprs);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -227,7 +257,11 @@ CliResult parse_cli(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     throw core::Error(fmt::format("{}; see ddprun --help", e.what()));
   }
-  o.command = command_from(app, argc, argv);
+  reject_unknown_flags(app);
+  if (hostlist->parsed()) {  // a `--` ends the subcommand; CLI11 hands what follows to COMMAND
+    exprs.insert(exprs.end(), o.command.begin(), o.command.end());
+    res.hostlist = std::move(exprs);
+  }
   return res;
 }
 

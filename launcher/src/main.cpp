@@ -1,7 +1,8 @@
 // ddprun: parse, resolve, then dry-run, expand hostlists, self-launch under a batch script, or run the agent.
 #include <cstdio>
 #include <iostream>
-#include <string_view>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -14,16 +15,16 @@
 
 namespace {
 
-int hostlist_main(int argc, const char* const* argv) {
-  if (argc < 3) {
+int hostlist_main(const std::vector<std::string>& exprs) {
+  if (exprs.empty()) {
     fmt::print(
         stderr,
         "ddprun hostlist: give at least one hostlist expression, e.g. ddprun hostlist 'node[01-04]'\n");
     return ddprun::core::kUsageExit;
   }
   std::string out;  // all or nothing on stdout
-  for (int i = 2; i < argc; ++i) {
-    for (const auto& h : ddprun::core::expand_hostlist(argv[i])) out += h + "\n";
+  for (const auto& expr : exprs) {
+    for (const auto& h : ddprun::core::expand_hostlist(expr)) out += h + "\n";
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
@@ -34,9 +35,9 @@ int hostlist_main(int argc, const char* const* argv) {
 int main(int argc, char** argv) {
   using namespace ddprun;
   try {
-    if (argc >= 2 && std::string_view(argv[1]) == "hostlist") return hostlist_main(argc, argv);
     auto cli = launcher::parse_cli(argc, argv);
     if (cli.exit_now) return *cli.exit_now;
+    if (cli.hostlist) return hostlist_main(*cli.hostlist);
     const auto env = launcher::snapshot_environ();
     const auto resolved = core::resolve(cli.options, env, launcher::probe_system());
     // Building the plan validates the layout before anything starts, in every mode.

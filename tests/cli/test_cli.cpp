@@ -57,6 +57,20 @@ TEST_CASE("ddprun hostlist: malformed expression prints nothing on stdout", "[cl
   CHECK_THAT(r.err, Catch::Contains("node[5-3]"));
 }
 
+TEST_CASE("ddprun hostlist is a subcommand: no expression is an error, after -- it is a command",
+          "[cli][hostlist]") {
+  auto r = run_process(cmdline({"hostlist"}));
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::Contains("give at least one hostlist expression"));
+  r = run_process(cmdline({"hostlist", "--help"}));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("Expand Slurm hostlists") && Catch::Contains("ddprun hostlist"));
+  r = run_process(cmdline({"--dry-run", "--format", "json", "--", "hostlist", "a[1-2]"}));
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("command") == nlohmann::json({"hostlist", "a[1-2]"}));
+}
+
 TEST_CASE("dry-run JSON lists every worker of the whole job", "[cli][dryrun]") {
   auto r = run_process(cmdline({"--dry-run", "--format", "json", "--gpus-per-proc", "2", "--", "python3",
                                 "train.py", "--lr", "0.1"}),
@@ -103,6 +117,12 @@ TEST_CASE("help and version flags exit 0", "[cli]") {
   auto h = run_process(cmdline({"--help"}));
   CHECK(h.code == 0);
   CHECK_THAT(h.out, Catch::Contains("--nproc-per-node") && Catch::Contains("--gpus-per-proc"));
+  // One usage block, first, naming the command form and the hostlist subcommand.
+  CHECK_THAT(h.out, Catch::StartsWith("Usage: ddprun [OPTIONS] [--] COMMAND [ARGS...]\n") &&
+                        Catch::Contains("ddprun hostlist EXPR..."));
+  std::size_t usages = 0;
+  for (auto at = h.out.find("Usage"); at != std::string::npos; at = h.out.find("Usage", at + 1)) ++usages;
+  CHECK(usages == 1);
   auto v = run_process(cmdline({"--version"}));
   CHECK(v.code == 0);
   CHECK_THAT(v.out, Catch::StartsWith("ddprun "));

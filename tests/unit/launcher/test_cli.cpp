@@ -69,3 +69,15 @@ TEST_CASE("cli: fixed choices are checked for flags and DDPRUN_* variables alike
   CHECK_THROWS_WITH(parse({"true"}), Catch::Contains("--log-format: yaml not in {text,json}"));
   ::unsetenv("DDPRUN_LOG_FORMAT");
 }
+
+TEST_CASE("cli: hostlist is a subcommand, but after -- it is a command like any other", "[cli]") {
+  auto r = parse({"hostlist", "a[1-2]", "b"});
+  REQUIRE(r.hostlist);
+  CHECK(*r.hostlist == std::vector<std::string>{"a[1-2]", "b"});
+  r = parse({"--nproc-per-node", "2", "--", "hostlist", "a"});
+  CHECK_FALSE(r.hostlist);
+  CHECK(r.options.command == std::vector<std::string>{"hostlist", "a"});
+  CHECK(parse({"train.py", "--lr", "1", "--", "x"}).options.command ==
+        std::vector<std::string>{"train.py", "--lr", "1", "--", "x"});
+  CHECK_THROWS_WITH(parse({"-weird"}), Catch::Contains("unknown flag '-weird'"));
+}
