@@ -278,8 +278,11 @@ rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const
 
 agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& r, agent::Events& ev) {
   agent::AgentOptions a;
-  a.command = r.command;
-  a.no_python = true;  // r.command already has the interpreter where one is needed
+  // COMMAND as the user gave it: the agent builds the argv with the same builder as the resolution
+  // (r.command) and checks the interpreter and the script before any worker starts.
+  a.command = o.command;
+  a.no_python = o.no_python;
+  a.module = o.module;
   a.python = o.python;
   a.term_timeout = to_ms(o.term_timeout);
   a.prefix_template = o.prefix;

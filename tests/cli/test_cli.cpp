@@ -3,6 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <sstream>
 
 #include "run_process.hpp"
@@ -132,6 +135,59 @@ TEST_CASE("a command after -- may start with a dash", "[cli]") {
   auto r = run_process(cmdline({"--dry-run", "--format", "json", "--", "-weird"}));
   REQUIRE(r.code == 0);
   CHECK(nlohmann::json::parse(r.out).at("command")[0] == "-weird");
+}
+
+// A command that cannot start: exit `code`, one line on stderr naming `culprit`, no worker output.
+void check_cannot_start(const std::vector<std::string>& args, int code, const std::string& culprit) {
+  auto r = run_process(cmdline(args));
+  INFO("stderr: " << r.err);
+  CHECK(r.code == code);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: ") && Catch::Contains(culprit));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("a .py script runs as python3 -u SCRIPT, -m MODULE as python3 -u -m MODULE", "[cli][command]") {
+  ddprun::test::TempDir dir;
+  const std::string script = dir / "train.py";
+  std::ofstream(script) << "print('hi')\n";
+  // /bin/echo stands in for the interpreter and shows the argv it was given.
+  auto r = run_process(cmdline({"--nproc-per-node", "1", "--python", "/bin/echo", script, "--lr", "1"}));
+  CHECK(r.code == 0);
+  CHECK(r.out == "-u " + script + " --lr 1\n");
+  r = run_process(cmdline({"--nproc-per-node", "1", "--python", "/bin/echo", "-m", "pkg.train", "x"}));
+  CHECK(r.code == 0);
+  CHECK(r.out == "-u -m pkg.train x\n");
+  r = run_process(
+      cmdline({"--nproc-per-node", "1", "--python", "/bin/echo", "--no-python", "/bin/echo", "a.py"}));
+  CHECK(r.out == "a.py\n");
+  r = run_process(cmdline({"--dry-run", "--format", "json", "train.py", "--lr", "1"}));
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("command") ==
+        nlohmann::json({"python3", "-u", "train.py", "--lr", "1"}));
+}
+
+TEST_CASE("a command that cannot start fails before any worker, with one line", "[cli][command][error]") {
+  ddprun::test::TempDir dir;
+  check_cannot_start({"--nproc-per-node", "1", "--", "nosuch.py"}, 127, "no such file: nosuch.py");
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/nonexistent/python", "-m", "pkg"}, 127,
+                     "python interpreter '/nonexistent/python' not found");
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/nonexistent/python", "train.py"}, 127,
+                     "python interpreter '/nonexistent/python' not found");
+  check_cannot_start({"--nproc-per-node", "1", "--python", "ddprun-no-such-python", "train.py"}, 127,
+                     "python interpreter 'ddprun-no-such-python' not found in PATH");
+  check_cannot_start({"--nproc-per-node", "1", dir.path}, 126, "is a directory: " + dir.path);
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/bin/echo", dir.path + "/"}, 126,
+                     "is a directory");
+  ::mkdir((dir / "pkg.py").c_str(), 0755);
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/bin/echo", dir / "pkg.py"}, 126,
+                     "is a directory: " + (dir / "pkg.py"));
+  // Several workers: still one error line, and the interpreter never ran.
+  auto r = run_process(cmdline({"--nproc-per-node", "2", "--", "nosuch.py"}));
+  CHECK(r.code == 127);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::Contains("ddprun: error: ") && Catch::Contains("no such file: nosuch.py") &&
+                        !Catch::Contains("python3:") && !Catch::Contains("Traceback"));
 }
 
 TEST_CASE("bad input table", "[cli][error]") {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/command.hpp"
 #include "core/plan.hpp"
 #include "core/slurm_env.hpp"
 
@@ -76,8 +77,8 @@ struct Resolved {
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
   std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
-  bool gpus_on_nodes = false;  // batch context without GPU variables: GPU counts come from the nodes
-  std::vector<std::string> command;           // final argv (python prepended where needed)
+  bool gpus_on_nodes = false;        // batch context without GPU variables: GPU counts come from the nodes
+  std::vector<std::string> command;  // final argv: build_argv(command_spec(options))
   std::optional<std::set<int>> local_ranks_filter;
 };
 
@@ -100,8 +101,8 @@ std::uint16_t parse_port(const std::string& opt, const std::string& v);
 std::pair<int, int> parse_nnodes(const std::string& v);
 std::set<int> parse_rank_filter(const std::string& v);
 
-// The argv that runs COMMAND: `.py` and -m run under the Python interpreter unless --no-python.
-std::vector<std::string> build_command(const Options& o);
+// How COMMAND runs (the user's words); build_argv(command_spec(o)) is what the workers execute.
+CommandSpec command_spec(const Options& o);
 
 Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
 
