@@ -1,12 +1,16 @@
-// ddprun: parse, resolve, then dry-run, expand hostlists, self-launch under a batch script, or run the agent.
+// ddprun: parse, then expand hostlists, or resolve and validate, then dry-run, self-launch under a batch
+// script, or run the agent.
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "agent/error.hpp"
 #include "core/hostlist.hpp"
+#include "launcher/agent_options.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/job.hpp"
@@ -30,6 +34,11 @@ int hostlist_main(const std::vector<std::string>& exprs) {
   return 0;
 }
 
+int fail(const std::string& what, int code) {
+  fmt::print(stderr, "ddprun: error: {}\n", what);
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,22 +47,24 @@ int main(int argc, char** argv) {
     auto cli = launcher::parse_cli(argc, argv);
     if (cli.exit_now) return *cli.exit_now;
     if (cli.hostlist) return hostlist_main(*cli.hostlist);
-    const auto env = launcher::snapshot_environ();
-    const auto resolved = core::resolve(cli.options, env, launcher::probe_system());
-    // Building the plan validates the layout before anything starts, in every mode.
+    const core::Options& o = cli.options;
+    const auto resolved = core::resolve(o, launcher::snapshot_environ(), launcher::probe_system());
+    // Building the plan and the agent's options validates the input before anything starts, in
+    // every mode, and a dry run the same as a run.
     const auto plan = launcher::dry_run_plan(resolved);
-    if (cli.options.dry_run) {
-      std::cout << (cli.options.format == "json" ? launcher::render_plan_json(resolved, plan)
-                                                 : launcher::render_plan_text(resolved, plan));
+    auto agent_opts = launcher::agent_options(o, resolved);
+    if (o.dry_run) {
+      std::cout << (o.format == "json" ? launcher::render_plan_json(resolved, plan)
+                                       : launcher::render_plan_text(resolved, plan));
       return 0;
     }
     if (resolved.context == core::SlurmContext::batch) launcher::exec_self_launch(resolved, argc, argv);
-    return launcher::run_job(cli.options, resolved);
+    return launcher::run_job(o, resolved, std::move(agent_opts));
   } catch (const core::Error& e) {
-    fmt::print(stderr, "ddprun: error: {}\n", e.what());
-    return e.exit_code();
+    return fail(e.what(), e.exit_code());
+  } catch (const agent::Error& e) {
+    return fail(e.what(), e.exit_code());
   } catch (const std::exception& e) {
-    fmt::print(stderr, "ddprun: error: {}\n", e.what());
-    return 1;
+    return fail(e.what(), 1);
   }
 }

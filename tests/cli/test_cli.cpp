@@ -204,6 +204,18 @@ TEST_CASE("bad input table", "[cli][error]") {
   check_bad({"--gpus-per-proc", "3", "true"}, "not divisible by --gpus-per-proc 3",
             {{"CUDA_VISIBLE_DEVICES", "0,1"}});
   check_bad({"--nproc-per-node", "3", "--procs-per-replica", "2", "true"}, "--procs-per-replica 2");
+  // A dry run rejects what the run rejects.
+  for (const bool dry : {true, false}) {
+    std::vector<std::string> pre = dry ? std::vector<std::string>{"--dry-run"} : std::vector<std::string>{};
+    auto with = [&](std::vector<std::string> args) {
+      args.insert(args.begin(), pre.begin(), pre.end());
+      return args;
+    };
+    check_bad(with({"--tee", "true"}), "--tee writes per-rank files and needs --log-dir");
+    check_bad(with({"-t", "3", "true"}), "needs --log-dir");
+    check_bad(with({"--prefix", "[{rnk}] ", "true"}), "{rnk}");
+    check_bad(with({"-m", "--no-python", "pkg"}), "-m and --no-python");
+  }
   auto env = slurm_step(0);
   env["SLURM_STEP_NODELIST"] = "gpu[07-";
   check_bad({"true"}, "SLURM_STEP_NODELIST", env);

@@ -3,7 +3,10 @@
 
 #include <cstdlib>
 
+#include "agent/error.hpp"
+#include "core/config.hpp"
 #include "core/error.hpp"
+#include "launcher/agent_options.hpp"
 #include "launcher/cli.hpp"
 
 using ddprun::launcher::CliResult;
@@ -80,4 +83,19 @@ TEST_CASE("cli: hostlist is a subcommand, but after -- it is a command like any 
   CHECK(parse({"train.py", "--lr", "1", "--", "x"}).options.command ==
         std::vector<std::string>{"train.py", "--lr", "1", "--", "x"});
   CHECK_THROWS_WITH(parse({"-weird"}), Catch::Contains("unknown flag '-weird'"));
+}
+
+TEST_CASE("agent options: COMMAND as given, checked as the agent checks it", "[cli]") {
+  auto o = parse({"-m", "--python", "/opt/py", "--term-timeout", "2.5", "pkg.train", "x"}).options;
+  ddprun::core::Resolved r;
+  auto a = ddprun::launcher::agent_options(o, r);
+  CHECK(a.command == std::vector<std::string>{"pkg.train", "x"});
+  CHECK(a.module);
+  CHECK_FALSE(a.no_python);
+  CHECK(a.python == "/opt/py");
+  CHECK(a.term_timeout == std::chrono::milliseconds(2500));
+  o = parse({"--tee", "true"}).options;
+  CHECK_THROWS_WITH(ddprun::launcher::agent_options(o, r), Catch::Contains("needs --log-dir"));
+  o = parse({"--prefix", "{rnk}", "true"}).options;
+  CHECK_THROWS_AS(ddprun::launcher::agent_options(o, r), ddprun::agent::Error);
 }
