@@ -232,7 +232,7 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
     r.nnodes_min = lo;
     r.nnodes_max = hi;
     job.nnodes = hi;
-    job.run_id = o.rdzv_id.value_or("none");
+    job.run_id = o.rdzv_id.value_or(kNoRunId);
     if (hi > 1 && !o.node_rank) {
       throw Error(fmt::format("--nnodes {} outside Slurm needs --node-rank on every node (0 on the master)",
                               *o.nnodes));

@@ -131,6 +131,18 @@ TEST_CASE("help and version flags exit 0", "[cli]") {
   CHECK_THAT(v.out, Catch::StartsWith("ddprun "));
 }
 
+TEST_CASE("standalone startup line names no run id", "[cli]") {
+  auto r = run_process(cmdline({"--nproc-per-node", "2", "true"}));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: attempt 0: 1 node, world size 2, master 127.0.0.1:") &&
+                        !Catch::Contains("run none"));
+  r = run_process(cmdline({"--dry-run", "--nproc-per-node", "2", "true"}));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out,
+             Catch::StartsWith("ddprun plan: standalone mode, 1 node, world size 2, master 127.0.0.1:") &&
+                 !Catch::Contains("run id none"));
+}
+
 TEST_CASE("a command after -- may start with a dash", "[cli]") {
   auto r = run_process(cmdline({"--dry-run", "--format", "json", "--", "-weird"}));
   REQUIRE(r.code == 0);
