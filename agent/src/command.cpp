@@ -5,35 +5,67 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "agent/error.hpp"
 
 namespace ddprun::agent {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_executable_file(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
 }
 
-}  // namespace
-
-std::vector<std::string> build_argv(const CommandSpec& spec) {
-  if (spec.command.empty() || spec.command.front().empty()) {
-    throw Error(spec.module ? "no module given after -m; usage: ddprun [OPTIONS] -m MODULE [ARGS...]"
-                            : "no command given; usage: ddprun [OPTIONS] COMMAND [ARGS...]");
-  }
-  const bool python = !spec.no_python && (spec.module || ends_with(spec.command.front(), ".py"));
-  if (!python) return spec.command;
-  std::vector<std::string> argv{spec.python, "-u"};
-  if (spec.module) argv.emplace_back("-m");
-  argv.insert(argv.end(), spec.command.begin(), spec.command.end());
-  return argv;
+bool is_directory(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
+
+bool exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+[[noreturn]] void interpreter_missing(const std::string& python, bool module) {
+  const bool in_path = python.find('/') == std::string::npos;
+  throw Error(fmt::format("python interpreter '{}' not found{}; install it or pass --python PATH{}", python,
+                          in_path ? " in PATH" : "", module ? "" : " (or --no-python)"),
+              kNotFound);
+}
+
+[[noreturn]] void is_a_directory(const std::string& path, const char* what) {
+  throw Error(fmt::format("is a directory: {}; give the {} to run", path, what), kCannotExecute);
+}
+
+// The program execve will run, found in PATH or given as a path (which find_in_path does not check).
+std::string find_program(const std::string& name, const std::string& path_env, bool python, bool module) {
+  const auto found = find_in_path(name, path_env);
+  if (found && is_directory(*found)) {
+    if (python) {
+      throw Error(fmt::format("python interpreter '{}' is a directory; pass --python PATH", name),
+                  kCannotExecute);
+    }
+    is_a_directory(name, "program");
+  }
+  if (found && exists(*found)) return *found;
+  if (python) interpreter_missing(name, module);
+  if (found) throw Error(fmt::format("no such file: {}", name), kNotFound);
+  if (is_directory(name)) is_a_directory(name, "program");
+  throw Error(fmt::format("command not found in PATH: {}; give a path or fix PATH", name), kNotFound);
+}
+
+// The .py script python is about to open.
+void check_script(const std::string& script) {
+  if (is_directory(script)) is_a_directory(script, "script");
+  if (::access(script.c_str(), R_OK) == 0) return;
+  const int err = errno;
+  if (err == ENOENT || err == ENOTDIR) throw Error(fmt::format("no such file: {}", script), kNotFound);
+  throw Error(fmt::format("cannot read script {}: {}", script, std::strerror(err)), kCannotExecute);
+}
+
+}  // namespace
 
 std::optional<std::string> find_in_path(const std::string& name, const std::string& path_env) {
   if (name.find('/') != std::string::npos) return name;
@@ -55,25 +87,9 @@ std::optional<std::string> find_in_path(const std::string& name, const std::stri
 ResolvedCommand resolve_command(const CommandSpec& spec, const std::string& path_env) {
   ResolvedCommand r;
   r.argv = build_argv(spec);
-  const auto found = find_in_path(r.argv.front(), path_env);
-  if (!found) {
-    if (r.argv.front() == spec.python && r.argv.front() != spec.command.front()) {
-      throw Error("python interpreter '" + spec.python +
-                      "' not found in PATH; install it or pass --python PATH (or --no-python)",
-                  kNotFound);
-    }
-    throw Error("command not found in PATH: " + r.argv.front() + "; give a path or fix PATH", kNotFound);
-  }
-  r.program = *found;
-  if (!spec.no_python && !spec.module && ends_with(spec.command.front(), ".py")) {
-    const std::string& script = spec.command.front();
-    if (::access(script.c_str(), R_OK) != 0) {
-      const int err = errno;
-      throw Error(std::string(err == ENOENT ? "no such file: " : "cannot read script ") + script +
-                      (err == ENOENT ? "" : std::string(": ") + std::strerror(err)),
-                  err == ENOENT ? kNotFound : kCannotExecute);
-    }
-  }
+  const bool python = core::runs_under_python(spec);
+  r.program = find_program(r.argv.front(), path_env, python, spec.module);
+  if (python && !spec.module) check_script(spec.command.front());
   return r;
 }
 

@@ -84,20 +84,8 @@ std::set<int> parse_rank_filter(const std::string& v) {
   return out;
 }
 
-std::vector<std::string> build_command(const Options& o) {
-  if (o.command.empty()) {
-    throw Error("no command given; usage: ddprun [options] [--] COMMAND [ARGS...] (see ddprun --help)");
-  }
-  std::vector<std::string> argv;
-  if (o.module && o.no_python) throw Error("-m and --no-python contradict each other; use one");
-  if (o.module) {
-    argv = {o.python, "-m"};
-  } else if (!o.no_python && o.command.front().size() > 3 &&
-             o.command.front().compare(o.command.front().size() - 3, 3, ".py") == 0) {
-    argv = {o.python};
-  }
-  argv.insert(argv.end(), o.command.begin(), o.command.end());
-  return argv;
+CommandSpec command_spec(const Options& o) {
+  return CommandSpec{o.command, o.no_python, o.module, o.python};
 }
 
 namespace {
@@ -154,22 +142,13 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
     throw Error(fmt::format("--rdzv-timeout {} must be a positive number of seconds", *o.rdzv_timeout));
   }
   if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
-  if (o.log_format != "text" && o.log_format != "json") {
-    throw Error(fmt::format("--log-format '{}' is not known; use text or json", o.log_format));
-  }
-  if (o.format != "text" && o.format != "json") {
-    throw Error(fmt::format("--format '{}' is not known; use text or json", o.format));
-  }
-  r.command = build_command(o);
+  r.command = build_argv(command_spec(o));
   if (o.local_ranks_filter) r.local_ranks_filter = parse_rank_filter(*o.local_ranks_filter);
   std::optional<std::uint16_t> master_port_flag;
   if (o.master_port) master_port_flag = parse_port("--master-port", *o.master_port);
   std::optional<std::pair<std::string, std::optional<std::uint16_t>>> endpoint;
   if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
   if (o.rdzv_timeout) r.rdzv_timeout = *o.rdzv_timeout;
-  if (o.rdzv_auth != "auto" && o.rdzv_auth != "munge" && o.rdzv_auth != "token" && o.rdzv_auth != "none") {
-    throw Error(fmt::format("--rdzv-auth '{}' is not one of auto, munge, token, none", o.rdzv_auth));
-  }
   r.rdzv_auth = o.rdzv_auth;
   r.rdzv_token_file = o.rdzv_token_file;
   if (o.last_call) r.last_call = *o.last_call;
@@ -253,7 +232,7 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
     r.nnodes_min = lo;
     r.nnodes_max = hi;
     job.nnodes = hi;
-    job.run_id = o.rdzv_id.value_or("none");
+    job.run_id = o.rdzv_id.value_or(kNoRunId);
     if (hi > 1 && !o.node_rank) {
       throw Error(fmt::format("--nnodes {} outside Slurm needs --node-rank on every node (0 on the master)",
                               *o.nnodes));

@@ -1,9 +1,11 @@
 #include "launcher/cli.hpp"
 
 #include <iostream>
+#include <memory>
 #include <string_view>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 namespace ddprun::launcher {
@@ -20,13 +22,204 @@ constexpr const char* kDescription =
     "Inside `srun` it reads the step's Slurm variables; in a batch script it re-launches itself on every\n"
     "node with srun; outside Slurm it takes torchrun-style flags. Workers get RANK, LOCAL_RANK, WORLD_SIZE,\n"
     "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*, CUDA_VISIBLE_DEVICES and\n"
-    "OMP_NUM_THREADS. Every option also reads DDPRUN_<NAME> (e.g. DDPRUN_NPROC_PER_NODE); flags win.\n\n"
-    "Usage: ddprun [options] [--] COMMAND [ARGS...]\n"
-    "       ddprun hostlist EXPR...      expand Slurm hostlists, one host per line\n";
+    "OMP_NUM_THREADS. Every option also reads DDPRUN_<NAME> (e.g. DDPRUN_NPROC_PER_NODE); flags win.";
 
+constexpr const char* kUsage =
+    "Usage: ddprun [OPTIONS] [--] COMMAND [ARGS...]\n"
+    "       ddprun --dry-run [--format text|json] [OPTIONS] [--] COMMAND [ARGS...]\n"
+    "       ddprun hostlist EXPR...        expand Slurm hostlists, one host per line\n";
+
+// `ddprun --help` starts with our usage lines, once (CLI11's own would read `ddprun [OPTIONS]
+// [COMMAND...] [SUBCOMMAND]`), then the description and the options. Subcommands keep CLI11's layout.
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    return app->get_parent() == nullptr ? kUsage : CLI::Formatter::make_usage(app, std::move(name));
+  }
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    if (app->get_parent() != nullptr) return CLI::Formatter::make_help(app, std::move(name), mode);
+    return make_usage(app, name) + "\n" + make_description(app) + make_positionals(app) +
+           make_groups(app, mode) + make_subcommands(app, mode);
+  }
+};
+
+std::string env(const char* name) {
+  return std::string("DDPRUN_") + name;
+}
+
+// torchrun's -t/--tee LEVEL and -r/--redirects LEVEL: any level but 0 turns on --tee.
+void tee_level(CLI::App& app, const std::string& names, const std::string& help, core::Options& o) {
+  app.add_option_function<std::string>(
+         names, [&o](const std::string& level) { o.tee = o.tee || (!level.empty() && level != "0"); }, help)
+      ->group("Supervision and logs");
+}
+
+// One of `values`, checked by CLI11 for the flag and its DDPRUN_* variable alike; help shows a|b|c.
+CLI::Option* one_of(CLI::Option* opt, const std::vector<std::string>& values) {
+  return opt->check(CLI::IsMember(values).description(""))
+      ->type_name(fmt::format("{}", fmt::join(values, "|")));
+}
+
+// Accepted for torchrun compatibility and ignored; the value must still parse as T.
 template <typename T>
-void store_if(const CLI::Option* opt, const T& value, std::optional<T>& out) {
-  if (opt->count() > 0) out = value;
+void ignored(CLI::App& app, const std::string& names, const std::string& help, const std::string& group) {
+  app.add_option_function<T>(
+         names, [](const T&) {}, help)
+      ->group(group);
+}
+
+void add_job_options(CLI::App& app, core::Options& o) {
+  const std::string g = "Job shape";
+  app.add_option("--nnodes", o.nnodes, "Nodes: N or MIN:MAX (default: the Slurm step's, else 1)")
+      ->envname(env("NNODES"))
+      ->group(g)
+      ->type_name("N|MIN:MAX");
+  app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
+                 "Workers per node: N, gpu (GPUs / G), cpu, or auto (default: one per GPU group "
+                 "when GPUs are visible, else 1)")
+      ->envname(env("NPROC_PER_NODE"))
+      ->group(g)
+      ->type_name("N|gpu|cpu|auto");
+  app.add_option("--node-rank,--node_rank", o.node_rank, "This node's rank (default: SLURM_NODEID, else 0)")
+      ->envname(env("NODE_RANK"))
+      ->group(g);
+  app.add_option("--gpus-per-proc,--gpus_per_proc", o.gpus_per_proc,
+                 "G GPUs per worker: each gets a disjoint slice of the node's GPUs as "
+                 "CUDA_VISIBLE_DEVICES (default: every worker sees all)")
+      ->envname(env("GPUS_PER_PROC"))
+      ->group(g)
+      ->type_name("G");
+  app.add_option("--procs-per-replica,--procs_per_replica", o.procs_per_replica,
+                 "P consecutive workers per model-parallel group; exports DDPRUN_MP_RANK/SIZE and "
+                 "DDPRUN_DP_RANK/SIZE (default 1)")
+      ->envname(env("PROCS_PER_REPLICA"))
+      ->group(g)
+      ->type_name("P");
+  app.add_flag("--standalone", o.standalone, "Single node, no Slurm, rendezvous on a free local port")
+      ->envname(env("STANDALONE"))
+      ->group(g);
+  app.add_option("--role", o.role, "Role name exported as ROLE_NAME (default: default)")->group(g);
+}
+
+void add_store_options(CLI::App& app, core::Options& o) {
+  const std::string g = "Rendezvous";
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
+                 "HOST:PORT of the store served by node rank 0 (default under Slurm: the first "
+                 "node, with a port derived from the job id)")
+      ->envname(env("RDZV_ENDPOINT"))
+      ->group(g);
+  app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "Run id shared by all agents (default: SLURM_JOB_ID)")
+      ->envname(env("RDZV_ID"))
+      ->group(g);
+  app.add_option("--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout,
+                 "Seconds to wait for all nodes to join (default 900)")
+      ->envname(env("RDZV_TIMEOUT"))
+      ->group(g);
+  app.add_option("--rdzv-last-call", o.last_call,
+                 "With --nnodes MIN:MAX, seconds to wait for more nodes once MIN joined (default 30)")
+      ->envname(env("RDZV_LAST_CALL"))
+      ->group(g);
+  app.add_option("--master-addr,--master_addr", o.master_addr,
+                 "MASTER_ADDR for the workers (default: the rendezvous host, else the first node)")
+      ->envname(env("MASTER_ADDR"))
+      ->group(g);
+  app.add_option("--master-port,--master_port", o.master_port,
+                 "MASTER_PORT for the workers' own store (default: derived from the job id, else "
+                 "29500; checked by binding)")
+      ->envname(env("MASTER_PORT"))
+      ->group(g);
+  ignored<std::string>(app, "--rdzv-backend,--rdzv_backend", "Accepted for torchrun compatibility; ignored",
+                       g);
+  ignored<std::string>(app, "--rdzv-conf,--rdzv_conf", "Accepted for torchrun compatibility; ignored", g);
+}
+
+void add_auth_options(CLI::App& app, core::Options& o) {
+  const std::string g = "Rendezvous";
+  one_of(app.add_option("--rdzv-auth", o.rdzv_auth,
+                        "Who may join the store: auto (MUNGE if munged runs, else a token if given, else "
+                        "none), munge, token, or none; same on every node (see docs/security.md)"),
+         {"auto", "munge", "token", "none"})
+      ->envname(env("RDZV_AUTH"))
+      ->group(g);
+  app.add_option("--rdzv-token-file", o.rdzv_token_file,
+                 "File (mode 0600, yours) holding the shared secret for --rdzv-auth token; "
+                 "or set DDPRUN_TOKEN")
+      ->envname(env("TOKEN_FILE"))
+      ->group(g)
+      ->type_name("PATH");
+  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
+                 "Restart the whole job up to N times after a failure (default 0)")
+      ->envname(env("MAX_RESTARTS"))
+      ->group(g);
+}
+
+void add_run_options(CLI::App& app, core::Options& o) {
+  const std::string g = "Running the command";
+  app.add_flag("-m,--module", o.module, "Run COMMAND as a Python module (python -m COMMAND)")->group(g);
+  app.add_flag("--no-python,--no_python", o.no_python, "Run COMMAND as it is, even when it ends in .py")
+      ->group(g);
+  app.add_option("--python", o.python, "Python interpreter for .py and -m (default python3 from PATH)")
+      ->envname(env("PYTHON"))
+      ->group(g);
+  app.add_flag("--dry-run", o.dry_run,
+               "Print the plan (every worker of the job, with its environment) and exit")
+      ->group(g);
+  one_of(app.add_option("--format", o.format, "Dry-run output: text or json"), {"text", "json"})->group(g);
+}
+
+void add_log_options(CLI::App& app, core::Options& o) {
+  const std::string g = "Supervision and logs";
+  app.add_option("--term-timeout", o.term_timeout,
+                 "Seconds between SIGTERM and SIGKILL at teardown (default 10; fits Slurm's KillWait)")
+      ->envname(env("TERM_TIMEOUT"))
+      ->group(g);
+  app.add_option("--prefix", o.prefix,
+                 "Log line prefix template; {rank} {local_rank} {node_rank} {host} {role} "
+                 "(default '[{rank}]: ' when the world size is above 1)")
+      ->group(g);
+  app.add_flag("--no-prefix", o.no_prefix, "Do not prefix worker output")->group(g);
+  app.add_flag("--tee", o.tee, "Also write each rank's output to files in --log-dir")->group(g);
+  tee_level(app, "-t", "torchrun's --tee level: non-zero means --tee", o);
+  tee_level(app, "-r,--redirects", "torchrun's redirects level: non-zero means --tee", o);
+  app.add_option("--log-dir,--log_dir", o.log_dir, "Directory for per-rank log files and the report")
+      ->envname(env("LOG_DIR"))
+      ->group(g);
+  app.add_option("--local-ranks-filter,--local_ranks_filter", o.local_ranks_filter,
+                 "Show only these local ranks on the console, e.g. 0 or 0,2-3")
+      ->group(g);
+  app.add_option("--error-file", o.error_file, "Write the failure report as JSON to this file")
+      ->envname(env("ERROR_FILE"))
+      ->group(g);
+  ignored<double>(app, "--monitor-interval,--monitor_interval",
+                  "Accepted for torchrun compatibility; ignored (supervision is event driven)", g);
+  app.add_flag("-q,--quiet", o.quiet,
+               "No startup table, progress or summary table; a failure still prints its root cause")
+      ->group(g);
+  one_of(app.add_option("--log-format", o.log_format,
+                        "ddprun's own messages: text, or json (one event per line on stderr; worker output "
+                        "unchanged)"),
+         {"text", "json"})
+      ->envname(env("LOG_FORMAT"))
+      ->group(g);
+}
+
+// Flags CLI11 did not know are left over (allow_extras) so that they get our message. A command that
+// starts with '-' must come after `--`, which CLI11 leaves over too.
+void reject_unknown_flags(const CLI::App& app) {
+  for (const auto& arg : app.remaining()) {
+    if (arg == "--") continue;
+    throw core::Error(fmt::format(
+        "unknown flag '{}'; see ddprun --help (put -- before a command that starts with -)", arg));
+  }
+}
+
+// `ddprun hostlist EXPR...`; an EXPR cannot start with '-'.
+CLI::App* add_hostlist(CLI::App& app, std::vector<std::string>& exprs) {
+  CLI::App* sub = app.add_subcommand(
+      "hostlist", "Expand Slurm hostlists, one host per line, like scontrol show hostnames");
+  sub->allow_extras(false);
+  sub->add_option("EXPR", exprs, "A hostlist expression, e.g. 'node[01-04]'");
+  return sub;
 }
 
 }  // namespace
@@ -35,197 +228,39 @@ CliResult parse_cli(int argc, const char* const* argv) {
   CliResult res;
   core::Options& o = res.options;
   CLI::App app{kDescription, "ddprun"};
-  app.prefix_command();  // everything from COMMAND on belongs to the command
+  app.allow_extras();        // unknown flags: see reject_unknown_flags
+  app.positionals_at_end();  // everything from COMMAND on belongs to the command, `--` included
   app.set_help_flag("-h,--help", "Print this help and exit");
-  app.get_formatter()->column_width(36);
-
-  std::string nnodes, nproc, rdzv_endpoint, rdzv_id, master_addr, master_port, prefix, log_dir, ranks_filter,
-      error_file, rdzv_token_file, rdzv_backend, rdzv_conf, tee_level, redirects;
-  int node_rank = 0, max_restarts = 0, gpus_per_proc = 0, procs_per_replica = 0;
-  double rdzv_timeout = 0, last_call = 0, monitor_interval = 0;
-  bool version = false;
-
-  auto env = [](const char* name) { return std::string("DDPRUN_") + name; };
-  const std::string job = "Job shape";
-  const std::string rdzv = "Rendezvous";
-  const std::string run = "Running the command";
-  const std::string logs = "Supervision and logs";
-
-  auto* o_nnodes =
-      app.add_option("--nnodes", nnodes, "Nodes: N or MIN:MAX (default: the Slurm step's, else 1)")
-          ->envname(env("NNODES"))
-          ->group(job)
-          ->type_name("N|MIN:MAX");
-  auto* o_nproc =
-      app.add_option("--nproc-per-node,--nproc_per_node", nproc,
-                     "Workers per node: N, gpu (GPUs / G), cpu, or auto (default: one per GPU group "
-                     "when GPUs are visible, else 1)")
-          ->envname(env("NPROC_PER_NODE"))
-          ->group(job)
-          ->type_name("N|gpu|cpu|auto");
-  auto* o_node_rank =
-      app.add_option("--node-rank,--node_rank", node_rank, "This node's rank (default: SLURM_NODEID, else 0)")
-          ->envname(env("NODE_RANK"))
-          ->group(job);
-  auto* o_gpp = app.add_option("--gpus-per-proc,--gpus_per_proc", gpus_per_proc,
-                               "G GPUs per worker: each gets a disjoint slice of the node's GPUs as "
-                               "CUDA_VISIBLE_DEVICES (default: every worker sees all)")
-                    ->envname(env("GPUS_PER_PROC"))
-                    ->group(job)
-                    ->type_name("G");
-  auto* o_ppr =
-      app.add_option("--procs-per-replica,--procs_per_replica", procs_per_replica,
-                     "P consecutive workers per model-parallel group; exports DDPRUN_MP_RANK/SIZE and "
-                     "DDPRUN_DP_RANK/SIZE (default 1)")
-          ->envname(env("PROCS_PER_REPLICA"))
-          ->group(job)
-          ->type_name("P");
-  app.add_flag("--standalone", o.standalone, "Single node, no Slurm, rendezvous on a free local port")
-      ->envname(env("STANDALONE"))
-      ->group(job);
-  app.add_option("--role", o.role, "Role name exported as ROLE_NAME (default: default)")->group(job);
-
-  auto* o_ep = app.add_option("--rdzv-endpoint,--rdzv_endpoint", rdzv_endpoint,
-                              "HOST:PORT of the store served by node rank 0 (default under Slurm: the first "
-                              "node, with a port derived from the job id)")
-                   ->envname(env("RDZV_ENDPOINT"))
-                   ->group(rdzv);
-  auto* o_id =
-      app.add_option("--rdzv-id,--rdzv_id", rdzv_id, "Run id shared by all agents (default: SLURM_JOB_ID)")
-          ->envname(env("RDZV_ID"))
-          ->group(rdzv);
-  auto* o_to = app.add_option("--rdzv-timeout,--rdzv_timeout", rdzv_timeout,
-                              "Seconds to wait for all nodes to join (default 900)")
-                   ->envname(env("RDZV_TIMEOUT"))
-                   ->group(rdzv);
-  auto* o_lc =
-      app.add_option("--rdzv-last-call", last_call,
-                     "With --nnodes MIN:MAX, seconds to wait for more nodes once MIN joined (default 30)")
-          ->envname(env("RDZV_LAST_CALL"))
-          ->group(rdzv);
-  auto* o_ma =
-      app.add_option("--master-addr,--master_addr", master_addr,
-                     "MASTER_ADDR for the workers (default: the rendezvous host, else the first node)")
-          ->envname(env("MASTER_ADDR"))
-          ->group(rdzv);
-  auto* o_mp =
-      app.add_option("--master-port,--master_port", master_port,
-                     "MASTER_PORT for the workers' own store (default: derived from the job id, else "
-                     "29500; checked by binding)")
-          ->envname(env("MASTER_PORT"))
-          ->group(rdzv);
-  app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
-                 "Accepted for torchrun compatibility; ignored")
-      ->group(rdzv);
-  app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf, "Accepted for torchrun compatibility; ignored")
-      ->group(rdzv);
-  app.add_option("--rdzv-auth", o.rdzv_auth,
-                 "Who may join the store: auto (MUNGE if munged runs, else a token if given, else none), "
-                 "munge, token, or none; same on every node (see docs/security.md)")
-      ->envname(env("RDZV_AUTH"))
-      ->group(rdzv)
-      ->type_name("auto|munge|token|none");
-  auto* o_tf = app.add_option("--rdzv-token-file", rdzv_token_file,
-                              "File (mode 0600, yours) holding the shared secret for --rdzv-auth token; "
-                              "or set DDPRUN_TOKEN")
-                   ->envname(env("TOKEN_FILE"))
-                   ->group(rdzv)
-                   ->type_name("PATH");
-  auto* o_mr = app.add_option("--max-restarts,--max_restarts", max_restarts,
-                              "Restart the whole job up to N times after a failure (default 0)")
-                   ->envname(env("MAX_RESTARTS"))
-                   ->group(rdzv);
-
-  app.add_flag("-m,--module", o.module, "Run COMMAND as a Python module (python -m COMMAND)")->group(run);
-  app.add_flag("--no-python,--no_python", o.no_python, "Run COMMAND as it is, even when it ends in .py")
-      ->group(run);
-  app.add_option("--python", o.python, "Python interpreter for .py and -m (default python3 from PATH)")
-      ->envname(env("PYTHON"))
-      ->group(run);
-  app.add_flag("--dry-run", o.dry_run,
-               "Print the plan (every worker of the job, with its environment) and exit")
-      ->group(run);
-  app.add_option("--format", o.format, "Dry-run output: text or json")->group(run);
-
-  app.add_option("--term-timeout", o.term_timeout,
-                 "Seconds between SIGTERM and SIGKILL at teardown (default 10; fits Slurm's KillWait)")
-      ->envname(env("TERM_TIMEOUT"))
-      ->group(logs);
-  auto* o_prefix = app.add_option("--prefix", prefix,
-                                  "Log line prefix template; {rank} {local_rank} {node_rank} {host} {role} "
-                                  "(default '[{rank}]: ' when the world size is above 1)")
-                       ->group(logs);
-  app.add_flag("--no-prefix", o.no_prefix, "Do not prefix worker output")->group(logs);
-  app.add_flag("--tee", o.tee, "Also write each rank's output to files in --log-dir")->group(logs);
-  app.add_option("-t", tee_level, "torchrun's --tee level: non-zero means --tee")->group(logs);
-  app.add_option("-r,--redirects", redirects, "torchrun's redirects level: non-zero means --tee")
-      ->group(logs);
-  auto* o_ld =
-      app.add_option("--log-dir,--log_dir", log_dir, "Directory for per-rank log files and the report")
-          ->envname(env("LOG_DIR"))
-          ->group(logs);
-  auto* o_lrf = app.add_option("--local-ranks-filter,--local_ranks_filter", ranks_filter,
-                               "Show only these local ranks on the console, e.g. 0 or 0,2-3")
-                    ->group(logs);
-  auto* o_ef = app.add_option("--error-file", error_file, "Write the failure report as JSON to this file")
-                   ->envname(env("ERROR_FILE"))
-                   ->group(logs);
-  app.add_option("--monitor-interval,--monitor_interval", monitor_interval,
-                 "Accepted for torchrun compatibility; ignored (supervision is event driven)")
-      ->group(logs);
-  app.add_flag("-q,--quiet", o.quiet,
-               "No startup table, progress or summary table; a failure still prints its root cause")
-      ->group(logs);
-  app.add_option(
-         "--log-format", o.log_format,
-         "ddprun's own messages: text, or json (one event per line on stderr; worker output unchanged)")
-      ->envname(env("LOG_FORMAT"))
-      ->group(logs);
-  app.add_flag("-V,--version", version, "Print version and build information");
-
+  app.set_version_flag("-V,--version", version_string(), "Print version and build information");
+  auto formatter = std::make_shared<HelpFormatter>();
+  formatter->column_width(36);
+  app.formatter(formatter);
+  add_job_options(app, o);
+  add_store_options(app, o);
+  add_auth_options(app, o);
+  add_run_options(app, o);
+  add_log_options(app, o);
+  app.add_option("COMMAND", o.command, "The command and its arguments (after --, it may start with -)")
+      ->type_name("ARGS");
+  std::vector<std::string> exprs;
+  CLI::App* hostlist = add_hostlist(app, exprs);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    res.exit_now = 0;
+    return res;
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
     res.exit_now = 0;
     return res;
   } catch (const CLI::ParseError& e) {
     throw core::Error(fmt::format("{}; see ddprun --help", e.what()));
   }
-  if (version) {
-    std::cout << version_string() << "\n";
-    res.exit_now = 0;
-    return res;
-  }
-  store_if(o_nnodes, nnodes, o.nnodes);
-  store_if(o_nproc, nproc, o.nproc_per_node);
-  store_if(o_node_rank, node_rank, o.node_rank);
-  store_if(o_gpp, gpus_per_proc, o.gpus_per_proc);
-  store_if(o_ppr, procs_per_replica, o.procs_per_replica);
-  store_if(o_ep, rdzv_endpoint, o.rdzv_endpoint);
-  store_if(o_id, rdzv_id, o.rdzv_id);
-  store_if(o_to, rdzv_timeout, o.rdzv_timeout);
-  store_if(o_lc, last_call, o.last_call);
-  store_if(o_ma, master_addr, o.master_addr);
-  store_if(o_mp, master_port, o.master_port);
-  store_if(o_mr, max_restarts, o.max_restarts);
-  store_if(o_tf, rdzv_token_file, o.rdzv_token_file);
-  store_if(o_prefix, prefix, o.prefix);
-  store_if(o_ld, log_dir, o.log_dir);
-  store_if(o_lrf, ranks_filter, o.local_ranks_filter);
-  store_if(o_ef, error_file, o.error_file);
-  if ((!tee_level.empty() && tee_level != "0") || (!redirects.empty() && redirects != "0")) o.tee = true;
-
-  o.command = app.remaining();
-  if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
-  // CLI11 swallows a `--` before COMMAND; a command after `--` may itself start with '-'.
-  const auto cmd_start = static_cast<std::size_t>(argc) - o.command.size();
-  const bool after_dashdash = cmd_start >= 1 && std::string_view(argv[cmd_start - 1]) == "--";
-  if (!after_dashdash && !o.command.empty() && o.command.front().size() > 1 &&
-      o.command.front().front() == '-') {
-    throw core::Error(
-        fmt::format("unknown flag '{}'; see ddprun --help (put -- before a command that starts with -)",
-                    o.command.front()));
+  reject_unknown_flags(app);
+  if (hostlist->parsed()) {  // a `--` ends the subcommand; CLI11 hands what follows to COMMAND
+    exprs.insert(exprs.end(), o.command.begin(), o.command.end());
+    res.hostlist = std::move(exprs);
   }
   return res;
 }

@@ -8,6 +8,14 @@
 
 namespace ddprun::launcher {
 
+namespace {
+
+bool has_run_id(const core::Plan& plan) {
+  return !plan.run_id.empty() && plan.run_id != core::kNoRunId;
+}
+
+}  // namespace
+
 core::Plan dry_run_plan(const core::Resolved& r) {
   return core::build_plan(r.job, r.nodes);
 }
@@ -37,9 +45,10 @@ std::string render_startup_table(const core::Plan& plan, int attempt, std::size_
     hw = std::max(hw, r.host.size());
     rw = std::max(rw, r.ranks.size());
   }
-  std::string out = fmt::format("ddprun: run {} attempt {}: {} node{}, world size {}, master {}:{}\n",
-                                plan.run_id, attempt, plan.nnodes, plan.nnodes == 1 ? "" : "s",
-                                plan.world_size, plan.master_addr, plan.master_port);
+  std::string out =
+      fmt::format("ddprun: {}attempt {}: {} node{}, world size {}, master {}:{}\n",
+                  has_run_id(plan) ? fmt::format("run {} ", plan.run_id) : "", attempt, plan.nnodes,
+                  plan.nnodes == 1 ? "" : "s", plan.world_size, plan.master_addr, plan.master_port);
   out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", "node", "host", hw, "ranks", rw, "gpus");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows.size() > max_rows && i == max_rows / 2) {
@@ -55,9 +64,10 @@ std::string render_startup_table(const core::Plan& plan, int attempt, std::size_
 
 std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
   std::string out;
-  out += fmt::format("ddprun plan: {} mode, {} node{}, world size {}, master {}:{}, run id {}\n",
-                     to_string(plan.mode), plan.nnodes, plan.nnodes == 1 ? "" : "s", plan.world_size,
-                     plan.master_addr, plan.master_port, plan.run_id);
+  out += fmt::format("ddprun plan: {} mode, {} node{}, world size {}, master {}:{}{}\n", to_string(plan.mode),
+                     plan.nnodes, plan.nnodes == 1 ? "" : "s", plan.world_size, plan.master_addr,
+                     plan.master_port,
+                     has_run_id(plan) ? fmt::format(", run id {}", plan.run_id) : std::string());
   if (r.context == core::SlurmContext::batch) {
     out += fmt::format("batch script: ddprun would re-launch itself with srun on {} node{}\n",
                        r.allocation_hosts.size(), r.allocation_hosts.size() == 1 ? "" : "s");

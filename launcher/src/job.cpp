@@ -276,23 +276,6 @@ rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const
   return ro;
 }
 
-agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& r, agent::Events& ev) {
-  agent::AgentOptions a;
-  a.command = r.command;
-  a.no_python = true;  // r.command already has the interpreter where one is needed
-  a.python = o.python;
-  a.term_timeout = to_ms(o.term_timeout);
-  a.prefix_template = o.prefix;
-  a.no_prefix = o.no_prefix;
-  a.tee = o.tee;
-  a.log_dir = o.log_dir;
-  a.local_ranks_filter = r.local_ranks_filter;
-  a.error_file = o.error_file;
-  a.quiet = o.quiet;
-  a.events = &ev;
-  return a;
-}
-
 nlohmann::json plan_event(const core::Plan& plan, int attempt) {
   return {{"attempt", attempt},
           {"run_id", plan.run_id},
@@ -348,8 +331,8 @@ int run_attempts(Session& session, const core::Options& o, agent::AgentOptions a
 
 }  // namespace
 
-int run_job(const core::Options& o, const core::Resolved& r) {
-  agent::Events ev(agent::parse_log_format(o.log_format));
+int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions ao) {
+  agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
   ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
   auto fail = [&](const std::string& what, int code) {
     if (ev.json()) {
@@ -360,8 +343,7 @@ int run_job(const core::Options& o, const core::Resolved& r) {
     return code;
   };
   try {
-    const agent::AgentOptions ao = agent_options(o, r, ev);
-    agent::validate_options(ao);
+    ao.events = &ev;
     rdzv::auth::Config auth = resolve_auth(r, ev);
     std::unique_ptr<Session> session;
     if (r.mode == core::Mode::standalone) {

@@ -1,11 +1,16 @@
-// ddprun: parse, resolve, then dry-run, expand hostlists, self-launch under a batch script, or run the agent.
+// ddprun: parse, then expand hostlists, or resolve and validate, then dry-run, self-launch under a batch
+// script, or run the agent.
 #include <cstdio>
 #include <iostream>
-#include <string_view>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "agent/error.hpp"
 #include "core/hostlist.hpp"
+#include "launcher/agent_options.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/job.hpp"
@@ -14,19 +19,24 @@
 
 namespace {
 
-int hostlist_main(int argc, const char* const* argv) {
-  if (argc < 3) {
+int hostlist_main(const std::vector<std::string>& exprs) {
+  if (exprs.empty()) {
     fmt::print(
         stderr,
         "ddprun hostlist: give at least one hostlist expression, e.g. ddprun hostlist 'node[01-04]'\n");
     return ddprun::core::kUsageExit;
   }
   std::string out;  // all or nothing on stdout
-  for (int i = 2; i < argc; ++i) {
-    for (const auto& h : ddprun::core::expand_hostlist(argv[i])) out += h + "\n";
+  for (const auto& expr : exprs) {
+    for (const auto& h : ddprun::core::expand_hostlist(expr)) out += h + "\n";
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
+}
+
+int fail(const std::string& what, int code) {
+  fmt::print(stderr, "ddprun: error: {}\n", what);
+  return code;
 }
 
 }  // namespace
@@ -34,25 +44,27 @@ int hostlist_main(int argc, const char* const* argv) {
 int main(int argc, char** argv) {
   using namespace ddprun;
   try {
-    if (argc >= 2 && std::string_view(argv[1]) == "hostlist") return hostlist_main(argc, argv);
     auto cli = launcher::parse_cli(argc, argv);
     if (cli.exit_now) return *cli.exit_now;
-    const auto env = launcher::snapshot_environ();
-    const auto resolved = core::resolve(cli.options, env, launcher::probe_system());
-    // Building the plan validates the layout before anything starts, in every mode.
+    if (cli.hostlist) return hostlist_main(*cli.hostlist);
+    const core::Options& o = cli.options;
+    const auto resolved = core::resolve(o, launcher::snapshot_environ(), launcher::probe_system());
+    // Building the plan and the agent's options validates the input before anything starts, in
+    // every mode, and a dry run the same as a run.
     const auto plan = launcher::dry_run_plan(resolved);
-    if (cli.options.dry_run) {
-      std::cout << (cli.options.format == "json" ? launcher::render_plan_json(resolved, plan)
-                                                 : launcher::render_plan_text(resolved, plan));
+    auto agent_opts = launcher::agent_options(o, resolved);
+    if (o.dry_run) {
+      std::cout << (o.format == "json" ? launcher::render_plan_json(resolved, plan)
+                                       : launcher::render_plan_text(resolved, plan));
       return 0;
     }
     if (resolved.context == core::SlurmContext::batch) launcher::exec_self_launch(resolved, argc, argv);
-    return launcher::run_job(cli.options, resolved);
+    return launcher::run_job(o, resolved, std::move(agent_opts));
   } catch (const core::Error& e) {
-    fmt::print(stderr, "ddprun: error: {}\n", e.what());
-    return e.exit_code();
+    return fail(e.what(), e.exit_code());
+  } catch (const agent::Error& e) {
+    return fail(e.what(), e.exit_code());
   } catch (const std::exception& e) {
-    fmt::print(stderr, "ddprun: error: {}\n", e.what());
-    return 1;
+    return fail(e.what(), 1);
   }
 }

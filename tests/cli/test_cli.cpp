@@ -3,6 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <sstream>
 
 #include "run_process.hpp"
@@ -17,10 +20,17 @@ std::vector<std::string> cmdline(std::vector<std::string> args) {
 }
 
 std::map<std::string, std::string> slurm_step(int node) {
-  return {{"SLURM_JOB_ID", "4242"},         {"SLURM_STEP_ID", "0"},         {"SLURM_STEP_NODELIST", "gpu[07-08]"},
-          {"SLURM_NODELIST", "gpu[07-10]"}, {"SLURM_STEP_NUM_NODES", "2"},  {"SLURM_STEP_NUM_TASKS", "2"},
-          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_NODEID", std::to_string(node)},
-          {"SLURM_PROCID", std::to_string(node)}, {"SLURM_LOCALID", "0"},  {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}};
+  return {{"SLURM_JOB_ID", "4242"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+          {"SLURM_NODELIST", "gpu[07-10]"},
+          {"SLURM_STEP_NUM_NODES", "2"},
+          {"SLURM_STEP_NUM_TASKS", "2"},
+          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+          {"SLURM_NODEID", std::to_string(node)},
+          {"SLURM_PROCID", std::to_string(node)},
+          {"SLURM_LOCALID", "0"},
+          {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}};
 }
 
 // Bad input: non-zero exit, exactly one line on stderr naming `culprit`, nothing on stdout.
@@ -50,10 +60,24 @@ TEST_CASE("ddprun hostlist: malformed expression prints nothing on stdout", "[cl
   CHECK_THAT(r.err, Catch::Contains("node[5-3]"));
 }
 
+TEST_CASE("ddprun hostlist is a subcommand: no expression is an error, after -- it is a command",
+          "[cli][hostlist]") {
+  auto r = run_process(cmdline({"hostlist"}));
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::Contains("give at least one hostlist expression"));
+  r = run_process(cmdline({"hostlist", "--help"}));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("Expand Slurm hostlists") && Catch::Contains("ddprun hostlist"));
+  r = run_process(cmdline({"--dry-run", "--format", "json", "--", "hostlist", "a[1-2]"}));
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("command") == nlohmann::json({"hostlist", "a[1-2]"}));
+}
+
 TEST_CASE("dry-run JSON lists every worker of the whole job", "[cli][dryrun]") {
-  auto r = run_process(
-      cmdline({"--dry-run", "--format", "json", "--gpus-per-proc", "2", "--", "python3", "train.py", "--lr", "0.1"}),
-      slurm_step(1));
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "--gpus-per-proc", "2", "--", "python3",
+                                "train.py", "--lr", "0.1"}),
+                       slurm_step(1));
   REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j.at("world_size") == 4);
@@ -96,9 +120,27 @@ TEST_CASE("help and version flags exit 0", "[cli]") {
   auto h = run_process(cmdline({"--help"}));
   CHECK(h.code == 0);
   CHECK_THAT(h.out, Catch::Contains("--nproc-per-node") && Catch::Contains("--gpus-per-proc"));
+  // One usage block, first, naming the command form and the hostlist subcommand.
+  CHECK_THAT(h.out, Catch::StartsWith("Usage: ddprun [OPTIONS] [--] COMMAND [ARGS...]\n") &&
+                        Catch::Contains("ddprun hostlist EXPR..."));
+  std::size_t usages = 0;
+  for (auto at = h.out.find("Usage"); at != std::string::npos; at = h.out.find("Usage", at + 1)) ++usages;
+  CHECK(usages == 1);
   auto v = run_process(cmdline({"--version"}));
   CHECK(v.code == 0);
   CHECK_THAT(v.out, Catch::StartsWith("ddprun "));
+}
+
+TEST_CASE("standalone startup line names no run id", "[cli]") {
+  auto r = run_process(cmdline({"--nproc-per-node", "2", "true"}));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: attempt 0: 1 node, world size 2, master 127.0.0.1:") &&
+                        !Catch::Contains("run none"));
+  r = run_process(cmdline({"--dry-run", "--nproc-per-node", "2", "true"}));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out,
+             Catch::StartsWith("ddprun plan: standalone mode, 1 node, world size 2, master 127.0.0.1:") &&
+                 !Catch::Contains("run id none"));
 }
 
 TEST_CASE("a command after -- may start with a dash", "[cli]") {
@@ -107,10 +149,63 @@ TEST_CASE("a command after -- may start with a dash", "[cli]") {
   CHECK(nlohmann::json::parse(r.out).at("command")[0] == "-weird");
 }
 
+// A command that cannot start: exit `code`, one line on stderr naming `culprit`, no worker output.
+void check_cannot_start(const std::vector<std::string>& args, int code, const std::string& culprit) {
+  auto r = run_process(cmdline(args));
+  INFO("stderr: " << r.err);
+  CHECK(r.code == code);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: ") && Catch::Contains(culprit));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("a .py script runs as python3 -u SCRIPT, -m MODULE as python3 -u -m MODULE", "[cli][command]") {
+  ddprun::test::TempDir dir;
+  const std::string script = dir / "train.py";
+  std::ofstream(script) << "print('hi')\n";
+  // /bin/echo stands in for the interpreter and shows the argv it was given.
+  auto r = run_process(cmdline({"--nproc-per-node", "1", "--python", "/bin/echo", script, "--lr", "1"}));
+  CHECK(r.code == 0);
+  CHECK(r.out == "-u " + script + " --lr 1\n");
+  r = run_process(cmdline({"--nproc-per-node", "1", "--python", "/bin/echo", "-m", "pkg.train", "x"}));
+  CHECK(r.code == 0);
+  CHECK(r.out == "-u -m pkg.train x\n");
+  r = run_process(
+      cmdline({"--nproc-per-node", "1", "--python", "/bin/echo", "--no-python", "/bin/echo", "a.py"}));
+  CHECK(r.out == "a.py\n");
+  r = run_process(cmdline({"--dry-run", "--format", "json", "train.py", "--lr", "1"}));
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("command") ==
+        nlohmann::json({"python3", "-u", "train.py", "--lr", "1"}));
+}
+
+TEST_CASE("a command that cannot start fails before any worker, with one line", "[cli][command][error]") {
+  ddprun::test::TempDir dir;
+  check_cannot_start({"--nproc-per-node", "1", "--", "nosuch.py"}, 127, "no such file: nosuch.py");
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/nonexistent/python", "-m", "pkg"}, 127,
+                     "python interpreter '/nonexistent/python' not found");
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/nonexistent/python", "train.py"}, 127,
+                     "python interpreter '/nonexistent/python' not found");
+  check_cannot_start({"--nproc-per-node", "1", "--python", "ddprun-no-such-python", "train.py"}, 127,
+                     "python interpreter 'ddprun-no-such-python' not found in PATH");
+  check_cannot_start({"--nproc-per-node", "1", dir.path}, 126, "is a directory: " + dir.path);
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/bin/echo", dir.path + "/"}, 126,
+                     "is a directory");
+  ::mkdir((dir / "pkg.py").c_str(), 0755);
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/bin/echo", dir / "pkg.py"}, 126,
+                     "is a directory: " + (dir / "pkg.py"));
+  // Several workers: still one error line, and the interpreter never ran.
+  auto r = run_process(cmdline({"--nproc-per-node", "2", "--", "nosuch.py"}));
+  CHECK(r.code == 127);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::Contains("ddprun: error: ") && Catch::Contains("no such file: nosuch.py") &&
+                        !Catch::Contains("python3:") && !Catch::Contains("Traceback"));
+}
+
 TEST_CASE("bad input table", "[cli][error]") {
   check_bad({"--bogus", "true"}, "unknown flag '--bogus'");
   check_bad({"--dry-run"}, "no command");
-  check_bad({"--dry-run", "--format", "xml", "true"}, "--format 'xml'");
+  check_bad({"--dry-run", "--format", "xml", "true"}, "--format: xml not in {text,json}");
   check_bad({"--nproc-per-node", "0", "true"}, "--nproc-per-node 0");
   check_bad({"--nproc-per-node", "gpu", "true"}, "no GPUs are visible");
   check_bad({"--gpus-per-proc", "0", "true"}, "--gpus-per-proc 0");
@@ -118,8 +213,21 @@ TEST_CASE("bad input table", "[cli][error]") {
   check_bad({"--master-port", "abc", "true"}, "--master-port 'abc'");
   check_bad({"--nnodes", "3:2", "true"}, "MIN 3 is greater than MAX 2");
   check_bad({"--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:29400", "true"}, "--node-rank 2");
-  check_bad({"--gpus-per-proc", "3", "true"}, "not divisible by --gpus-per-proc 3", {{"CUDA_VISIBLE_DEVICES", "0,1"}});
+  check_bad({"--gpus-per-proc", "3", "true"}, "not divisible by --gpus-per-proc 3",
+            {{"CUDA_VISIBLE_DEVICES", "0,1"}});
   check_bad({"--nproc-per-node", "3", "--procs-per-replica", "2", "true"}, "--procs-per-replica 2");
+  // A dry run rejects what the run rejects.
+  for (const bool dry : {true, false}) {
+    std::vector<std::string> pre = dry ? std::vector<std::string>{"--dry-run"} : std::vector<std::string>{};
+    auto with = [&](std::vector<std::string> args) {
+      args.insert(args.begin(), pre.begin(), pre.end());
+      return args;
+    };
+    check_bad(with({"--tee", "true"}), "--tee writes per-rank files and needs --log-dir");
+    check_bad(with({"-t", "3", "true"}), "needs --log-dir");
+    check_bad(with({"--prefix", "[{rnk}] ", "true"}), "{rnk}");
+    check_bad(with({"-m", "--no-python", "pkg"}), "-m and --no-python");
+  }
   auto env = slurm_step(0);
   env["SLURM_STEP_NODELIST"] = "gpu[07-";
   check_bad({"true"}, "SLURM_STEP_NODELIST", env);
@@ -158,5 +266,6 @@ TEST_CASE("log format json: every ddprun line on stderr is one JSON event", "[cl
   CHECK(std::count(events.begin(), events.end(), "failure_report") == 1);
   // Worker output is untouched.
   CHECK_THAT(r.out, Catch::Contains("[0]: out") && Catch::Contains("[1]: out"));
-  check_bad({"--log-format", "yaml", "true"}, "--log-format 'yaml'");
+  check_bad({"--log-format", "yaml", "true"}, "--log-format: yaml not in {text,json}");
+  check_bad({"true"}, "--log-format: yaml", {{"DDPRUN_LOG_FORMAT", "yaml"}});
 }

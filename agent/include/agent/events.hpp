@@ -11,9 +11,6 @@ namespace ddprun::agent {
 
 enum class LogFormat { text, json };
 
-// "text" / "json"; anything else throws Error naming the flag and the accepted values.
-LogFormat parse_log_format(std::string_view s);
-
 // Thread-safe sink for ddprun's own events. In json mode each emit() writes one compact JSON object
 // and '\n' with a single write(2) to the fd:
 //   {"time": ISO-8601 UTC with ms, "event": name, "host": ..., "node_rank": ..., ...fields}

@@ -7,12 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "core/command.hpp"
 #include "core/plan.hpp"
 #include "core/slurm_env.hpp"
 
 namespace ddprun::core {
 
-// Everything the command line (or its DDPRUN_* variables) can say; unset means "not given".
+// Everything the command line (or its DDPRUN_* variables) can say; unset means "not given". The CLI
+// checks the fields with a fixed set of values (rdzv_auth, log_format, format) against that set.
 struct Options {
   std::optional<std::string> nnodes;          // N or MIN:MAX
   std::optional<std::string> nproc_per_node;  // N | gpu | cpu | auto
@@ -50,7 +52,7 @@ struct Options {
 
   // Modes of the CLI itself.
   bool dry_run = false;
-  std::string format = "text";
+  std::string format = "text";  // dry-run output: text or json
 };
 
 // Facts about this machine that resolution needs (probed by the caller).
@@ -72,16 +74,17 @@ struct Resolved {
   std::uint16_t rdzv_port = 0;  // 0: pick a free port (standalone)
   double rdzv_timeout = 900.0;
   double last_call = 30.0;
-  std::string rdzv_auth = "auto";  // validated: auto | munge | token | none
+  std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
   std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
-  bool gpus_on_nodes = false;  // batch context without GPU variables: GPU counts come from the nodes
-  std::vector<std::string> command;           // final argv (python prepended where needed)
+  bool gpus_on_nodes = false;        // batch context without GPU variables: GPU counts come from the nodes
+  std::vector<std::string> command;  // final argv: build_argv(command_spec(options))
   std::optional<std::set<int>> local_ranks_filter;
 };
 
 // Deterministic ports for a Slurm step ("JOBID.STEPID"; a batch context plans with the job id): every
-// node derives the same pair without talking, and two steps or jobs sharing a node rarely collide. Range 20000-32767 stays below Linux's ephemeral ports.
+// node derives the same pair without talking, and two steps or jobs sharing a node rarely collide. Range
+// 20000-32767 stays below Linux's ephemeral ports.
 struct DerivedPorts {
   std::uint16_t store;
   std::uint16_t master;
@@ -98,8 +101,8 @@ std::uint16_t parse_port(const std::string& opt, const std::string& v);
 std::pair<int, int> parse_nnodes(const std::string& v);
 std::set<int> parse_rank_filter(const std::string& v);
 
-// The argv that runs COMMAND: `.py` and -m run under the Python interpreter unless --no-python.
-std::vector<std::string> build_command(const Options& o);
+// How COMMAND runs (the user's words); build_argv(command_spec(o)) is what the workers execute.
+CommandSpec command_spec(const Options& o);
 
 Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
 

@@ -28,6 +28,10 @@ struct NodeSpec {
   std::vector<std::string> gpus;    // GPU ids visible on the node, as given (may be empty)
 };
 
+// TORCHELASTIC_RUN_ID when neither Slurm nor --rdzv-id gives one (torchrun's default too). Messages
+// for people leave it out rather than print "run none".
+inline constexpr const char* kNoRunId = "none";
+
 // Job-wide settings that are the same on every node.
 struct JobSpec {
   Mode mode = Mode::standalone;
@@ -37,7 +41,7 @@ struct JobSpec {
   int procs_per_replica = 1;  // P
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string run_id = "none";
+  std::string run_id = kNoRunId;
   int restart_count = 0;
   int max_restarts = 0;
   std::string role = "default";

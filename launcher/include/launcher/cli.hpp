@@ -11,6 +11,8 @@ namespace ddprun::launcher {
 struct CliResult {
   core::Options options;
   std::optional<int> exit_now;  // --help / --version printed: exit with this code
+  // `ddprun hostlist EXPR...`: the expressions to expand (possibly none); options are then unused.
+  std::optional<std::vector<std::string>> hostlist;
 };
 
 // Parses argv (argv[0] is the program). Unknown flags and missing commands are Errors; flags win

@@ -1,11 +1,13 @@
 #pragma once
 // One node's whole job: the attempts loop. Each attempt joins the other agents (or, standalone,
 // plans alone), runs this node's workers under the agent's supervisor, then restarts or exits.
+#include "agent/supervisor.hpp"
 #include "core/config.hpp"
 
 namespace ddprun::launcher {
 
 // Returns the process exit code: 0 when every worker everywhere exited 0, else the root cause's code.
-int run_job(const core::Options& o, const core::Resolved& r);
+// `ao` comes from agent_options (launcher/agent_options.hpp), already checked.
+int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions ao);
 
 }  // namespace ddprun::launcher

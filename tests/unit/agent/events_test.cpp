@@ -172,12 +172,6 @@ TEST_CASE("text mode: emit writes nothing") {
   ::close(fds[0]);
 }
 
-TEST_CASE("the log format flag accepts text and json only") {
-  CHECK(parse_log_format("text") == LogFormat::text);
-  CHECK(parse_log_format("json") == LogFormat::json);
-  CHECK_THROWS_WITH(parse_log_format("yaml"), Catch::Contains("--log-format") && Catch::Contains("yaml"));
-}
-
 TEST_CASE("colour only on a TTY with a real TERM and no NO_COLOR") {
   CHECK(colour_wanted(true, "xterm-256color", nullptr));
   CHECK(colour_wanted(true, "xterm", ""));  // NO_COLOR set but empty does not count

@@ -112,7 +112,7 @@ TEST_CASE("commands: .py and -m run under python -u, --no-python as is") {
         std::vector<std::string>{"/opt/py", "-u", "-m", "pkg.mod", "x"});
   CHECK(build_argv({{"train.py"}, true, false, "python3"}) == std::vector<std::string>{"train.py"});
   CHECK(build_argv({{"./a.out", "1"}, false, false, "python3"}) == std::vector<std::string>{"./a.out", "1"});
-  CHECK_THROWS_AS(build_argv({{}, false, false, "python3"}), Error);
+  CHECK_THROWS_AS(build_argv({{}, false, false, "python3"}), ddprun::core::Error);
 }
 
 TEST_CASE("PATH lookup finds executables only, like execvp") {
@@ -137,6 +137,39 @@ TEST_CASE("PATH lookup finds executables only, like execvp") {
     CHECK(e.exit_code() == 127);
     CHECK(std::string(e.what()) == "no such file: missing_script.py");
   }
+}
+
+TEST_CASE("resolve_command: a missing interpreter, a directory, a missing path") {
+  agent_test::TempDir dir;
+  const std::string script = dir / "train.py";
+  std::ofstream(script) << "print(1)\n";
+  auto fails = [](const CommandSpec& spec) -> std::pair<int, std::string> {
+    try {
+      resolve_command(spec, "/bin:/usr/bin");
+    } catch (const Error& e) {
+      return {e.exit_code(), e.what()};
+    }
+    return {0, ""};
+  };
+  // -m has no script to check, but the interpreter must exist, in PATH or at the given path.
+  auto f = fails({{"pkg"}, false, true, "/nonexistent/python"});
+  CHECK(f.first == 127);
+  CHECK_THAT(f.second, Catch::StartsWith("python interpreter '/nonexistent/python' not found;"));
+  f = fails({{script}, false, false, "ddprun-no-such-python"});
+  CHECK(f.first == 127);
+  CHECK_THAT(f.second, Catch::StartsWith("python interpreter 'ddprun-no-such-python' not found in PATH"));
+  f = fails({{script}, false, false, dir.path().string()});
+  CHECK(f.first == 126);
+  CHECK_THAT(f.second, Catch::Contains("is a directory"));
+  f = fails({{dir.path().string()}, false, false, "python3"});
+  CHECK(f.first == 126);
+  CHECK(f.second == "is a directory: " + dir.path().string() + "; give the program to run");
+  f = fails({{dir / "nothing-here"}, false, false, "python3"});
+  CHECK(f.first == 127);
+  CHECK(f.second == "no such file: " + (dir / "nothing-here"));
+  const auto ok = resolve_command({{script, "x"}, false, false, "sh"}, "/bin:/usr/bin");
+  CHECK(ok.program.find("/sh") != std::string::npos);
+  CHECK(ok.argv == std::vector<std::string>{"sh", "-u", script, "x"});
 }
 
 TEST_CASE("worker environment is the agent's with the plan's variables on top") {

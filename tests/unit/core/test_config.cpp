@@ -47,7 +47,7 @@ TEST_CASE("standalone: no Slurm, one node, loopback master", "[config]") {
   CHECK(r.job.master_port == kDefaultMasterPort);
   CHECK(r.rdzv_port == 0);
   CHECK(r.self.host == "ws");
-  CHECK(r.command == std::vector<std::string>{"python3", "train.py"});
+  CHECK(r.command == std::vector<std::string>{"python3", "-u", "train.py"});
 }
 
 TEST_CASE("Slurm step: step variables win over the job's", "[config][slurm]") {
@@ -208,19 +208,25 @@ TEST_CASE("multi-node outside Slurm needs an endpoint and a node rank", "[config
 }
 
 TEST_CASE("command forms: .py, -m, --no-python", "[config]") {
+  auto argv = [](const Options& o) { return build_argv(command_spec(o)); };
   auto o = cmd({"train.py", "--lr", "0.1"});
-  CHECK(build_command(o) == std::vector<std::string>{"python3", "train.py", "--lr", "0.1"});
+  CHECK(argv(o) == std::vector<std::string>{"python3", "-u", "train.py", "--lr", "0.1"});
   o.python = "/usr/bin/python3";
   o.module = true;
   o.command = {"pkg.mod"};
-  CHECK(build_command(o) == std::vector<std::string>{"/usr/bin/python3", "-m", "pkg.mod"});
-  o.module = false;
+  CHECK(argv(o) == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.mod"});
   o.no_python = true;
+  CHECK_THROWS_WITH(argv(o), Catch::Contains("-m and --no-python"));
+  o.module = false;
   o.command = {"run.py"};
-  CHECK(build_command(o) == std::vector<std::string>{"run.py"});
+  CHECK(argv(o) == std::vector<std::string>{"run.py"});
   o.no_python = false;
   o.command = {"./a.out", "x"};
-  CHECK(build_command(o) == std::vector<std::string>{"./a.out", "x"});
+  CHECK(argv(o) == std::vector<std::string>{"./a.out", "x"});
+  o.command.clear();
+  CHECK_THROWS_WITH(argv(o), Catch::StartsWith("no command given"));
+  o.module = true;
+  CHECK_THROWS_WITH(argv(o), Catch::StartsWith("no module given after -m"));
 }
 
 TEST_CASE("bad input: one-line errors naming the culprit", "[config][error]") {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/config.hpp"
 #include "core/plan.hpp"
 #include "launcher/dry_run.hpp"
 
@@ -42,4 +43,22 @@ TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[p
   CHECK_THAT(
       bt, Catch::Contains("... 24 more nodes ...") && Catch::Contains("node40") && Catch::Contains("node1 "));
   CHECK(std::count(bt.begin(), bt.end(), '\n') == 2 + 16 + 1);
+}
+
+TEST_CASE("startup line and dry-run header name a run id only when there is one", "[plan][table]") {
+  JobSpec job;  // standalone: no Slurm job id and no --rdzv-id
+  Plan p = build_plan(job, nodes({2}));
+  const std::string t = render_startup_table(p, 0);
+  CHECK_THAT(t, Catch::StartsWith("ddprun: attempt 0: 1 node, world size 2, master 127.0.0.1:29500\n"));
+  CHECK_THAT(t, !Catch::Contains("none"));
+  ddprun::core::Resolved r;
+  r.job = job;
+  std::string text = ddprun::launcher::render_plan_text(r, p);
+  CHECK_THAT(text, Catch::StartsWith(
+                       "ddprun plan: standalone mode, 1 node, world size 2, master 127.0.0.1:29500\n"));
+  job.run_id = "4242";
+  p = build_plan(job, nodes({2}));
+  CHECK_THAT(render_startup_table(p, 1), Catch::StartsWith("ddprun: run 4242 attempt 1: 1 node"));
+  r.job = job;
+  CHECK_THAT(ddprun::launcher::render_plan_text(r, p), Catch::Contains(", run id 4242\n"));
 }

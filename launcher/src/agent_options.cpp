@@ -1,0 +1,27 @@
+#include "launcher/agent_options.hpp"
+
+#include <chrono>
+
+namespace ddprun::launcher {
+
+agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& r) {
+  agent::AgentOptions a;
+  // The agent checks the interpreter and the script before any worker starts.
+  a.command = o.command;
+  a.no_python = o.no_python;
+  a.module = o.module;
+  a.python = o.python;
+  a.term_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.term_timeout));
+  a.prefix_template = o.prefix;
+  a.no_prefix = o.no_prefix;
+  a.tee = o.tee;
+  a.log_dir = o.log_dir;
+  a.local_ranks_filter = r.local_ranks_filter;
+  a.error_file = o.error_file;
+  a.quiet = o.quiet;
+  agent::validate_options(a);
+  return a;
+}
+
+}  // namespace ddprun::launcher

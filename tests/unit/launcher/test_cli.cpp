@@ -1,0 +1,101 @@
+// The command line of the application layer: what parse_cli puts into core::Options.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "agent/error.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "launcher/agent_options.hpp"
+#include "launcher/cli.hpp"
+
+using ddprun::launcher::CliResult;
+using ddprun::launcher::parse_cli;
+
+namespace {
+
+CliResult parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "ddprun");
+  return parse_cli(static_cast<int>(args.size()), args.data());
+}
+
+}  // namespace
+
+TEST_CASE("cli: options not given stay unset, given ones are set", "[cli]") {
+  auto o = parse({"true"}).options;
+  CHECK_FALSE(o.nnodes);
+  CHECK_FALSE(o.nproc_per_node);
+  CHECK_FALSE(o.node_rank);
+  CHECK_FALSE(o.rdzv_timeout);
+  CHECK_FALSE(o.prefix);
+  CHECK_FALSE(o.log_dir);
+  CHECK(o.command == std::vector<std::string>{"true"});
+  o = parse({"--nnodes", "1:4", "--node-rank", "0", "--rdzv-timeout", "2.5", "--prefix", "", "--max-restarts",
+             "3", "--master-port", "1234", "--log-dir", "/tmp/x", "--", "-cmd", "a"})
+          .options;
+  CHECK(o.nnodes == "1:4");
+  CHECK(o.node_rank == 0);
+  CHECK(o.rdzv_timeout == 2.5);
+  CHECK(o.prefix == "");  // given, even though empty
+  CHECK(o.max_restarts == 3);
+  CHECK(o.master_port == "1234");
+  CHECK(o.log_dir == "/tmp/x");
+  CHECK(o.command == std::vector<std::string>{"-cmd", "a"});
+}
+
+TEST_CASE("cli: DDPRUN_* variables fill options the flags leave unset", "[cli]") {
+  ::setenv("DDPRUN_NPROC_PER_NODE", "3", 1);
+  ::setenv("DDPRUN_RDZV_TIMEOUT", "7", 1);
+  auto o = parse({"--nproc-per-node", "2", "true"}).options;
+  ::unsetenv("DDPRUN_NPROC_PER_NODE");
+  ::unsetenv("DDPRUN_RDZV_TIMEOUT");
+  CHECK(o.nproc_per_node == "2");
+  CHECK(o.rdzv_timeout == 7.0);
+}
+
+TEST_CASE("cli: torchrun's -t and -r levels turn on --tee unless 0", "[cli]") {
+  CHECK_FALSE(parse({"-t", "0", "-r", "0", "true"}).options.tee);
+  CHECK(parse({"-t", "3", "true"}).options.tee);
+  CHECK(parse({"--redirects", "1", "true"}).options.tee);
+  CHECK(parse({"--rdzv-backend", "c10d", "--monitor-interval", "5", "true"}).options.command ==
+        std::vector<std::string>{"true"});
+  CHECK_THROWS_AS(parse({"--monitor-interval", "soon", "true"}), ddprun::core::Error);
+  CHECK_THROWS_WITH(parse({"--bogus", "true"}), Catch::Contains("unknown flag '--bogus'"));
+}
+
+TEST_CASE("cli: fixed choices are checked for flags and DDPRUN_* variables alike", "[cli]") {
+  CHECK(parse({"--format", "json", "--log-format", "json", "--rdzv-auth", "token", "true"}).options.format ==
+        "json");
+  CHECK_THROWS_WITH(parse({"--format", "xml", "true"}), Catch::Contains("--format: xml not in {text,json}"));
+  CHECK_THROWS_WITH(parse({"--rdzv-auth", "maybe", "true"}), Catch::Contains("--rdzv-auth: maybe"));
+  ::setenv("DDPRUN_LOG_FORMAT", "yaml", 1);
+  CHECK_THROWS_WITH(parse({"true"}), Catch::Contains("--log-format: yaml not in {text,json}"));
+  ::unsetenv("DDPRUN_LOG_FORMAT");
+}
+
+TEST_CASE("cli: hostlist is a subcommand, but after -- it is a command like any other", "[cli]") {
+  auto r = parse({"hostlist", "a[1-2]", "b"});
+  REQUIRE(r.hostlist);
+  CHECK(*r.hostlist == std::vector<std::string>{"a[1-2]", "b"});
+  r = parse({"--nproc-per-node", "2", "--", "hostlist", "a"});
+  CHECK_FALSE(r.hostlist);
+  CHECK(r.options.command == std::vector<std::string>{"hostlist", "a"});
+  CHECK(parse({"train.py", "--lr", "1", "--", "x"}).options.command ==
+        std::vector<std::string>{"train.py", "--lr", "1", "--", "x"});
+  CHECK_THROWS_WITH(parse({"-weird"}), Catch::Contains("unknown flag '-weird'"));
+}
+
+TEST_CASE("agent options: COMMAND as given, checked as the agent checks it", "[cli]") {
+  auto o = parse({"-m", "--python", "/opt/py", "--term-timeout", "2.5", "pkg.train", "x"}).options;
+  ddprun::core::Resolved r;
+  auto a = ddprun::launcher::agent_options(o, r);
+  CHECK(a.command == std::vector<std::string>{"pkg.train", "x"});
+  CHECK(a.module);
+  CHECK_FALSE(a.no_python);
+  CHECK(a.python == "/opt/py");
+  CHECK(a.term_timeout == std::chrono::milliseconds(2500));
+  o = parse({"--tee", "true"}).options;
+  CHECK_THROWS_WITH(ddprun::launcher::agent_options(o, r), Catch::Contains("needs --log-dir"));
+  o = parse({"--prefix", "{rnk}", "true"}).options;
+  CHECK_THROWS_AS(ddprun::launcher::agent_options(o, r), ddprun::agent::Error);
+}
