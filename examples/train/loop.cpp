@@ -168,6 +168,7 @@ void set_up(Trainer& t, Options o) {
                   "per-rank batch {} optimizer {} threads {}",
                   t.o.model, t.o.data, t.env.world_size, t.env.dp_size, t.env.mp_size, t.o.batch_size,
                   t.local_batch, t.o.optimizer, torch::get_num_threads()));
+  pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_AFTER_SETUP_MS", "set up, pausing before the first step");
 }
 
 // One optimizer step on the samples bidx of batch b, then the stop vote's outcome and any
