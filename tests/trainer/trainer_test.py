@@ -120,10 +120,11 @@ class Job:
 class Launched:
     """The trainer started by ddprun: one launcher process running NPROC ranks."""
 
-    def __init__(self, name, nproc, args, extra=()):
+    def __init__(self, name, nproc, args, extra=(), env=None):
         e = {k: v for k, v in os.environ.items() if not k.startswith(("DDPRUN_", "SLURM_"))}
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
             e.pop(k, None)
+        e.update(env or {})
         self.name = name
         self.out_f = open(os.path.join(TMP, f"{name}.ddprun.out"), "w+")
         self.err_f = open(os.path.join(TMP, f"{name}.ddprun.err"), "w+")
@@ -407,9 +408,13 @@ def catches(pid, sig):
     return False
 
 
-def stop_during_setup(job, sig, bound=20):
-    """Sends sig to every rank of job; each must exit 128 + sig within bound seconds (far
-    less than a launcher's kill grace) and say why, without an EINTR error."""
+# How long a stop during set-up may take: generous, yet half of ddprun's kill grace (10 s).
+SETUP_STOP_BOUND = 5
+
+
+def stop_during_setup(job, sig, bound=SETUP_STOP_BOUND):
+    """Sends sig to every rank of job; each must exit 128 + sig within bound seconds and say
+    why, without an EINTR error."""
     t0 = time.monotonic()
     for p_ in job.procs:
         p_.send_signal(sig)
@@ -443,6 +448,20 @@ def test_setup_stop():
     time.sleep(0.5)
     stop_during_setup(job, signal.SIGTERM)
 
+    # The same through the launcher, as scancel does it: ddprun passes TERM on to the ranks.
+    job = Launched("launched", 2, args, env={"DDPRUN_TRAIN_TEST_PAUSE_BEFORE_HANDOVER_MS": "120000"})
+    wait_for(lambda: "pausing before handing" in job.out() + job.err(), 120, "rank 0 to hold the checkpoint")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    job.proc.send_signal(signal.SIGTERM)
+    rc = job.wait(SETUP_STOP_BOUND)
+    took = time.monotonic() - t0
+    print(f"launched: ddprun exited {rc} {took:.2f}s after signal 15")
+    check(rc == 143, f"ddprun exited {rc}, expected 143\n" + job.logs())
+    check(took < SETUP_STOP_BOUND and "SIGKILL" not in job.logs(), "ranks needed SIGKILL\n" + job.logs())
+    check("Interrupted system call" not in job.logs(), "EINTR error\n" + job.logs())
+    check((job.out() + job.err()).count("stopped by signal 15 during set-up") == 2, job.logs())
+
     # Rank 1 joins while rank 0 has not opened the store yet (c10d's connect retry sleeps 1 s).
     job = Job("join", 2, args, ranks=[1])
     JOBS.append(job)
@@ -466,6 +485,8 @@ def test_setup_stop():
         wait_for(lambda: "pausing before the first step" in job.err(0), 120, "rank 0 to pause")
         time.sleep(1.0)
         stop_during_setup(job, signal.SIGTERM)
+        check("a rank that was still setting up left" in job.err(1),
+              f"{job.name}: rank 1 did not see rank 0 leave in the first step\n" + job.logs())
 
     with open(latest, "rb") as f:
         check(f.read() == before, "a stop during set-up changed the checkpoint")
