@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <functional>
-#include <memory>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "core.hpp"
@@ -70,8 +70,11 @@ TEST_CASE("dist env defaults to a single process") {
 }
 
 TEST_CASE("dist env reads torchrun variables and derives the DP group") {
-  const auto d = parse_dist_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                        {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29500"}}));
+  const auto d = parse_dist_env(env_of({{"RANK", "3"},
+                                        {"WORLD_SIZE", "4"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"MASTER_ADDR", "node1"},
+                                        {"MASTER_PORT", "29500"}}));
   CHECK(d.rank == 3);
   CHECK(d.local_rank == 1);
   CHECK(d.dp_rank == 3);
@@ -81,9 +84,13 @@ TEST_CASE("dist env reads torchrun variables and derives the DP group") {
 }
 
 TEST_CASE("dist env takes the model-parallel grid from DDPRUN_ variables") {
-  const auto d = parse_dist_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
-                                        {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "2"},
-                                        {"DDPRUN_MP_RANK", "1"}, {"DDPRUN_DP_SIZE", "2"},
+  const auto d = parse_dist_env(env_of({{"RANK", "3"},
+                                        {"WORLD_SIZE", "4"},
+                                        {"MASTER_ADDR", "h"},
+                                        {"MASTER_PORT", "1"},
+                                        {"DDPRUN_MP_SIZE", "2"},
+                                        {"DDPRUN_MP_RANK", "1"},
+                                        {"DDPRUN_DP_SIZE", "2"},
                                         {"DDPRUN_DP_RANK", "1"}}));
   CHECK(d.mp_rank == 1);
   CHECK(d.dp_rank == 1);
@@ -91,15 +98,16 @@ TEST_CASE("dist env takes the model-parallel grid from DDPRUN_ variables") {
 }
 
 TEST_CASE("dist env rejects inconsistent values with a message naming the variable") {
-  CHECK_THROWS_WITH(parse_dist_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"},
-                                           {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})),
+  CHECK_THROWS_WITH(parse_dist_env(env_of(
+                        {{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})),
                     Catch::Contains("RANK=2"));
   CHECK_THROWS_WITH(parse_dist_env(env_of({{"RANK", "x"}})), Catch::Contains("RANK='x'"));
   CHECK_THROWS_WITH(parse_dist_env(env_of({{"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}})),
                     Catch::Contains("MASTER_ADDR"));
-  CHECK_THROWS_WITH(parse_dist_env(env_of({{"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
-                                           {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "3"}})),
-                    Catch::Contains("DDPRUN_MP_SIZE"));
+  CHECK_THROWS_WITH(
+      parse_dist_env(
+          env_of({{"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "3"}})),
+      Catch::Contains("DDPRUN_MP_SIZE"));
 }
 
 TEST_CASE("per-rank batch divides the global batch") {
@@ -299,14 +307,12 @@ TEST_CASE("shm all-reduce: every rank gets the sum, step after step", "[shm]") {
   for (int world : {2, 3}) {
     const std::string name = shm_name(world == 2 ? "sum2" : "sum3");
     // Rank 0 creates before the others fork, as the trainer creates before publishing the name.
-    auto owner = std::make_unique<ShmAllreduce>(name, true, world, 0, buckets,
-                                                std::chrono::seconds(30));
+    auto owner = std::make_unique<ShmAllreduce>(name, true, world, 0, buckets, std::chrono::seconds(30));
     const auto st = run_ranks(world, [&](int rank) {
       std::unique_ptr<ShmAllreduce> mine;
       ShmAllreduce* s = owner.get();
       if (rank != 0) {
-        mine = std::make_unique<ShmAllreduce>(name, false, world, rank, buckets,
-                                              std::chrono::seconds(30));
+        mine = std::make_unique<ShmAllreduce>(name, false, world, rank, buckets, std::chrono::seconds(30));
         s = mine.get();
       }
       s->barrier();  // everyone attached
