@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 
 #include "core.hpp"
 #include "shm_allreduce.hpp"
+#include "signals.hpp"
 
 namespace fs = std::filesystem;
 using namespace ddprun::train;
@@ -248,6 +250,55 @@ TEST_CASE("stale temps are removed and missing files read as empty optional") {
 TEST_CASE("preemption exit code is 128 + signal") {
   CHECK(preempt_exit_code(15) == 143);
   CHECK(preempt_exit_code(12) == 140);
+}
+
+namespace {
+
+// Runs body in a child process with stderr silenced; returns its wait status.
+int in_child(const std::function<void()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::FILE* null = std::fopen("/dev/null", "w");
+    if (null != nullptr) ::dup2(::fileno(null), STDERR_FILENO);
+    body();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+}  // namespace
+
+TEST_CASE("a stop signal during set-up exits at once with 128 + signal, removing the segment") {
+  const std::string name = "/ddprun-unit-stop-" + std::to_string(::getpid());
+  const fs::path file = fs::path("/dev/shm") / name.substr(1);
+  if (!fs::is_directory("/dev/shm")) return;
+  const int status = in_child([&] {
+    install_stop_handlers();
+    std::ofstream(file) << "segment";
+    remove_on_early_stop(name);
+    ::raise(SIGUSR2);
+    ::_exit(99);  // not reached
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 140);
+  CHECK_FALSE(fs::exists(file));
+  fs::remove(file);
+}
+
+TEST_CASE("once deferred, a stop signal is only recorded and the first one wins") {
+  const int status = in_child([] {
+    install_stop_handlers();
+    defer_stop_signals();
+    ::raise(SIGTERM);
+    ::raise(SIGUSR2);
+    ::_exit(stop_signal_received() == SIGTERM && await_stop_signal(std::chrono::milliseconds(1)) == SIGTERM
+                ? 0
+                : 1);
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 // ------------------------------------------------------------ shared-memory all-reduce
