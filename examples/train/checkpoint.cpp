@@ -1,16 +1,12 @@
 #include "checkpoint.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <sstream>
-#include <thread>
 
 namespace ddprun::train {
 namespace {
@@ -67,16 +63,13 @@ void check_compatible(torch::serialize::InputArchive& ar, const Options& o, cons
 }
 
 // Test hook: pause after the temp file is durable, before the rename.
+constexpr const char* kPauseBeforeRename = "DDPRUN_TRAIN_TEST_PAUSE_BEFORE_RENAME_MS";
 std::function<void(const std::string&)> test_pause_hook() {
-  const char* ms = std::getenv("DDPRUN_TRAIN_TEST_PAUSE_BEFORE_RENAME_MS");
-  if (ms == nullptr || *ms == '\0') {
+  if (const char* ms = std::getenv(kPauseBeforeRename); ms == nullptr || *ms == '\0') {
     return {};
   }
-  const long pause = std::strtol(ms, nullptr, 10);
-  return [pause](const std::string& tmp) {
-    fmt::print(stderr, "ddprun-train: test hook: wrote {}, pausing before rename\n", tmp);
-    std::fflush(stderr);
-    std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+  return [](const std::string& tmp) {
+    pause_for_test(kPauseBeforeRename, "wrote " + tmp + ", pausing before rename");
   };
 }
 
@@ -145,6 +138,9 @@ std::optional<std::vector<char>> fetch_checkpoint(Dist& d, const Options& o) {
   }
   const std::string key = "ddprun_train/resume";
   if (d.env.rank == 0) {
+    // Test hook: the other ranks wait in the store meanwhile.
+    pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_BEFORE_HANDOVER_MS",
+                   "read " + checkpoint_path(o) + ", pausing before handing it to the other ranks");
     d.store->set(key, pack_for_store(bytes));
     return bytes;
   }

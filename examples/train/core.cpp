@@ -7,12 +7,15 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <thread>
 
 namespace ddprun::train {
 namespace fs = std::filesystem;
@@ -309,6 +312,16 @@ std::optional<std::vector<char>> read_file_if_exists(const std::string& path) {
     throw Error("cannot read " + path);
   }
   return bytes;
+}
+
+void pause_for_test(const char* env_var, const std::string& what) {
+  const char* ms = std::getenv(env_var);
+  if (ms == nullptr || *ms == '\0') {
+    return;
+  }
+  std::fprintf(stderr, "ddprun-train: test hook: %s\n", what.c_str());
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::strtol(ms, nullptr, 10)));
 }
 
 }  // namespace ddprun::train

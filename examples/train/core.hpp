@@ -84,4 +84,8 @@ void remove_stale_temps(const std::string& path);
 
 std::optional<std::vector<char>> read_file_if_exists(const std::string& path);
 
+// Tests only: when the variable env_var holds a number of milliseconds, prints
+// "ddprun-train: test hook: <what>" on stderr and sleeps that long; otherwise does nothing.
+void pause_for_test(const char* env_var, const std::string& what);
+
 }  // namespace ddprun::train

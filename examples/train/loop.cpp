@@ -168,6 +168,7 @@ void set_up(Trainer& t, Options o) {
                   "per-rank batch {} optimizer {} threads {}",
                   t.o.model, t.o.data, t.env.world_size, t.env.dp_size, t.env.mp_size, t.o.batch_size,
                   t.local_batch, t.o.optimizer, torch::get_num_threads()));
+  pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_AFTER_SETUP_MS", "set up, pausing before the first step");
 }
 
 // One optimizer step on the samples bidx of batch b, then the stop vote's outcome and any
@@ -275,17 +276,46 @@ int finish(Trainer& t) {
   return kExitOk;
 }
 
-}  // namespace
-
-int run(Options o) {
-  install_stop_handlers();
-  Trainer t;
-  set_up(t, std::move(o));
+// Every epoch from the checkpoint's on, until one ends training.
+void train_epochs(Trainer& t) {
   t.net->train();
   for (std::int64_t epoch = t.pos.epoch; epoch < t.o.epochs; ++epoch) {
     if (!run_epoch(t, epoch)) {
       break;
     }
+  }
+}
+
+// The first step failed while a stop signal came: a rank that was still setting up has left
+// at once on it (signals.hpp), and this one saw it go. Nothing was trained, so it stops too.
+int report_stop_before_first_step(int signo, const std::exception& e) {
+  const int rc = preempt_exit_code(signo);
+  fmt::print(stderr,
+             "ddprun-train: stopped by signal {} before the first step (a rank that was still setting up "
+             "left: {}); exit {}, checkpoint unchanged\n",
+             signo, first_line(e.what()), rc);
+  std::fflush(stderr);
+  return rc;
+}
+
+}  // namespace
+
+int run(Options o) {
+  install_stop_handlers();  // until the first step a stop signal ends the process at once
+  Trainer t;
+  set_up(t, std::move(o));
+  defer_stop_signals();  // from here on the ranks vote, stop after the same step and checkpoint
+  const std::int64_t first_step = t.pos.step;
+  try {
+    train_epochs(t);
+  } catch (const std::exception& e) {
+    // Failing in the first step, wait a little for a stop signal: the ranks of a job get
+    // theirs at slightly different times. Without one it is an error.
+    const int signo = t.pos.step == first_step ? await_stop_signal(std::chrono::seconds(2)) : 0;
+    if (signo == 0) {
+      throw;
+    }
+    return report_stop_before_first_step(signo, e);
   }
   return finish(t);
 }

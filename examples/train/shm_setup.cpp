@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core.hpp"
+#include "signals.hpp"
 
 namespace ddprun::train {
 namespace {
@@ -39,6 +40,7 @@ std::unique_ptr<ShmAllreduce> create_or_open(Dist& d, const std::string& prefix,
     std::random_device rd;
     const std::string name =
         fmt::format("/ddprun-train-{}-{}-{}-{:08x}", ::getuid(), env.master_port, env.mp_rank, rd());
+    remove_on_early_stop(name);  // a stop signal from here until the unlink must not leave it
     auto shm = attach(name, env, reducer, timeout, why);
     store_set_text(*d.store, prefix + "name", shm ? name : std::string());
     return shm;
@@ -102,6 +104,7 @@ void setup_shm_allreduce(Dist& d, GradReducer& reducer, const Options& o) {
   // Every rank has attached (all "ok" keys were there): the name is no longer needed, and
   // nothing is left in /dev/shm whatever happens next.
   shm->unlink_name();
+  remove_on_early_stop("");
   reducer.use_shm(std::move(shm));
   if (env.dp_rank == 0) {
     fmt::print(stderr, "ddprun-train: gradients: shared-memory all-reduce across {} ranks on this node\n",

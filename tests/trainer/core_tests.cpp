@@ -7,16 +7,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
-#include <functional>
-#include <memory>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "core.hpp"
 #include "shm_allreduce.hpp"
+#include "signals.hpp"
 
 namespace fs = std::filesystem;
 using namespace ddprun::train;
@@ -70,8 +72,11 @@ TEST_CASE("dist env defaults to a single process") {
 }
 
 TEST_CASE("dist env reads torchrun variables and derives the DP group") {
-  const auto d = parse_dist_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                        {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29500"}}));
+  const auto d = parse_dist_env(env_of({{"RANK", "3"},
+                                        {"WORLD_SIZE", "4"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"MASTER_ADDR", "node1"},
+                                        {"MASTER_PORT", "29500"}}));
   CHECK(d.rank == 3);
   CHECK(d.local_rank == 1);
   CHECK(d.dp_rank == 3);
@@ -81,9 +86,13 @@ TEST_CASE("dist env reads torchrun variables and derives the DP group") {
 }
 
 TEST_CASE("dist env takes the model-parallel grid from DDPRUN_ variables") {
-  const auto d = parse_dist_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
-                                        {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "2"},
-                                        {"DDPRUN_MP_RANK", "1"}, {"DDPRUN_DP_SIZE", "2"},
+  const auto d = parse_dist_env(env_of({{"RANK", "3"},
+                                        {"WORLD_SIZE", "4"},
+                                        {"MASTER_ADDR", "h"},
+                                        {"MASTER_PORT", "1"},
+                                        {"DDPRUN_MP_SIZE", "2"},
+                                        {"DDPRUN_MP_RANK", "1"},
+                                        {"DDPRUN_DP_SIZE", "2"},
                                         {"DDPRUN_DP_RANK", "1"}}));
   CHECK(d.mp_rank == 1);
   CHECK(d.dp_rank == 1);
@@ -91,15 +100,16 @@ TEST_CASE("dist env takes the model-parallel grid from DDPRUN_ variables") {
 }
 
 TEST_CASE("dist env rejects inconsistent values with a message naming the variable") {
-  CHECK_THROWS_WITH(parse_dist_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"},
-                                           {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})),
+  CHECK_THROWS_WITH(parse_dist_env(env_of(
+                        {{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})),
                     Catch::Contains("RANK=2"));
   CHECK_THROWS_WITH(parse_dist_env(env_of({{"RANK", "x"}})), Catch::Contains("RANK='x'"));
   CHECK_THROWS_WITH(parse_dist_env(env_of({{"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}})),
                     Catch::Contains("MASTER_ADDR"));
-  CHECK_THROWS_WITH(parse_dist_env(env_of({{"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
-                                           {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "3"}})),
-                    Catch::Contains("DDPRUN_MP_SIZE"));
+  CHECK_THROWS_WITH(
+      parse_dist_env(
+          env_of({{"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "3"}})),
+      Catch::Contains("DDPRUN_MP_SIZE"));
 }
 
 TEST_CASE("per-rank batch divides the global batch") {
@@ -242,6 +252,55 @@ TEST_CASE("preemption exit code is 128 + signal") {
   CHECK(preempt_exit_code(12) == 140);
 }
 
+namespace {
+
+// Runs body in a child process with stderr silenced; returns its wait status.
+int in_child(const std::function<void()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::FILE* null = std::fopen("/dev/null", "w");
+    if (null != nullptr) ::dup2(::fileno(null), STDERR_FILENO);
+    body();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+}  // namespace
+
+TEST_CASE("a stop signal during set-up exits at once with 128 + signal, removing the segment") {
+  const std::string name = "/ddprun-unit-stop-" + std::to_string(::getpid());
+  const fs::path file = fs::path("/dev/shm") / name.substr(1);
+  if (!fs::is_directory("/dev/shm")) return;
+  const int status = in_child([&] {
+    install_stop_handlers();
+    std::ofstream(file) << "segment";
+    remove_on_early_stop(name);
+    ::raise(SIGUSR2);
+    ::_exit(99);  // not reached
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 140);
+  CHECK_FALSE(fs::exists(file));
+  fs::remove(file);
+}
+
+TEST_CASE("once deferred, a stop signal is only recorded and the first one wins") {
+  const int status = in_child([] {
+    install_stop_handlers();
+    defer_stop_signals();
+    ::raise(SIGTERM);
+    ::raise(SIGUSR2);
+    ::_exit(stop_signal_received() == SIGTERM && await_stop_signal(std::chrono::milliseconds(1)) == SIGTERM
+                ? 0
+                : 1);
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 // ------------------------------------------------------------ shared-memory all-reduce
 
 TEST_CASE("shm all-reduce: shares cover a bucket exactly, in rank order", "[shm]") {
@@ -299,14 +358,12 @@ TEST_CASE("shm all-reduce: every rank gets the sum, step after step", "[shm]") {
   for (int world : {2, 3}) {
     const std::string name = shm_name(world == 2 ? "sum2" : "sum3");
     // Rank 0 creates before the others fork, as the trainer creates before publishing the name.
-    auto owner = std::make_unique<ShmAllreduce>(name, true, world, 0, buckets,
-                                                std::chrono::seconds(30));
+    auto owner = std::make_unique<ShmAllreduce>(name, true, world, 0, buckets, std::chrono::seconds(30));
     const auto st = run_ranks(world, [&](int rank) {
       std::unique_ptr<ShmAllreduce> mine;
       ShmAllreduce* s = owner.get();
       if (rank != 0) {
-        mine = std::make_unique<ShmAllreduce>(name, false, world, rank, buckets,
-                                              std::chrono::seconds(30));
+        mine = std::make_unique<ShmAllreduce>(name, false, world, rank, buckets, std::chrono::seconds(30));
         s = mine.get();
       }
       s->barrier();  // everyone attached

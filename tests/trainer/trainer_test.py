@@ -41,14 +41,17 @@ def free_port():
 
 
 class Job:
-    """N ranks of the trainer; output of rank r goes to <name>.r<r>.{out,err}."""
+    """N ranks of the trainer; output of rank r goes to <name>.r<r>.{out,err}. `ranks` starts
+    only those ranks of the N (the others never come); procs, out() and err() then count in
+    that list."""
 
-    def __init__(self, name, nproc, args, env=None, rank_env=None):
+    def __init__(self, name, nproc, args, env=None, rank_env=None, ranks=None):
         self.name = name
         self.procs = []
         self.files = []
+        self.ranks = list(range(nproc)) if ranks is None else list(ranks)
         port = free_port()
-        for r in range(nproc):
+        for r in self.ranks:
             e = dict(os.environ)
             e.update(RANK=str(r), WORLD_SIZE=str(nproc), LOCAL_RANK=str(r),
                      LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
@@ -108,19 +111,20 @@ class Job:
 
     def logs(self):
         parts = []
-        for r in range(len(self.procs)):
-            parts.append(f"--- {self.name} rank {r} stdout\n{self.out(r)}"
-                         f"--- {self.name} rank {r} stderr\n{self.err(r)}")
+        for i, r in enumerate(self.ranks):
+            parts.append(f"--- {self.name} rank {r} stdout\n{self.out(i)}"
+                         f"--- {self.name} rank {r} stderr\n{self.err(i)}")
         return "".join(parts)
 
 
 class Launched:
     """The trainer started by ddprun: one launcher process running NPROC ranks."""
 
-    def __init__(self, name, nproc, args, extra=()):
+    def __init__(self, name, nproc, args, extra=(), env=None):
         e = {k: v for k, v in os.environ.items() if not k.startswith(("DDPRUN_", "SLURM_"))}
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
             e.pop(k, None)
+        e.update(env or {})
         self.name = name
         self.out_f = open(os.path.join(TMP, f"{name}.ddprun.out"), "w+")
         self.err_f = open(os.path.join(TMP, f"{name}.ddprun.err"), "w+")
@@ -390,6 +394,105 @@ def test_preempt_sigterm():
 def test_preempt_sigusr2():
     """SIGUSR2 to rank 0: same, exit 140."""
     preempt(signal.SIGUSR2, 0)
+
+
+def catches(pid, sig):
+    """True once the process has a handler for sig (SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except FileNotFoundError:
+        pass
+    return False
+
+
+# How long a stop during set-up may take: generous, yet half of ddprun's kill grace (10 s).
+SETUP_STOP_BOUND = 5
+
+
+def stop_during_setup(job, sig, bound=SETUP_STOP_BOUND):
+    """Sends sig to every rank of job; each must exit 128 + sig within bound seconds and say
+    why, without an EINTR error."""
+    t0 = time.monotonic()
+    for p_ in job.procs:
+        p_.send_signal(sig)
+    rcs = job.wait(timeout=bound)
+    took = time.monotonic() - t0
+    print(f"{job.name}: exit codes {rcs} {took:.2f}s after signal {int(sig)}")
+    check(rcs == [128 + int(sig)] * len(job.procs),
+          f"{job.name}: exit codes {rcs}, expected {128 + int(sig)}\n" + job.logs())
+    for i in range(len(job.procs)):
+        err = job.err(i)
+        check("Interrupted system call" not in err, f"{job.name}: EINTR error\n" + job.logs())
+        check(f"stopped by signal {int(sig)}" in err, f"{job.name}: no stop message\n" + job.logs())
+
+
+def test_setup_stop():
+    """TERM or USR2 while the ranks set up (joining the store, handing over the checkpoint
+    on resume, right before the first step) ends every rank at once with 128 + signal, with
+    no 'Interrupted system call' error, and leaves the checkpoint and /dev/shm as they were."""
+    ck = p("ck")
+    latest = os.path.join(ck, "latest.pt")
+    run("base", 2, TOY + ["--epochs", "1", "--checkpoint-dir", ck])
+    with open(latest, "rb") as f:
+        before = f.read()
+    shm_before = shm_segments()
+    args = TOY + ["--epochs", "3", "--checkpoint-dir", ck, "--resume"]
+
+    # Resume: rank 0 holds the checkpoint back, rank 1 waits for it in the store.
+    job = Job("handover", 2, args, env={"DDPRUN_TRAIN_TEST_PAUSE_BEFORE_HANDOVER_MS": "120000"})
+    JOBS.append(job)
+    wait_for(lambda: "pausing before handing" in job.err(0), 120, "rank 0 to hold the checkpoint")
+    time.sleep(0.5)
+    stop_during_setup(job, signal.SIGTERM)
+
+    # The same through the launcher, as scancel does it: ddprun passes TERM on to the ranks.
+    job = Launched("launched", 2, args, env={"DDPRUN_TRAIN_TEST_PAUSE_BEFORE_HANDOVER_MS": "120000"})
+    wait_for(lambda: "pausing before handing" in job.out() + job.err(), 120, "rank 0 to hold the checkpoint")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    job.proc.send_signal(signal.SIGTERM)
+    rc = job.wait(SETUP_STOP_BOUND)
+    took = time.monotonic() - t0
+    print(f"launched: ddprun exited {rc} {took:.2f}s after signal 15")
+    check(rc == 143, f"ddprun exited {rc}, expected 143\n" + job.logs())
+    check(took < SETUP_STOP_BOUND and "SIGKILL" not in job.logs(), "ranks needed SIGKILL\n" + job.logs())
+    check("Interrupted system call" not in job.logs(), "EINTR error\n" + job.logs())
+    check((job.out() + job.err()).count("stopped by signal 15 during set-up") == 2, job.logs())
+
+    # Rank 1 joins while rank 0 has not opened the store yet (c10d's connect retry sleeps 1 s).
+    job = Job("join", 2, args, ranks=[1])
+    JOBS.append(job)
+    wait_for(lambda: catches(job.procs[0].pid, signal.SIGTERM), 120, "rank 1 to start")
+    time.sleep(1.5)
+    stop_during_setup(job, signal.SIGTERM)
+
+    # Rank 0 alone: its store waits for rank 1 to join.
+    job = Job("host", 2, args, ranks=[0])
+    JOBS.append(job)
+    wait_for(lambda: catches(job.procs[0].pid, signal.SIGUSR2), 120, "rank 0 to start")
+    time.sleep(1.5)
+    stop_during_setup(job, signal.SIGUSR2)
+
+    # Rank 0 is held at the end of its set-up while rank 1 waits in the first step's
+    # all-reduce: rank 1 learns that rank 0 left, and stops as well (both gradient paths).
+    for path in ("shm", "gloo"):
+        job = Job(f"first_step_{path}", 2, args + ["--allreduce", path],
+                  rank_env=lambda r: {"DDPRUN_TRAIN_TEST_PAUSE_AFTER_SETUP_MS": "120000"} if r == 0 else {})
+        JOBS.append(job)
+        wait_for(lambda: "pausing before the first step" in job.err(0), 120, "rank 0 to pause")
+        time.sleep(1.0)
+        stop_during_setup(job, signal.SIGTERM)
+        check("a rank that was still setting up left" in job.err(1),
+              f"{job.name}: rank 1 did not see rank 0 leave in the first step\n" + job.logs())
+
+    with open(latest, "rb") as f:
+        check(f.read() == before, "a stop during set-up changed the checkpoint")
+    check(shm_segments() == shm_before, "a shared-memory segment was left in /dev/shm")
+    job = run("after", 2, args + ["--max-steps", "20"])
+    check("at epoch 2 batch 0 (step 16)" in job.out(), "resume after the stops failed:\n" + job.out())
 
 
 def test_bad_data():
