@@ -15,10 +15,11 @@ struct ProcResult {
 };
 
 // `env` replaces the environment entirely (a standard PATH is added when missing).
-inline ProcResult run_process(const std::vector<std::string>& argv, std::map<std::string, std::string> env = {}) {
+inline ProcResult run_process(const std::vector<std::string>& argv,
+                              std::map<std::string, std::string> env = {}) {
   TempDir dir;
   if (env.find("PATH") == env.end()) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
-  Proc p = start(argv, env, dir.path, "proc", false);
+  Proc p = start(argv, env, dir.path(), "proc", false);
   ProcResult r;
   if (p.pid < 0) return r;
   wait_for(p, std::chrono::seconds(120));

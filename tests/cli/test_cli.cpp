@@ -188,8 +188,8 @@ TEST_CASE("a command that cannot start fails before any worker, with one line", 
                      "python interpreter '/nonexistent/python' not found");
   check_cannot_start({"--nproc-per-node", "1", "--python", "ddprun-no-such-python", "train.py"}, 127,
                      "python interpreter 'ddprun-no-such-python' not found in PATH");
-  check_cannot_start({"--nproc-per-node", "1", dir.path}, 126, "is a directory: " + dir.path);
-  check_cannot_start({"--nproc-per-node", "1", "--python", "/bin/echo", dir.path + "/"}, 126,
+  check_cannot_start({"--nproc-per-node", "1", dir.path()}, 126, "is a directory: " + dir.str());
+  check_cannot_start({"--nproc-per-node", "1", "--python", "/bin/echo", dir.str() + "/"}, 126,
                      "is a directory");
   ::mkdir((dir / "pkg.py").c_str(), 0755);
   check_cannot_start({"--nproc-per-node", "1", "--python", "/bin/echo", dir / "pkg.py"}, 126,

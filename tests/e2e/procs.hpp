@@ -3,9 +3,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "support/net_util.hpp"
+#include "support/temp_dir.hpp"
+
 extern char** environ;
 
 namespace ddprun::test {
@@ -28,17 +31,6 @@ inline std::string read_file(const std::string& path) {
   ss << f.rdbuf();
   return ss.str();
 }
-
-// A unique scratch directory, removed by the destructor.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/ddprun-e2e-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 struct Proc {
   pid_t pid = -1;
@@ -155,15 +147,7 @@ inline bool wait_file(const std::string& path, std::chrono::milliseconds limit =
 
 // A free TCP port on loopback (bound then released) for a test's rendezvous endpoint.
 inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  return testnet::unused_port();
 }
 
 }  // namespace ddprun::test

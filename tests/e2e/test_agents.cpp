@@ -37,8 +37,8 @@ struct Job {
       argv.insert(argv.end(), extra.begin(), extra.end());
       argv.push_back("--");
       argv.insert(argv.end(), command.begin(), command.end());
-      agents.push_back(ddprun::test::start(argv, {{"DDPRUN_TEST_TOKEN", token}, {"DIR", dir.path}}, dir.path,
-                                           "agent" + std::to_string(n)));
+      agents.push_back(ddprun::test::start(argv, {{"DDPRUN_TEST_TOKEN", token}, {"DIR", dir.path()}},
+                                           dir.path(), "agent" + std::to_string(n)));
     }
   }
   void wait_all(std::chrono::milliseconds limit = 120s) {

@@ -47,7 +47,7 @@ struct AuthJob {
                                      script};
     std::map<std::string, std::string> env = {{"DDPRUN_TEST_TOKEN", tag}};
     if (!token.empty()) env["DDPRUN_TOKEN"] = token;
-    agents.push_back(start(argv, env, dir.path, "agent" + std::to_string(rank)));
+    agents.push_back(start(argv, env, dir.path(), "agent" + std::to_string(rank)));
   }
   ~AuthJob() {
     for (auto& a : agents) wait_for(a, 1ms);
@@ -180,7 +180,7 @@ TEST_CASE("bad authentication setup stops the agent with one line and exit code 
     argv.insert(argv.end(), {"--", "true"});
     env["DDPRUN_TEST_TOKEN"] = job.tag;
     if (!env.count("DDPRUN_TOKEN")) env["DDPRUN_TOKEN"] = "";  // the runner's own token must not win
-    job.agents.push_back(start(argv, env, job.dir.path, name));
+    job.agents.push_back(start(argv, env, job.dir.path(), name));
     CHECK(wait_for(job.agents.back(), 60s));
     return job.agents.back();
   };
@@ -220,7 +220,7 @@ TEST_CASE("auto without MUNGE or token warns on the master that the store is ope
                                 {"DDPRUN_TOKEN_FILE", ""},
                                 {"DDPRUN_RDZV_AUTH", "auto"},
                                 {"DDPRUN_MUNGE_SOCKET", job.dir / "no-munge.sock"}},
-                               job.dir.path, "agent" + std::to_string(rank)));
+                               job.dir.path(), "agent" + std::to_string(rank)));
   }
   for (auto& a : job.agents) {
     CHECK(wait_for(a, 120s));
@@ -245,7 +245,7 @@ TEST_CASE("single-node runs: the token never reaches a worker and bad auth set-u
     argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
     env["DDPRUN_TEST_TOKEN"] = job.tag;
     if (!env.count("DDPRUN_TOKEN")) env["DDPRUN_TOKEN"] = "";
-    job.agents.push_back(start(argv, env, job.dir.path, name));
+    job.agents.push_back(start(argv, env, job.dir.path(), name));
     CHECK(wait_for(job.agents.back(), 60s));
     return job.agents.back();
   };

@@ -16,10 +16,15 @@ const std::string kFake = FAKE_WORKER;
 
 std::vector<std::string> agent_argv(int nnodes, int node, int port, std::vector<std::string> cmd,
                                     std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {DDPRUN_EXE,        "--nnodes",   std::to_string(nnodes),
-                                   "--node-rank",     std::to_string(node),
-                                   "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port),
-                                   "--term-timeout",  "2"};
+  std::vector<std::string> argv = {DDPRUN_EXE,
+                                   "--nnodes",
+                                   std::to_string(nnodes),
+                                   "--node-rank",
+                                   std::to_string(node),
+                                   "--rdzv-endpoint",
+                                   "127.0.0.1:" + std::to_string(port),
+                                   "--term-timeout",
+                                   "2"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.push_back("--");
   argv.insert(argv.end(), cmd.begin(), cmd.end());
@@ -52,8 +57,9 @@ TEST_CASE("chaos: a SIGSTOPped agent misses heartbeats and everyone exits non-ze
   const int port = free_port();
   std::vector<Proc> agents;
   for (int n = 0; n < 2; ++n) {
-    agents.push_back(start(agent_argv(2, n, port, {"/bin/sh", "-c", "touch \"$DIR/ready_$RANK\"; exec " + kFake + " hang"}),
-                           {{"DIR", dir.path}, {"TOKEN", token}}, dir.path, "agent" + std::to_string(n)));
+    agents.push_back(start(
+        agent_argv(2, n, port, {"/bin/sh", "-c", "touch \"$DIR/ready_$RANK\"; exec " + kFake + " hang"}),
+        {{"DIR", dir.path()}, {"TOKEN", token}}, dir.path(), "agent" + std::to_string(n)));
   }
   REQUIRE(wait_file(dir / "ready_0"));
   REQUIRE(wait_file(dir / "ready_1"));
@@ -73,7 +79,7 @@ TEST_CASE("chaos: the store port is already in use", "[e2e][chaos]") {
   Squatter sq;
   std::vector<Proc> agents;
   for (int n = 0; n < 2; ++n) {
-    agents.push_back(start(agent_argv(2, n, sq.port, {"/bin/true"}, {"--rdzv-timeout", "5"}), {}, dir.path,
+    agents.push_back(start(agent_argv(2, n, sq.port, {"/bin/true"}, {"--rdzv-timeout", "5"}), {}, dir.path(),
                            "agent" + std::to_string(n)));
   }
   for (auto& a : agents) REQUIRE(wait_for(a, 60s));
@@ -86,10 +92,11 @@ TEST_CASE("chaos: the store port is already in use", "[e2e][chaos]") {
 TEST_CASE("chaos: the master never starts", "[e2e][chaos]") {
   TempDir dir;
   const int port = free_port();
-  Proc a = start(agent_argv(2, 1, port, {"/bin/true"}, {"--rdzv-timeout", "3"}), {}, dir.path, "agent1");
+  Proc a = start(agent_argv(2, 1, port, {"/bin/true"}, {"--rdzv-timeout", "3"}), {}, dir.path(), "agent1");
   REQUIRE(wait_for(a, 60s));
   CHECK(a.code != 0);
-  CHECK_THAT(a.err(), Catch::StartsWith("ddprun: error: ") && Catch::Contains("127.0.0.1:" + std::to_string(port)));
+  CHECK_THAT(a.err(),
+             Catch::StartsWith("ddprun: error: ") && Catch::Contains("127.0.0.1:" + std::to_string(port)));
 }
 
 TEST_CASE("chaos: a busy MASTER_PORT is replaced by a free one that every worker gets", "[e2e][chaos]") {
@@ -98,9 +105,10 @@ TEST_CASE("chaos: a busy MASTER_PORT is replaced by a free one that every worker
   const int port = free_port();
   std::vector<Proc> agents;
   for (int n = 0; n < 2; ++n) {
-    agents.push_back(start(agent_argv(2, n, port, {"/bin/sh", "-c", "echo $MASTER_PORT > \"$DIR/port_$RANK\""},
-                                      {"--master-port", std::to_string(sq.port)}),
-                           {{"DIR", dir.path}}, dir.path, "agent" + std::to_string(n)));
+    agents.push_back(
+        start(agent_argv(2, n, port, {"/bin/sh", "-c", "echo $MASTER_PORT > \"$DIR/port_$RANK\""},
+                         {"--master-port", std::to_string(sq.port)}),
+              {{"DIR", dir.path()}}, dir.path(), "agent" + std::to_string(n)));
   }
   for (auto& a : agents) {
     REQUIRE(wait_for(a, 60s));

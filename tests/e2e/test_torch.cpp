@@ -14,8 +14,8 @@ TEST_CASE("real PyTorch workers all_reduce across two agents", "[e2e][torch]") {
   for (int n = 0; n < 2; ++n) {
     agents.push_back(start({DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(n), "--rdzv-endpoint",
                             "127.0.0.1:" + std::to_string(port), "--nproc-per-node", "2", "--python",
-                            "/usr/bin/python3", "--rdzv-timeout", "60", script, dir.path},
-                           {}, dir.path, "agent" + std::to_string(n)));
+                            "/usr/bin/python3", "--rdzv-timeout", "60", script, dir.path()},
+                           {}, dir.path(), "agent" + std::to_string(n)));
   }
   for (auto& a : agents) {
     REQUIRE(wait_for(a, 240s));

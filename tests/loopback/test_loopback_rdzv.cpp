@@ -18,23 +18,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/temp_dir.hpp"
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun-rdzv-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using ddprun::test::TempDir;
 
 struct Agent {
   pid_t pid = -1;
@@ -139,13 +130,13 @@ struct Cluster {
       return a;
     };
     auto a0 = args(0);
-    a0.insert(a0.end(), {"--port", "0", "--port-file", (dir.path / "port").string()});
-    agents.push_back(std::make_unique<Agent>(a0, dir.path / "agent0.out"));
-    port = read_port(dir.path / "port");
+    a0.insert(a0.end(), {"--port", "0", "--port-file", (dir.path() / "port").string()});
+    agents.push_back(std::make_unique<Agent>(a0, dir.path() / "agent0.out"));
+    port = read_port(dir.path() / "port");
     for (int r = 1; r < n; ++r) {
       auto a = args(r);
       a.insert(a.end(), {"--port", port});
-      agents.push_back(std::make_unique<Agent>(a, dir.path / fmt_out(r)));
+      agents.push_back(std::make_unique<Agent>(a, dir.path() / fmt_out(r)));
     }
   }
   static std::string fmt_out(int r) { return "agent" + std::to_string(r) + ".out"; }
@@ -173,8 +164,7 @@ struct Cluster {
 
 }  // namespace
 
-TEST_CASE("loopback: 2, 8 and 16 agent processes rendezvous and pass the exit barrier",
-          "[loopback]") {
+TEST_CASE("loopback: 2, 8 and 16 agent processes rendezvous and pass the exit barrier", "[loopback]") {
   for (int n : {2, 8, 16}) {
     INFO(n << " agents");
     std::vector<std::vector<std::string>> extra(static_cast<std::size_t>(n),
@@ -241,7 +231,7 @@ TEST_CASE("loopback: an agent of another run is refused with a clear error", "[l
   Cluster c(2);
   c.require_plans();
   Agent stranger({"--node-rank", "1", "--nnodes", "2", "--port", c.port, "--run-id", "other"},
-                 c.dir.path / "stranger.out");
+                 c.dir.path() / "stranger.out");
   CHECK(stranger.wait_exit(30s) == 2);
   const auto l = stranger.line("ERROR ", 0ms);
   REQUIRE(l.has_value());

@@ -1,6 +1,8 @@
 // Unit tests for the torch-free parts of ddprun-train.
 #include <catch2/catch.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -49,17 +51,7 @@ std::vector<std::uint8_t> idx_bytes(std::vector<std::uint32_t> dims, std::size_t
   return b;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun-train-core-XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using ddprun::test::TempDir;
 
 }  // namespace
 
@@ -196,23 +188,23 @@ TEST_CASE("IDX files are read gzipped or plain, and corrupt gzip is reported") {
   TempDir t;
   const auto bytes = idx_bytes({4, 3}, 12);
   {
-    gzFile f = gzopen((t.path / "a-idx.gz").c_str(), "wb");
+    gzFile f = gzopen((t.path() / "a-idx.gz").c_str(), "wb");
     REQUIRE(f != nullptr);
     gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
     gzclose(f);
   }
   {
-    std::ofstream out(t.path / "b-idx", std::ios::binary);
+    std::ofstream out(t.path() / "b-idx", std::ios::binary);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   }
-  CHECK(find_idx_file(t.path.string(), "a-idx") == (t.path / "a-idx.gz").string());
-  CHECK(find_idx_file(t.path.string(), "b-idx") == (t.path / "b-idx").string());
-  CHECK(read_idx_file((t.path / "a-idx.gz").string()).dims == std::vector<std::int64_t>{4, 3});
-  CHECK(read_idx_file((t.path / "b-idx").string()).data.size() == 12);
-  CHECK_THROWS_WITH(find_idx_file(t.path.string(), "missing"), Catch::Contains("missing.gz"));
+  CHECK(find_idx_file(t.path().string(), "a-idx") == (t.path() / "a-idx.gz").string());
+  CHECK(find_idx_file(t.path().string(), "b-idx") == (t.path() / "b-idx").string());
+  CHECK(read_idx_file((t.path() / "a-idx.gz").string()).dims == std::vector<std::int64_t>{4, 3});
+  CHECK(read_idx_file((t.path() / "b-idx").string()).data.size() == 12);
+  CHECK_THROWS_WITH(find_idx_file(t.path().string(), "missing"), Catch::Contains("missing.gz"));
 
   // Truncate the gzip stream in the middle.
-  const auto gz = t.path / "a-idx.gz";
+  const auto gz = t.path() / "a-idx.gz";
   const auto full = fs::file_size(gz);
   fs::resize_file(gz, full - 6);
   CHECK_THROWS_WITH(read_idx_file(gz.string()), Catch::Contains(gz.string()));
@@ -220,7 +212,7 @@ TEST_CASE("IDX files are read gzipped or plain, and corrupt gzip is reported") {
 
 TEST_CASE("atomic write replaces the file and leaves no temp behind") {
   TempDir t;
-  const auto p = (t.path / "latest.pt").string();
+  const auto p = (t.path() / "latest.pt").string();
   write_file_atomic(p, {'o', 'l', 'd'});
   std::string seen_tmp;
   write_file_atomic(p, {'n', 'e', 'w', '!'}, [&](const std::string& tmp) {
@@ -231,19 +223,19 @@ TEST_CASE("atomic write replaces the file and leaves no temp behind") {
   });
   CHECK(read_file_if_exists(p) == std::vector<char>{'n', 'e', 'w', '!'});
   CHECK_FALSE(fs::exists(seen_tmp));
-  CHECK(fs::path(seen_tmp).parent_path() == t.path);
+  CHECK(fs::path(seen_tmp).parent_path() == t.path());
 }
 
 TEST_CASE("stale temps are removed and missing files read as empty optional") {
   TempDir t;
-  const auto p = (t.path / "latest.pt").string();
-  std::ofstream(t.path / ".latest.pt.tmp.1234") << "partial";
-  std::ofstream(t.path / "keep.txt") << "x";
+  const auto p = (t.path() / "latest.pt").string();
+  std::ofstream(t.path() / ".latest.pt.tmp.1234") << "partial";
+  std::ofstream(t.path() / "keep.txt") << "x";
   remove_stale_temps(p);
-  CHECK_FALSE(fs::exists(t.path / ".latest.pt.tmp.1234"));
-  CHECK(fs::exists(t.path / "keep.txt"));
+  CHECK_FALSE(fs::exists(t.path() / ".latest.pt.tmp.1234"));
+  CHECK(fs::exists(t.path() / "keep.txt"));
   CHECK_FALSE(read_file_if_exists(p).has_value());
-  CHECK_THROWS_WITH(write_file_atomic((t.path / "no" / "dir.pt").string(), {'x'}),
+  CHECK_THROWS_WITH(write_file_atomic((t.path() / "no" / "dir.pt").string(), {'x'}),
                     Catch::Contains("cannot create"));
 }
 

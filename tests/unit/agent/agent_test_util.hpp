@@ -20,6 +20,7 @@
 #include "agent/report.hpp"
 #include "agent/supervisor.hpp"
 #include "core/plan.hpp"
+#include "support/temp_dir.hpp"
 
 namespace agent_test {
 
@@ -30,25 +31,7 @@ inline std::string fake_worker() {
   return DDPRUN_BINARY_DIR "/tests/helpers/fake_worker";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun-agent-test-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ddprun::test::TempDir;
 
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path);
