@@ -131,6 +131,22 @@ TEST_CASE("help and version flags exit 0", "[cli]") {
   CHECK_THAT(v.out, Catch::StartsWith("ddprun "));
 }
 
+TEST_CASE("torchrun 1.13 command lines run: --tee 3, --start_method, --run_path, repeated flags",
+          "[cli][torchrun]") {
+  auto r = run_process(
+      cmdline({"--dry-run", "--tee", "3", "--log_dir", "/tmp/ddprun-l7", "--start_method", "spawn",
+               "--run_path", "--nproc_per_node", "1", "--nproc_per_node", "2", "echo", "ok"}));
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("world size 2") && Catch::Contains("command: echo ok\n"));
+}
+
+TEST_CASE("--help says which options read a DDPRUN_* variable", "[cli]") {
+  auto h = run_process(cmdline({"--help"}));
+  CHECK_THAT(h.out, !Catch::Contains("Every option also reads") && Catch::Contains("(Env:DDPRUN_<NAME>)") &&
+                        Catch::Contains("DDPRUN_NPROC_PER_NODE"));
+}
+
 TEST_CASE("standalone startup line names no run id", "[cli]") {
   auto r = run_process(cmdline({"--nproc-per-node", "2", "true"}));
   CHECK(r.code == 0);

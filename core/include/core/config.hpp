@@ -32,11 +32,13 @@ struct Options {
   std::optional<int> gpus_per_proc;
   std::optional<int> procs_per_replica;
   std::string role = "default";
+  std::optional<std::string> start_method;  // torchrun's --start_method: checked, ignored
 
   // How to run the command.
   std::vector<std::string> command;
   bool module = false;     // -m MODULE
   bool no_python = false;  // --no-python
+  bool run_path = false;   // torchrun's --run_path: accepted, overrides --no-python
   std::string python = "python3";
 
   // Supervision and logs (used by the agent).
