@@ -274,6 +274,7 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   } else {
     r.rdzv_port = kDefaultStorePort;
   }
+  r.master_port_given = master_port_flag.has_value();
   if (master_port_flag) {
     job.master_port = *master_port_flag;
     if (job.master_port == r.rdzv_port) {

@@ -73,7 +73,8 @@ struct Resolved {
   int nnodes_min = 1;
   int nnodes_max = 1;
   std::string rdzv_host;
-  std::uint16_t rdzv_port = 0;  // 0: pick a free port (standalone)
+  std::uint16_t rdzv_port = 0;     // 0: no store (standalone)
+  bool master_port_given = false;  // --master-port (or DDPRUN_MASTER_PORT): busy at start is an error
   double rdzv_timeout = 900.0;
   double last_call = 30.0;
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
