@@ -145,7 +145,7 @@ TEST_CASE("torchrun 1.13 command lines run: --tee 3, --start_method, --run_path,
   CHECK_THAT(r.out, Catch::Contains("world size 2") && Catch::Contains("command: echo ok\n"));
 }
 
-TEST_CASE("--help says which options read a DDPRUN_* variable", "[cli]") {
+TEST_CASE("help says which options read a DDPRUN_* variable", "[cli]") {
   auto h = run_process(cmdline({"--help"}));
   CHECK_THAT(h.out, !Catch::Contains("Every option also reads") && Catch::Contains("(Env:DDPRUN_<NAME>)") &&
                         Catch::Contains("DDPRUN_NPROC_PER_NODE"));

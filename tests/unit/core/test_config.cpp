@@ -367,7 +367,7 @@ TEST_CASE("a heterogeneous job's shell is told to pick a component with srun --h
   CHECK_THROWS_WITH(resolve(cmd(), plain, sys()), Catch::Contains("no nodelist"));
 }
 
-TEST_CASE("--master-port given travels as master_port_given; the default does not", "[config]") {
+TEST_CASE("config: a given --master-port travels as master_port_given, the default does not", "[config]") {
   CHECK_FALSE(resolve(cmd(), {}, sys()).master_port_given);
   auto o = cmd();
   o.master_port = "29600";
