@@ -123,12 +123,19 @@ void refuse_nested(const EnvSnapshot& env) {
 
 }  // namespace
 
-Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
-  refuse_nested(env);
-  Resolved r;
-  const SlurmEnv s = read_slurm_env(env);
-  r.context = o.standalone ? SlurmContext::none : s.context;
+namespace {
 
+using Endpoint = std::pair<std::string, std::optional<std::uint16_t>>;
+
+// What the context tells about the job's nodes: the hosts by node rank (empty outside Slurm), the tasks
+// per node (per-task mode) and the ports derived from the Slurm step or job.
+struct Layout {
+  std::vector<std::string> hosts;
+  std::vector<int> tasks;
+  std::optional<DerivedPorts> derived;
+};
+
+void check_numbers(const Options& o) {
   if (o.max_restarts && *o.max_restarts < 0) {
     throw Error(fmt::format("--max-restarts {} is negative; give 0 or more", *o.max_restarts));
   }
@@ -142,17 +149,14 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
     throw Error(fmt::format("--rdzv-timeout {} must be a positive number of seconds", *o.rdzv_timeout));
   }
   if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
-  r.command = build_argv(command_spec(o));
-  if (o.local_ranks_filter) r.local_ranks_filter = parse_rank_filter(*o.local_ranks_filter);
-  std::optional<std::uint16_t> master_port_flag;
-  if (o.master_port) master_port_flag = parse_port("--master-port", *o.master_port);
-  std::optional<std::pair<std::string, std::optional<std::uint16_t>>> endpoint;
-  if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
+}
+
+// The job's fixed settings from the options and the environment.
+void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv& s, Resolved& r) {
   if (o.rdzv_timeout) r.rdzv_timeout = *o.rdzv_timeout;
   r.rdzv_auth = o.rdzv_auth;
   r.rdzv_token_file = o.rdzv_token_file;
   if (o.last_call) r.last_call = *o.last_call;
-
   JobSpec& job = r.job;
   job.gpus_per_proc = o.gpus_per_proc.value_or(0);
   job.procs_per_replica = o.procs_per_replica.value_or(1);
@@ -162,104 +166,109 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   job.user_set_nccl_async = env_get(env, "NCCL_ASYNC_ERROR_HANDLING").has_value() ||
                             env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
   job.cpus_per_task = s.cpus_per_task;
-  const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
+}
 
-  std::vector<std::string> hosts;  // known hosts by node rank (Slurm); empty outside Slurm
-  std::vector<int> tasks;          // per-task mode: tasks per node
-  std::optional<DerivedPorts> derived;
-
-  if (r.context == SlurmContext::step) {
-    const SlurmLayout layout = slurm_layout(s);
-    hosts = layout.hosts;
-    const int n = static_cast<int>(hosts.size());
-    // The step, not only the job: concurrent steps of one allocation must not meet each other.
-    const std::string step_run = fmt::format("{}.{}", *s.job_id, *s.step_id);
-    derived = derive_ports(step_run);
-    job.run_id = o.rdzv_id.value_or(step_run);
-    if (layout.num_tasks > n) {
-      // srun started more tasks than nodes: every ddprun of the step is exactly one worker.
-      r.mode = Mode::per_task;
-      if (o.nproc_per_node) {
-        throw Error(
-            fmt::format("--nproc-per-node {} cannot be used here: srun started {} tasks on {} nodes, so each "
-                        "ddprun is one worker; drop --nproc-per-node, or run srun --ntasks-per-node=1",
-                        *o.nproc_per_node, layout.num_tasks, n));
-      }
-      if (!s.proc_id || !s.local_id || !s.node_id) {
-        throw Error(
-            "per-task mode needs SLURM_PROCID, SLURM_LOCALID and SLURM_NODEID; run ddprun under srun");
-      }
-      tasks = layout.tasks_per_node;
-      if (tasks.empty()) {
-        throw Error("per-task mode needs SLURM_STEP_TASKS_PER_NODE; run ddprun under srun");
-      }
-      job.task_rank = *s.proc_id;
-      job.task_local_rank = *s.local_id;
-    } else {
-      r.mode = Mode::agent;
+// Inside an srun step: agent mode with one task per node, else per-task mode.
+Layout resolve_step(const Options& o, const SlurmEnv& s, Resolved& r) {
+  JobSpec& job = r.job;
+  Layout l;
+  const SlurmLayout layout = slurm_layout(s);
+  l.hosts = layout.hosts;
+  const int n = static_cast<int>(l.hosts.size());
+  // The step, not only the job: concurrent steps of one allocation must not meet each other.
+  const std::string step_run = fmt::format("{}.{}", *s.job_id, *s.step_id);
+  l.derived = derive_ports(step_run);
+  job.run_id = o.rdzv_id.value_or(step_run);
+  if (layout.num_tasks > n) {
+    // srun started more tasks than nodes: every ddprun of the step is exactly one worker.
+    r.mode = Mode::per_task;
+    if (o.nproc_per_node) {
+      throw Error(
+          fmt::format("--nproc-per-node {} cannot be used here: srun started {} tasks on {} nodes, so each "
+                      "ddprun is one worker; drop --nproc-per-node, or run srun --ntasks-per-node=1",
+                      *o.nproc_per_node, layout.num_tasks, n));
     }
-    job.nnodes = check_nnodes_against(
-        o, n, fmt::format("the Slurm step ({}='{}')", s.nodelist->var, s.nodelist->value));
-    job.node_rank = o.node_rank.value_or(s.node_id.value_or(0));
-    r.nnodes_min = r.nnodes_max = job.nnodes;
-  } else if (r.context == SlurmContext::batch) {
-    // A batch script or salloc shell: the plan is what self-launch on the allocation would run.
-    const SlurmLayout layout = slurm_layout(s);
-    hosts = layout.hosts;
-    int n = static_cast<int>(hosts.size());
-    if (o.nnodes) {
-      auto [lo, hi] = parse_nnodes(*o.nnodes);
-      if (lo > n) {
-        throw Error(fmt::format("--nnodes {} asks for more nodes than the allocation's {} ({}='{}')",
-                                *o.nnodes, n, s.nodelist->var, s.nodelist->value));
-      }
-      n = std::min(hi, n);
-      hosts.resize(static_cast<std::size_t>(n));
+    if (!s.proc_id || !s.local_id || !s.node_id) {
+      throw Error("per-task mode needs SLURM_PROCID, SLURM_LOCALID and SLURM_NODEID; run ddprun under srun");
     }
-    r.allocation_hosts = hosts;
-    r.mode = Mode::agent;
-    derived = derive_ports(*s.job_id);
-    job.run_id = o.rdzv_id.value_or(*s.job_id);
-    job.nnodes = n;
-    job.node_rank = 0;
-    r.nnodes_min = r.nnodes_max = n;
+    l.tasks = layout.tasks_per_node;
+    if (l.tasks.empty()) throw Error("per-task mode needs SLURM_STEP_TASKS_PER_NODE; run ddprun under srun");
+    job.task_rank = *s.proc_id;
+    job.task_local_rank = *s.local_id;
   } else {
-    auto [lo, hi] = o.nnodes ? parse_nnodes(*o.nnodes) : std::pair<int, int>{1, 1};
-    if (o.standalone && hi > 1) {
-      throw Error(
-          fmt::format("--standalone runs on one node but --nnodes is {}; drop one of them", *o.nnodes));
-    }
-    r.nnodes_min = lo;
-    r.nnodes_max = hi;
-    job.nnodes = hi;
-    job.run_id = o.rdzv_id.value_or(kNoRunId);
-    if (hi > 1 && !o.node_rank) {
-      throw Error(fmt::format("--nnodes {} outside Slurm needs --node-rank on every node (0 on the master)",
-                              *o.nnodes));
-    }
-    if (hi > 1 && !endpoint && !o.master_addr) {
-      throw Error(
-          fmt::format("--nnodes {} outside Slurm needs --rdzv-endpoint HOST:PORT (or --master-addr) naming "
-                      "the node-rank-0 host",
-                      *o.nnodes));
-    }
-    job.node_rank = o.node_rank.value_or(0);
-    r.mode = hi > 1 ? Mode::agent : Mode::standalone;
+    r.mode = Mode::agent;
   }
-  if (job.node_rank >= job.nnodes) {
-    throw Error(fmt::format("--node-rank {} is not below the number of nodes {}; node ranks run 0..{}",
-                            job.node_rank, job.nnodes, job.nnodes - 1));
+  job.nnodes =
+      check_nnodes_against(o, n, fmt::format("the Slurm step ({}='{}')", s.nodelist->var, s.nodelist->value));
+  job.node_rank = o.node_rank.value_or(s.node_id.value_or(0));
+  r.nnodes_min = r.nnodes_max = job.nnodes;
+  return l;
+}
+
+// A batch script or salloc shell: the plan is what self-launch on the allocation would run.
+Layout resolve_batch(const Options& o, const SlurmEnv& s, Resolved& r) {
+  JobSpec& job = r.job;
+  Layout l;
+  l.hosts = slurm_layout(s).hosts;
+  int n = static_cast<int>(l.hosts.size());
+  if (o.nnodes) {
+    auto [lo, hi] = parse_nnodes(*o.nnodes);
+    if (lo > n) {
+      throw Error(fmt::format("--nnodes {} asks for more nodes than the allocation's {} ({}='{}')", *o.nnodes,
+                              n, s.nodelist->var, s.nodelist->value));
+    }
+    n = std::min(hi, n);
+    l.hosts.resize(static_cast<std::size_t>(n));
   }
+  r.allocation_hosts = l.hosts;
+  r.mode = Mode::agent;
+  l.derived = derive_ports(*s.job_id);
+  job.run_id = o.rdzv_id.value_or(*s.job_id);
+  job.nnodes = n;
+  job.node_rank = 0;
+  r.nnodes_min = r.nnodes_max = n;
+  return l;
+}
 
-  job.mode = r.mode;
+// No Slurm: torchrun-style flags, standalone on one node.
+Layout resolve_outside(const Options& o, const std::optional<Endpoint>& endpoint, Resolved& r) {
+  JobSpec& job = r.job;
+  auto [lo, hi] = o.nnodes ? parse_nnodes(*o.nnodes) : std::pair<int, int>{1, 1};
+  if (o.standalone && hi > 1) {
+    throw Error(fmt::format("--standalone runs on one node but --nnodes is {}; drop one of them", *o.nnodes));
+  }
+  r.nnodes_min = lo;
+  r.nnodes_max = hi;
+  job.nnodes = hi;
+  job.run_id = o.rdzv_id.value_or(kNoRunId);
+  if (hi > 1 && !o.node_rank) {
+    throw Error(fmt::format("--nnodes {} outside Slurm needs --node-rank on every node (0 on the master)",
+                            *o.nnodes));
+  }
+  if (hi > 1 && !endpoint && !o.master_addr) {
+    throw Error(
+        fmt::format("--nnodes {} outside Slurm needs --rdzv-endpoint HOST:PORT (or --master-addr) naming "
+                    "the node-rank-0 host",
+                    *o.nnodes));
+  }
+  job.node_rank = o.node_rank.value_or(0);
+  r.mode = hi > 1 ? Mode::agent : Mode::standalone;
+  return {};
+}
 
+// MASTER_ADDR, the store's endpoint and MASTER_PORT.
+void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint, const Layout& l,
+                       Resolved& r) {
+  JobSpec& job = r.job;
+  std::optional<std::uint16_t> master_port_flag;
+  if (o.master_port) master_port_flag = parse_port("--master-port", *o.master_port);
   // MASTER_ADDR: flag, else the rendezvous host, else the first host of the step, else loopback.
   if (o.master_addr) {
     job.master_addr = *o.master_addr;
   } else if (endpoint) {
     job.master_addr = endpoint->first;
-  } else if (!hosts.empty()) {
-    job.master_addr = hosts.front();
+  } else if (!l.hosts.empty()) {
+    job.master_addr = l.hosts.front();
   } else {
     job.master_addr = "127.0.0.1";
   }
@@ -267,13 +276,14 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   r.rdzv_host = endpoint ? endpoint->first : job.master_addr;
   if (endpoint && endpoint->second) {
     r.rdzv_port = *endpoint->second;
-  } else if (derived) {
-    r.rdzv_port = derived->store;
+  } else if (l.derived) {
+    r.rdzv_port = l.derived->store;
   } else if (r.mode == Mode::standalone) {
-    r.rdzv_port = 0;  // a free port: nobody else needs to find it
+    r.rdzv_port = 0;  // no store: nobody else needs to find one
   } else {
     r.rdzv_port = kDefaultStorePort;
   }
+  r.master_port_given = master_port_flag.has_value();
   if (master_port_flag) {
     job.master_port = *master_port_flag;
     if (job.master_port == r.rdzv_port) {
@@ -282,53 +292,91 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
                       job.master_port));
     }
   } else {
-    job.master_port = derived ? derived->master : kDefaultMasterPort;
+    job.master_port = l.derived ? l.derived->master : kDefaultMasterPort;
     if (job.master_port == r.rdzv_port) ++job.master_port;
   }
+}
 
-  // Every node's shape. Other nodes are assumed to look like this one (dry-run); the rendezvous
-  // later replaces the assumption with what each agent reports.
-  r.gpus_on_nodes = r.context == SlurmContext::batch && gpus.empty();
-  int local = 0;
-  if (r.mode == Mode::per_task) {
-    local = tasks[static_cast<std::size_t>(job.node_rank)];
-  } else {
-    // `cpu` counts the CPUs the job may use here: Slurm's allocation on this node when it says, never
-    // more than this process's affinity (the cgroup cpuset).
-    const int cpus = s.cpus_on_node ? std::min(sys.cpu_count, *s.cpus_on_node) : sys.cpu_count;
-    // A batch script or salloc shell runs where no GPU variables are set (the submit host, or the
-    // batch node outside any step): GPU counts, and the checks that need them, come from the nodes
-    // after self-launch. The plan shown here assumes one worker per node for `gpu`.
-    local = r.gpus_on_nodes && o.nproc_per_node == "gpu"
-                ? 1
-                : resolve_nproc(o.nproc_per_node, gpus, job.gpus_per_proc, cpus);
+void check_gpu_slices(const JobSpec& job, const std::vector<std::string>& gpus) {
+  if (gpus.empty()) {
+    throw Error(
+        fmt::format("--gpus-per-proc {} but no GPUs are visible (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, "
+                    "SLURM_JOB_GPUS); ask Slurm for GPUs or drop --gpus-per-proc",
+                    job.gpus_per_proc));
   }
-  if (job.gpus_per_proc > 0 && r.mode != Mode::per_task && !r.gpus_on_nodes) {
-    if (gpus.empty()) {
-      throw Error(
-          fmt::format("--gpus-per-proc {} but no GPUs are visible (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, "
-                      "SLURM_JOB_GPUS); ask Slurm for GPUs or drop --gpus-per-proc",
-                      job.gpus_per_proc));
-    }
-    if (gpus.size() % static_cast<std::size_t>(job.gpus_per_proc) != 0) {
-      throw Error(
-          fmt::format("{} visible GPUs are not divisible by --gpus-per-proc {}; choose a G that divides them",
-                      gpus.size(), job.gpus_per_proc));
-    }
+  if (gpus.size() % static_cast<std::size_t>(job.gpus_per_proc) != 0) {
+    throw Error(
+        fmt::format("{} visible GPUs are not divisible by --gpus-per-proc {}; choose a G that divides them",
+                    gpus.size(), job.gpus_per_proc));
   }
+}
+
+// Workers on this node (outside per-task mode).
+int local_workers(const Options& o, const SlurmEnv& s, const SystemInfo& sys,
+                  const std::vector<std::string>& gpus, const Resolved& r) {
+  // `cpu` counts the CPUs the job may use here: Slurm's allocation on this node when it says, never
+  // more than this process's affinity (the cgroup cpuset).
+  const int cpus = s.cpus_on_node ? std::min(sys.cpu_count, *s.cpus_on_node) : sys.cpu_count;
+  // A batch script or salloc shell runs where no GPU variables are set (the submit host, or the
+  // batch node outside any step): GPU counts, and the checks that need them, come from the nodes
+  // after self-launch. The plan shown here assumes one worker per node for `gpu`.
+  return r.gpus_on_nodes && o.nproc_per_node == "gpu"
+             ? 1
+             : resolve_nproc(o.nproc_per_node, gpus, r.job.gpus_per_proc, cpus);
+}
+
+// Every node's shape. Other nodes are assumed to look like this one (dry-run); the rendezvous later
+// replaces the assumption with what each agent reports.
+void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gpus, const SystemInfo& sys,
+                  Resolved& r) {
+  const JobSpec& job = r.job;
   for (int i = 0; i < job.nnodes; ++i) {
     NodeSpec ns;
     ns.node_rank = i;
-    if (!hosts.empty()) {
-      ns.host = hosts[static_cast<std::size_t>(i)];
+    if (!l.hosts.empty()) {
+      ns.host = l.hosts[static_cast<std::size_t>(i)];
     } else if (i == job.node_rank) {
       ns.host = sys.hostname;
     }
-    ns.local_world_size = r.mode == Mode::per_task ? tasks[static_cast<std::size_t>(i)] : local;
+    ns.local_world_size = r.mode == Mode::per_task ? l.tasks[static_cast<std::size_t>(i)] : local;
     ns.gpus = gpus;
     r.nodes.push_back(ns);
   }
   r.self = r.nodes[static_cast<std::size_t>(job.node_rank)];
+}
+
+}  // namespace
+
+Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
+  refuse_nested(env);
+  Resolved r;
+  const SlurmEnv s = read_slurm_env(env);
+  r.context = o.standalone ? SlurmContext::none : s.context;
+  check_numbers(o);
+  r.command = build_argv(command_spec(o));
+  if (o.local_ranks_filter) r.local_ranks_filter = parse_rank_filter(*o.local_ranks_filter);
+  if (o.master_port) parse_port("--master-port", *o.master_port);  // a bad port before the layout's errors
+  std::optional<Endpoint> endpoint;
+  if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
+  fill_job_settings(o, env, s, r);
+  const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
+
+  const Layout l = r.context == SlurmContext::step    ? resolve_step(o, s, r)
+                   : r.context == SlurmContext::batch ? resolve_batch(o, s, r)
+                                                      : resolve_outside(o, endpoint, r);
+  JobSpec& job = r.job;
+  if (job.node_rank >= job.nnodes) {
+    throw Error(fmt::format("--node-rank {} is not below the number of nodes {}; node ranks run 0..{}",
+                            job.node_rank, job.nnodes, job.nnodes - 1));
+  }
+  job.mode = r.mode;
+  resolve_addresses(o, endpoint, l, r);
+
+  r.gpus_on_nodes = r.context == SlurmContext::batch && gpus.empty();
+  const int local = r.mode == Mode::per_task ? l.tasks[static_cast<std::size_t>(job.node_rank)]
+                                             : local_workers(o, s, sys, gpus, r);
+  if (job.gpus_per_proc > 0 && r.mode != Mode::per_task && !r.gpus_on_nodes) check_gpu_slices(job, gpus);
+  assume_nodes(l, local, gpus, sys, r);
   return r;
 }
 

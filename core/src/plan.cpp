@@ -87,7 +87,9 @@ std::vector<std::string> gpu_slice(const JobSpec& job, const NodeSpec& node, int
 
 }  // namespace
 
-Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
+namespace {
+
+void check_job(const JobSpec& job) {
   if (job.nnodes < 1) throw Error(fmt::format("--nnodes {} must be at least 1", job.nnodes));
   if (job.procs_per_replica < 1) {
     throw Error(fmt::format("--procs-per-replica {} must be at least 1", job.procs_per_replica));
@@ -98,6 +100,10 @@ Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
     throw Error(fmt::format("node rank {} is not below the number of nodes {}; node ranks run 0..{}",
                             job.node_rank, job.nnodes, job.nnodes - 1));
   }
+}
+
+// The nodes by node rank, checked: 0..nnodes-1, each with whole model-parallel groups.
+std::vector<NodeSpec> sorted_nodes(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
   std::vector<NodeSpec> nodes = nodes_in;
   std::sort(nodes.begin(), nodes.end(),
             [](const NodeSpec& a, const NodeSpec& b) { return a.node_rank < b.node_rank; });
@@ -116,7 +122,56 @@ Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
                       i, n.local_world_size, job.procs_per_replica));
     }
   }
+  return nodes;
+}
 
+// The torchrun variables, ddprun's own, OMP_NUM_THREADS and NCCL's.
+void worker_env(const JobSpec& job, const NodeSpec& n, int world_size, Worker& w) {
+  const int p = job.procs_per_replica;
+  const int lr = w.local_rank;
+  auto& e = w.env;
+  e["RANK"] = std::to_string(w.rank);
+  e["LOCAL_RANK"] = std::to_string(lr);
+  e["WORLD_SIZE"] = std::to_string(world_size);
+  e["LOCAL_WORLD_SIZE"] = std::to_string(n.local_world_size);
+  e["GROUP_RANK"] = std::to_string(n.node_rank);
+  e["GROUP_WORLD_SIZE"] = std::to_string(job.nnodes);
+  e["ROLE_NAME"] = job.role;
+  e["ROLE_RANK"] = std::to_string(w.rank);
+  e["ROLE_WORLD_SIZE"] = std::to_string(world_size);
+  e["MASTER_ADDR"] = job.master_addr;
+  e["MASTER_PORT"] = std::to_string(job.master_port);
+  e["TORCHELASTIC_RUN_ID"] = job.run_id;
+  e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
+  e["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(job.max_restarts);
+  e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  e["DDPRUN_NODE_RANK"] = std::to_string(n.node_rank);
+  e["DDPRUN_NNODES"] = std::to_string(job.nnodes);
+  e["DDPRUN_MP_SIZE"] = std::to_string(p);
+  e["DDPRUN_MP_RANK"] = std::to_string(lr % p);
+  e["DDPRUN_DP_SIZE"] = std::to_string(world_size / p);
+  e["DDPRUN_DP_RANK"] = std::to_string(w.rank / p);
+  if (!w.gpus.empty()) e["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(w.gpus, ","));
+  // Per-task mode: this ddprun spawns exactly one worker, so the CPU share is the whole task's.
+  const int spawned_here = job.mode == Mode::per_task ? 1 : n.local_world_size;
+  if (job.user_omp_num_threads) {
+    e["OMP_NUM_THREADS"] = *job.user_omp_num_threads;
+  } else if (job.cpus_per_task) {
+    e["OMP_NUM_THREADS"] = std::to_string(std::max(1, *job.cpus_per_task / spawned_here));
+  } else if (n.local_world_size > 1) {
+    e["OMP_NUM_THREADS"] = "1";
+  }
+  if (!job.user_set_nccl_async) {
+    e["NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+  }
+}
+
+}  // namespace
+
+Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
+  check_job(job);
+  const std::vector<NodeSpec> nodes = sorted_nodes(job, nodes_in);
   Plan plan;
   plan.mode = job.mode;
   plan.nnodes = job.nnodes;
@@ -126,7 +181,6 @@ Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
   plan.run_id = job.run_id;
   for (const auto& n : nodes) plan.world_size += n.local_world_size;
 
-  const int p = job.procs_per_replica;
   int rank = 0;
   for (const auto& n : nodes) {
     for (int lr = 0; lr < n.local_world_size; ++lr, ++rank) {
@@ -142,42 +196,7 @@ Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
           job.task_local_rank && lr == *job.task_local_rank) {
         w.rank = *job.task_rank;
       }
-      auto& e = w.env;
-      e["RANK"] = std::to_string(w.rank);
-      e["LOCAL_RANK"] = std::to_string(lr);
-      e["WORLD_SIZE"] = std::to_string(plan.world_size);
-      e["LOCAL_WORLD_SIZE"] = std::to_string(n.local_world_size);
-      e["GROUP_RANK"] = std::to_string(n.node_rank);
-      e["GROUP_WORLD_SIZE"] = std::to_string(job.nnodes);
-      e["ROLE_NAME"] = job.role;
-      e["ROLE_RANK"] = std::to_string(w.rank);
-      e["ROLE_WORLD_SIZE"] = std::to_string(plan.world_size);
-      e["MASTER_ADDR"] = job.master_addr;
-      e["MASTER_PORT"] = std::to_string(job.master_port);
-      e["TORCHELASTIC_RUN_ID"] = job.run_id;
-      e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
-      e["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(job.max_restarts);
-      e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
-      e["DDPRUN_NODE_RANK"] = std::to_string(n.node_rank);
-      e["DDPRUN_NNODES"] = std::to_string(job.nnodes);
-      e["DDPRUN_MP_SIZE"] = std::to_string(p);
-      e["DDPRUN_MP_RANK"] = std::to_string(lr % p);
-      e["DDPRUN_DP_SIZE"] = std::to_string(plan.world_size / p);
-      e["DDPRUN_DP_RANK"] = std::to_string(w.rank / p);
-      if (!w.gpus.empty()) e["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(w.gpus, ","));
-      // Per-task mode: this ddprun spawns exactly one worker, so the CPU share is the whole task's.
-      const int spawned_here = job.mode == Mode::per_task ? 1 : n.local_world_size;
-      if (job.user_omp_num_threads) {
-        e["OMP_NUM_THREADS"] = *job.user_omp_num_threads;
-      } else if (job.cpus_per_task) {
-        e["OMP_NUM_THREADS"] = std::to_string(std::max(1, *job.cpus_per_task / spawned_here));
-      } else if (n.local_world_size > 1) {
-        e["OMP_NUM_THREADS"] = "1";
-      }
-      if (!job.user_set_nccl_async) {
-        e["NCCL_ASYNC_ERROR_HANDLING"] = "1";
-        e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
-      }
+      worker_env(job, n, plan.world_size, w);
       plan.workers.push_back(std::move(w));
     }
   }

@@ -2,6 +2,7 @@
 
 #include <iostream>
 #include <memory>
+#include <regex>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -22,7 +23,9 @@ constexpr const char* kDescription =
     "Inside `srun` it reads the step's Slurm variables; in a batch script it re-launches itself on every\n"
     "node with srun; outside Slurm it takes torchrun-style flags. Workers get RANK, LOCAL_RANK, WORLD_SIZE,\n"
     "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*, CUDA_VISIBLE_DEVICES and\n"
-    "OMP_NUM_THREADS. Every option also reads DDPRUN_<NAME> (e.g. DDPRUN_NPROC_PER_NODE); flags win.";
+    "OMP_NUM_THREADS. An option marked (Env:DDPRUN_<NAME>) also reads that variable; flags win. torchrun's\n"
+    "spellings (--nproc_per_node, --tee 3, --start_method, ...) are accepted; a repeated option takes the "
+    "last value.";
 
 constexpr const char* kUsage =
     "Usage: ddprun [OPTIONS] [--] COMMAND [ARGS...]\n"
@@ -47,11 +50,41 @@ std::string env(const char* name) {
   return std::string("DDPRUN_") + name;
 }
 
-// torchrun's -t/--tee LEVEL and -r/--redirects LEVEL: any level but 0 turns on --tee.
-void tee_level(CLI::App& app, const std::string& names, const std::string& help, core::Options& o) {
-  app.add_option_function<std::string>(
-         names, [&o](const std::string& level) { o.tee = o.tee || (!level.empty() && level != "0"); }, help)
-      ->group("Supervision and logs");
+// torchrun's levels for -t/--tee and -r/--redirects: 0-3, or LOCAL_RANK:LEVEL,... as in 0:1,1:2.
+bool is_tee_level(const std::string& v) {
+  static const std::regex level("[0-9]+|[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*");
+  return std::regex_match(v, level);
+}
+
+// Any level but 0 turns on --tee (for a per-rank list: any rank's level but 0).
+bool tee_on(const std::string& opt, const std::string& level) {
+  if (!is_tee_level(level)) {
+    throw core::Error(fmt::format(
+        "{} '{}' is not a torchrun level; give 0 to 3, or LOCAL_RANK:LEVEL pairs as in 0:3,1:1", opt, level));
+  }
+  static const std::regex nonzero("(^|:)0*[1-9][0-9]*(,|$)");
+  return std::regex_search(level, nonzero);
+}
+
+// torchrun's `--tee 3`: ddprun's --tee is a flag (it never takes the next word as its value, which
+// may be the COMMAND), so a torchrun level after it is joined as `--tee=3` before CLI11 parses.
+// Scans ddprun's own options only: it stops at `--` and at the first word that is not an option or
+// an option's value (the COMMAND).
+std::vector<std::string> join_tee_level(const CLI::App& app, int argc, const char* const* argv) {
+  std::vector<std::string> out(argv, argv + argc);
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    const std::string& a = out[i];
+    if (a == "--" || a.empty() || a.front() != '-' || a == "-") break;
+    if (a == "--tee" && i + 1 < out.size() && is_tee_level(out[i + 1])) {
+      out[i] = "--tee=" + out[i + 1];
+      out.erase(out.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      continue;
+    }
+    if (a.find('=') != std::string::npos || (a.size() > 2 && a[1] != '-')) continue;  // --x=v, -t3
+    const CLI::Option* opt = app.get_option_no_throw(a);
+    if (opt != nullptr && opt->get_expected_min() > 0 && opt->get_type_size() > 0) ++i;  // skip its value
+  }
+  return out;
 }
 
 // One of `values`, checked by CLI11 for the flag and its DDPRUN_* variable alike; help shows a|b|c.
@@ -95,10 +128,15 @@ void add_job_options(CLI::App& app, core::Options& o) {
       ->envname(env("PROCS_PER_REPLICA"))
       ->group(g)
       ->type_name("P");
-  app.add_flag("--standalone", o.standalone, "Single node, no Slurm, rendezvous on a free local port")
+  app.add_flag("--standalone", o.standalone, "Single node, no Slurm; no rendezvous store is opened")
       ->envname(env("STANDALONE"))
       ->group(g);
   app.add_option("--role", o.role, "Role name exported as ROLE_NAME (default: default)")->group(g);
+  one_of(
+      app.add_option("--start-method,--start_method", o.start_method,
+                     "Accepted for torchrun compatibility; ignored (workers are always separate processes)"),
+      {"spawn", "fork", "forkserver"})
+      ->group(g);
 }
 
 void add_store_options(CLI::App& app, core::Options& o) {
@@ -158,6 +196,10 @@ void add_run_options(CLI::App& app, core::Options& o) {
   app.add_flag("-m,--module", o.module, "Run COMMAND as a Python module (python -m COMMAND)")->group(g);
   app.add_flag("--no-python,--no_python", o.no_python, "Run COMMAND as it is, even when it ends in .py")
       ->group(g);
+  app.add_flag("--run-path,--run_path", o.run_path,
+               "torchrun's --run_path: accepted; overrides --no-python (a .py script runs in a "
+               "fresh interpreter, as always)")
+      ->group(g);
   app.add_option("--python", o.python, "Python interpreter for .py and -m (default python3 from PATH)")
       ->envname(env("PYTHON"))
       ->group(g);
@@ -167,7 +209,14 @@ void add_run_options(CLI::App& app, core::Options& o) {
   one_of(app.add_option("--format", o.format, "Dry-run output: text or json"), {"text", "json"})->group(g);
 }
 
-void add_log_options(CLI::App& app, core::Options& o) {
+// The levels of --tee, -t and -r as given; parse_cli turns them into Options::tee.
+struct TeeLevels {
+  std::string tee = "0";
+  std::string t = "0";
+  std::string redirects = "0";
+};
+
+void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
   const std::string g = "Supervision and logs";
   app.add_option("--term-timeout", o.term_timeout,
                  "Seconds between SIGTERM and SIGKILL at teardown (default 10; fits Slurm's KillWait)")
@@ -178,9 +227,14 @@ void add_log_options(CLI::App& app, core::Options& o) {
                  "(default '[{rank}]: ' when the world size is above 1)")
       ->group(g);
   app.add_flag("--no-prefix", o.no_prefix, "Do not prefix worker output")->group(g);
-  app.add_flag("--tee", o.tee, "Also write each rank's output to files in --log-dir")->group(g);
-  tee_level(app, "-t", "torchrun's --tee level: non-zero means --tee", o);
-  tee_level(app, "-r,--redirects", "torchrun's redirects level: non-zero means --tee", o);
+  app.add_flag("--tee{1}", levels.tee,
+               "Also write each rank's output to files in --log-dir; torchrun's --tee LEVEL: a level but 0 "
+               "means --tee")
+      ->group(g)
+      ->type_name("[LEVEL]");
+  app.add_option("-t", levels.t, "torchrun's -t LEVEL: a level but 0 means --tee")->group(g);
+  app.add_option("-r,--redirects", levels.redirects, "torchrun's redirects level: a level but 0 means --tee")
+      ->group(g);
   app.add_option("--log-dir,--log_dir", o.log_dir, "Directory for per-rank log files and the report")
       ->envname(env("LOG_DIR"))
       ->group(g);
@@ -230,6 +284,8 @@ CliResult parse_cli(int argc, const char* const* argv) {
   CLI::App app{kDescription, "ddprun"};
   app.allow_extras();        // unknown flags: see reject_unknown_flags
   app.positionals_at_end();  // everything from COMMAND on belongs to the command, `--` included
+  // As torchrun (argparse): a repeated option takes its last value, so wrappers can append flags.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_help_flag("-h,--help", "Print this help and exit");
   app.set_version_flag("-V,--version", version_string(), "Print version and build information");
   auto formatter = std::make_shared<HelpFormatter>();
@@ -239,13 +295,17 @@ CliResult parse_cli(int argc, const char* const* argv) {
   add_store_options(app, o);
   add_auth_options(app, o);
   add_run_options(app, o);
-  add_log_options(app, o);
+  TeeLevels levels;
+  add_log_options(app, o, levels);
   app.add_option("COMMAND", o.command, "The command and its arguments (after --, it may start with -)")
       ->type_name("ARGS");
   std::vector<std::string> exprs;
   CLI::App* hostlist = add_hostlist(app, exprs);
+  const std::vector<std::string> args = join_tee_level(app, argc, argv);
+  std::vector<const char*> cargs;
+  for (const auto& a : args) cargs.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(cargs.size()), cargs.data());
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     res.exit_now = 0;
@@ -258,7 +318,9 @@ CliResult parse_cli(int argc, const char* const* argv) {
     throw core::Error(fmt::format("{}; see ddprun --help", e.what()));
   }
   reject_unknown_flags(app);
-  if (hostlist->parsed()) {  // a `--` ends the subcommand; CLI11 hands what follows to COMMAND
+  o.tee = tee_on("--tee", levels.tee) || tee_on("-t", levels.t) || tee_on("--redirects", levels.redirects);
+  if (o.run_path) o.no_python = false;  // as torchrun: --run_path takes precedence over --no_python
+  if (hostlist->parsed()) {             // a `--` ends the subcommand; CLI11 hands what follows to COMMAND
     exprs.insert(exprs.end(), o.command.begin(), o.command.end());
     res.hostlist = std::move(exprs);
   }

@@ -68,6 +68,14 @@ std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
                      plan.nnodes, plan.nnodes == 1 ? "" : "s", plan.world_size, plan.master_addr,
                      plan.master_port,
                      has_run_id(plan) ? fmt::format(", run id {}", plan.run_id) : std::string());
+  // The plan cannot bind ports: the run checks MASTER_PORT on the master when the job starts.
+  out +=
+      r.master_port_given
+          ? fmt::format("master port {} is checked when the job starts: if it is busy then, the run stops\n",
+                        plan.master_port)
+          : fmt::format(
+                "master port {} is checked when the job starts: if it is busy then, a free one is used\n",
+                plan.master_port);
   if (r.context == core::SlurmContext::batch) {
     out += fmt::format("batch script: ddprun would re-launch itself with srun on {} node{}\n",
                        r.allocation_hosts.size(), r.allocation_hosts.size() == 1 ? "" : "s");

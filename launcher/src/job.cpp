@@ -57,7 +57,7 @@ class LocalSession final : public Session {
   Round join(int attempt) override {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    job.master_port = choose_master_port(job.master_port, 0);
+    job.master_port = choose_master_port(job.master_port, 0, r_.master_port_given);
     Round round;
     round.plan = core::build_plan(job, r_.nodes);
     round.local = round.plan.workers_on(job.node_rank);
@@ -213,7 +213,7 @@ class RendezvousSession final : public Session {
       job.node_rank = 0;
       plan = core::build_plan(job, nodes_from_joined(nodes));
     }
-    core::set_master_port(plan, choose_master_port(plan.master_port, rz_.port()));
+    core::set_master_port(plan, choose_master_port(plan.master_port, rz_.port(), r_.master_port_given));
     return plan;
   }
 
@@ -286,7 +286,33 @@ nlohmann::json plan_event(const core::Plan& plan, int attempt) {
           {"mode", core::to_string(plan.mode)}};
 }
 
+// MASTER_ADDR / MASTER_PORT already in ddprun's environment (say, from an outer script) are replaced in
+// the workers' by the plan's: one warning naming both, once, where workers start.
+void warn_replaced_master_env(agent::Events& ev, const core::Plan& plan) {
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  const std::string plan_port = std::to_string(plan.master_port);
+  const bool addr_replaced = addr != nullptr && plan.master_addr != addr;
+  const bool port_replaced = port != nullptr && plan_port != port;
+  if (!addr_replaced && !port_replaced) return;
+  std::string from;
+  std::string to;
+  if (addr_replaced) {
+    from = fmt::format("MASTER_ADDR={}", addr);
+    to = fmt::format("MASTER_ADDR={}", plan.master_addr);
+  }
+  if (port_replaced) {
+    from += fmt::format("{}MASTER_PORT={}", from.empty() ? "" : " ", port);
+    to += fmt::format("{}MASTER_PORT={}", to.empty() ? "" : " ", plan_port);
+  }
+  ev.warn(
+      fmt::format("{} from the environment replaced by {} for the workers; pass --master-addr / "
+                  "--master-port to choose them",
+                  from, to));
+}
+
 void announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
+  if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.plan);
   if (ev.json()) {
     ev.emit("rendezvous_joined", plan_event(round.plan, attempt));
   } else if (round.announce && !o.quiet) {
@@ -340,7 +366,7 @@ int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions
     } else {
       fmt::print(stderr, "ddprun: error: {}\n", what);
     }
-    return code;
+    return finished(ev, code);  // job_finished stays the last JSON line, failures included
   };
   try {
     ao.events = &ev;

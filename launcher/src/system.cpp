@@ -1,5 +1,7 @@
 #include "launcher/system.hpp"
 
+#include <fmt/format.h>
+
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -43,10 +45,17 @@ bool port_is_free(std::uint16_t port) {
   return port != 0 && try_bind(port) == port;
 }
 
-std::uint16_t choose_master_port(int planned, std::uint16_t avoid) {
+std::uint16_t choose_master_port(int planned, std::uint16_t avoid, bool given) {
   if (planned > 0 && planned <= 65535) {
     const auto p = static_cast<std::uint16_t>(planned);
     if (p != avoid && port_is_free(p)) return p;
+    if (given) {
+      throw core::Error(
+          fmt::format("--master-port {} is already in use on this node; free it, give another port, or drop "
+                      "--master-port (and DDPRUN_MASTER_PORT) to let ddprun pick a free one",
+                      p),
+          1);
+    }
   }
   for (int i = 0; i < 100; ++i) {
     const std::uint16_t p = try_bind(0);

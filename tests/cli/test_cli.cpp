@@ -3,7 +3,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -129,6 +133,22 @@ TEST_CASE("help and version flags exit 0", "[cli]") {
   auto v = run_process(cmdline({"--version"}));
   CHECK(v.code == 0);
   CHECK_THAT(v.out, Catch::StartsWith("ddprun "));
+}
+
+TEST_CASE("torchrun 1.13 command lines run: --tee 3, --start_method, --run_path, repeated flags",
+          "[cli][torchrun]") {
+  auto r = run_process(
+      cmdline({"--dry-run", "--tee", "3", "--log_dir", "/tmp/ddprun-l7", "--start_method", "spawn",
+               "--run_path", "--nproc_per_node", "1", "--nproc_per_node", "2", "echo", "ok"}));
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("world size 2") && Catch::Contains("command: echo ok\n"));
+}
+
+TEST_CASE("help says which options read a DDPRUN_* variable", "[cli]") {
+  auto h = run_process(cmdline({"--help"}));
+  CHECK_THAT(h.out, !Catch::Contains("Every option also reads") && Catch::Contains("(Env:DDPRUN_<NAME>)") &&
+                        Catch::Contains("DDPRUN_NPROC_PER_NODE"));
 }
 
 TEST_CASE("standalone startup line names no run id", "[cli]") {
@@ -268,4 +288,93 @@ TEST_CASE("log format json: every ddprun line on stderr is one JSON event", "[cl
   CHECK_THAT(r.out, Catch::Contains("[0]: out") && Catch::Contains("[1]: out"));
   check_bad({"--log-format", "yaml", "true"}, "--log-format: yaml not in {text,json}");
   check_bad({"true"}, "--log-format: yaml", {{"DDPRUN_LOG_FORMAT", "yaml"}});
+}
+
+namespace {
+
+// A TCP listener on 127.0.0.1, so that the port is busy for ddprun's bind check.
+struct Listener {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int port = 0;
+  Listener() {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { ::close(fd); }
+};
+
+std::vector<nlohmann::json> json_lines(const std::string& err) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a busy --master-port is an error naming it, not replaced", "[cli][ports]") {
+  Listener busy;
+  const std::string port = std::to_string(busy.port);
+  auto r = run_process(cmdline({"-q", "--master-port", port, "true"}));
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: --master-port " + port + " is already in use") &&
+                        Catch::Contains("drop --master-port"));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  // The dry run cannot bind: it says the port is checked when the job starts.
+  r = run_process(cmdline({"--dry-run", "--master-port", port, "true"}));
+  CHECK_THAT(r.out, Catch::Contains("master port " + port + " is checked when the job starts"));
+}
+
+TEST_CASE("MASTER_ADDR/MASTER_PORT from the environment: replaced with one warning naming both",
+          "[cli][ports]") {
+  auto r =
+      run_process(cmdline({"-q", "--master-port", "29871", "sh", "-c", "echo $MASTER_ADDR:$MASTER_PORT"}),
+                  {{"MASTER_ADDR", "10.9.9.9"}, {"MASTER_PORT", "1234"}});
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out == "127.0.0.1:29871\n");
+  CHECK(r.err ==
+        "ddprun: warning: MASTER_ADDR=10.9.9.9 MASTER_PORT=1234 from the environment replaced by "
+        "MASTER_ADDR=127.0.0.1 MASTER_PORT=29871 for the workers; pass --master-addr / --master-port to "
+        "choose them\n");
+  r = run_process(cmdline({"-q", "--master-port", "29871", "true"}),
+                  {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29871"}});
+  CHECK(r.err.empty());  // the same values: nothing replaced
+}
+
+TEST_CASE("log format json: job_finished is the last line when the rendezvous fails", "[cli][events]") {
+  Listener busy;  // the store's port is taken: the master cannot serve it
+  auto r =
+      run_process(cmdline({"--log-format", "json", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint",
+                           "127.0.0.1:" + std::to_string(busy.port), "--rdzv-timeout", "2", "true"}));
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 1);
+  auto lines = json_lines(r.err);
+  REQUIRE(lines.size() >= 2);
+  CHECK(lines[lines.size() - 2].at("event") == "error");
+  CHECK(lines.back().at("event") == "job_finished");
+  CHECK(lines.back().at("exit_code") == 1);
+}
+
+TEST_CASE("log format json: spawn_failed says whether -m was used", "[cli][events]") {
+  auto r = run_process(cmdline({"--log-format", "json", "--python", "/nonexistent/py", "-m", "foo"}));
+  CHECK(r.code == 127);
+  bool seen = false;
+  for (const auto& j : json_lines(r.err)) {
+    if (j.at("event") != "spawn_failed") continue;
+    seen = true;
+    CHECK(j.at("module") == true);
+  }
+  CHECK(seen);
+  r = run_process(cmdline({"--log-format", "json", "/nonexistent/prog"}));
+  for (const auto& j : json_lines(r.err)) {
+    if (j.at("event") == "spawn_failed") CHECK(j.at("module") == false);
+  }
 }

@@ -32,11 +32,13 @@ struct Options {
   std::optional<int> gpus_per_proc;
   std::optional<int> procs_per_replica;
   std::string role = "default";
+  std::optional<std::string> start_method;  // torchrun's --start_method: checked, ignored
 
   // How to run the command.
   std::vector<std::string> command;
   bool module = false;     // -m MODULE
   bool no_python = false;  // --no-python
+  bool run_path = false;   // torchrun's --run_path: accepted, overrides --no-python
   std::string python = "python3";
 
   // Supervision and logs (used by the agent).
@@ -71,7 +73,8 @@ struct Resolved {
   int nnodes_min = 1;
   int nnodes_max = 1;
   std::string rdzv_host;
-  std::uint16_t rdzv_port = 0;  // 0: pick a free port (standalone)
+  std::uint16_t rdzv_port = 0;     // 0: no store (standalone)
+  bool master_port_given = false;  // --master-port (or DDPRUN_MASTER_PORT): busy at start is an error
   double rdzv_timeout = 900.0;
   double last_call = 30.0;
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)

@@ -366,3 +366,12 @@ TEST_CASE("a heterogeneous job's shell is told to pick a component with srun --h
   EnvSnapshot plain = {{"SLURM_JOB_ID", "81"}};
   CHECK_THROWS_WITH(resolve(cmd(), plain, sys()), Catch::Contains("no nodelist"));
 }
+
+TEST_CASE("config: a given --master-port travels as master_port_given, the default does not", "[config]") {
+  CHECK_FALSE(resolve(cmd(), {}, sys()).master_port_given);
+  auto o = cmd();
+  o.master_port = "29600";
+  auto r = resolve(o, {}, sys());
+  CHECK(r.master_port_given);
+  CHECK(r.job.master_port == 29600);
+}

@@ -63,6 +63,43 @@ TEST_CASE("cli: torchrun's -t and -r levels turn on --tee unless 0", "[cli]") {
   CHECK_THROWS_WITH(parse({"--bogus", "true"}), Catch::Contains("unknown flag '--bogus'"));
 }
 
+TEST_CASE("cli: torchrun 1.13's long forms: --tee LEVEL, --start_method, --run_path", "[cli][torchrun]") {
+  auto o = parse({"--tee", "3", "--log_dir", "/tmp/l", "echo", "ok"}).options;
+  CHECK(o.tee);
+  CHECK(o.log_dir == "/tmp/l");
+  CHECK(o.command == std::vector<std::string>{"echo", "ok"});
+  CHECK_FALSE(parse({"--tee", "0", "echo"}).options.tee);
+  CHECK(parse({"--tee", "0:0,1:3", "echo"}).options.tee);
+  CHECK_FALSE(parse({"--tee", "0:0,1:0", "echo"}).options.tee);
+  o = parse({"--tee", "train.py", "3"}).options;  // a plain --tee never takes the command
+  CHECK(o.tee);
+  CHECK(o.command == std::vector<std::string>{"train.py", "3"});
+  o = parse({"echo", "--tee", "3"}).options;  // after the command, it is the command's
+  CHECK_FALSE(o.tee);
+  CHECK(o.command == std::vector<std::string>{"echo", "--tee", "3"});
+  CHECK(parse({"--prefix", "--tee", "echo"}).options.prefix == "--tee");
+  CHECK_THROWS_WITH(parse({"--tee=loud", "echo"}), Catch::Contains("--tee 'loud' is not a torchrun level"));
+  o = parse({"--start_method", "fork", "--run_path", "--no_python", "t.py"}).options;
+  CHECK(o.run_path);
+  CHECK_FALSE(o.no_python);
+  CHECK(parse({"--start-method", "spawn", "--run-path", "echo"}).options.command ==
+        std::vector<std::string>{"echo"});
+  CHECK_THROWS_WITH(parse({"--start_method", "thread", "echo"}), Catch::Contains("--start-method: thread"));
+}
+
+TEST_CASE("cli: a repeated option takes the last value, as torchrun's argparse", "[cli][torchrun]") {
+  auto o = parse({"--nproc_per_node", "2", "--nproc-per-node", "4", "--master_port", "1", "--master-port",
+                  "2", "--standalone", "--standalone", "-q", "-q", "echo"})
+               .options;
+  CHECK(o.nproc_per_node == "4");
+  CHECK(o.master_port == "2");
+  CHECK(o.standalone);
+  CHECK(o.quiet);
+  CHECK(parse({"--tee", "3", "--tee", "0", "echo"}).options.tee == false);
+  CHECK(parse({"hostlist", "a", "b", "c"}).hostlist->size() == 3);
+  CHECK(parse({"echo", "a", "b"}).options.command.size() == 3);
+}
+
 TEST_CASE("cli: fixed choices are checked for flags and DDPRUN_* variables alike", "[cli]") {
   CHECK(parse({"--format", "json", "--log-format", "json", "--rdzv-auth", "token", "true"}).options.format ==
         "json");

@@ -54,8 +54,16 @@ TEST_CASE("startup line and dry-run header name a run id only when there is one"
   ddprun::core::Resolved r;
   r.job = job;
   std::string text = ddprun::launcher::render_plan_text(r, p);
-  CHECK_THAT(text, Catch::StartsWith(
-                       "ddprun plan: standalone mode, 1 node, world size 2, master 127.0.0.1:29500\n"));
+  CHECK_THAT(
+      text,
+      Catch::StartsWith(
+          "ddprun plan: standalone mode, 1 node, world size 2, master 127.0.0.1:29500\n"
+          "master port 29500 is checked when the job starts: if it is busy then, a free one is used\n"));
+  r.master_port_given = true;
+  CHECK_THAT(ddprun::launcher::render_plan_text(r, p),
+             Catch::Contains(
+                 "master port 29500 is checked when the job starts: if it is busy then, the run stops\n"));
+  r.master_port_given = false;
   job.run_id = "4242";
   p = build_plan(job, nodes({2}));
   CHECK_THAT(render_startup_table(p, 1), Catch::StartsWith("ddprun: run 4242 attempt 1: 1 node"));

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "launcher/self_launch.hpp"
 #include "launcher/system.hpp"
 #include "support/net_util.hpp"
@@ -19,6 +21,14 @@ TEST_CASE("ports: a busy planned MASTER_PORT is replaced, a free one kept, the s
   CHECK(port_is_free(free_port));
   CHECK(choose_master_port(free_port, 0) == free_port);
   CHECK(choose_master_port(free_port, free_port) != free_port);
+  CHECK(choose_master_port(free_port, 0, true) == free_port);
+}
+
+TEST_CASE("ports: a busy MASTER_PORT the user gave is an error naming it, never replaced") {
+  testnet::SilentListener busy;
+  CHECK_THROWS_WITH(choose_master_port(busy.port, 0, true),
+                    Catch::Contains(fmt::format("--master-port {} is already in use", busy.port)) &&
+                        Catch::Contains("drop --master-port"));
   CHECK_FALSE(port_is_free(0));
 }
 
