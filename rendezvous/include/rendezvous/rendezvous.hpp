@@ -158,6 +158,7 @@ class Rendezvous {
   void stop_watch();
   void fire(const core::Failure& info);
   void monitor_loop(int attempt, std::shared_ptr<TcpStore> mon);
+  void publish_missing_watches(PrefixStore& s, int attempt);
   void publish_lost(PrefixStore& s, int orig, const std::string& reason);
   void on_lost(const std::string& label, const std::string& reason);
 
@@ -169,6 +170,7 @@ class Rendezvous {
   // The joined round.
   std::vector<Participant> participants_;  // index = node rank in the plan
   int plan_node_rank_ = -1;
+  std::chrono::steady_clock::time_point plan_published_{};  // master: when the plan went out
   bool joined_ = false;
   bool barrier_passed_ = false;
 

@@ -312,6 +312,23 @@ TEST_CASE("rendezvous: a lost agent aborts everyone else, naming it", "[rendezvo
   }
 }
 
+TEST_CASE("rendezvous: an agent that never starts watching is lost after the heartbeat timeout",
+          "[rendezvous]") {
+  Job job(3);
+  AbortSink sink;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r : {0, 1}) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
+  REQUIRE(sink.wait_for(2));
+  CHECK(std::chrono::steady_clock::now() - start < 10s);  // heartbeat timeout: 1 s
+  std::lock_guard lk(sink.mu);
+  for (int r : {0, 1}) {
+    INFO(sink.got[r].reason);
+    CHECK(sink.got[r].node_rank == 2);
+    CHECK(sink.got[r].reason.find("lost the agent on host-2 (node rank 2): no heartbeat") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("rendezvous: a lost master is noticed by every agent", "[rendezvous]") {
   Job job(3);
   AbortSink sink;
