@@ -91,6 +91,7 @@ void Rendezvous::on_lost(const std::string& label, const std::string& reason) {
   {
     std::lock_guard lk(lost_mu_);
     lost_.emplace_back(label, reason);
+    lost_labels_.insert(label);  // kept past the monitor's end, for linger()
   }
   lost_cv_.notify_one();
 }
@@ -139,6 +140,10 @@ void Rendezvous::publish_missing_watches(PrefixStore& s, int attempt) {
   }
   for (const auto& p : participants_) {
     if (p.orig_rank == opts_.node_rank || watching.contains(p.orig_rank)) continue;
+    {
+      std::lock_guard lk(lost_mu_);
+      lost_labels_.insert(labels::agent(attempt, p.orig_rank));
+    }
     publish_lost(
         s, p.orig_rank,
         fmt::format("no heartbeat: no watch connection {} ms after the plan was published (stopped or "
