@@ -123,6 +123,7 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
                           {keys::plan_record::kNodeRanks, ranks},
                           {keys::plan_record::kHosts, hosts}};
   s.set(keys::kPlan, core::dump_json(published));
+  plan_published_ = Clock::now();  // from here on every participant's watch is due (liveness.cpp)
 }
 
 std::vector<int> Rendezvous::joined_ranks(PrefixStore& s) const {

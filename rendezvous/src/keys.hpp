@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/core.h>
 
@@ -64,6 +65,15 @@ namespace ddprun::rdzv::labels {
 inline constexpr const char* kMainPrefix = "main/";
 inline std::string main_conn(int node_rank) {
   return fmt::format("{}{}", kMainPrefix, node_rank);
+}
+// The node rank in a main-connection label; nullopt for any other label.
+inline std::optional<int> main_node_rank(const std::string& label) {
+  if (!label.starts_with(kMainPrefix)) return std::nullopt;
+  try {
+    return std::stoi(label.substr(std::string_view(kMainPrefix).size()));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 // An agent's watch connection, its heartbeat: losing it means losing the agent.
 inline std::string agent_prefix(int attempt) {

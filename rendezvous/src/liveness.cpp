@@ -1,13 +1,20 @@
 // Liveness: every agent's watch (a long poll on the abort key that doubles as its heartbeat) and,
 // on the master, the monitor that turns a lost agent into a published abort.
+#include <optional>
+#include <set>
+
 #include <fmt/core.h>
 
+#include "deadline.hpp"
 #include "keys.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "store/client.hpp"
+#include "store/server.hpp"
 #include "store/store.hpp"
 
 namespace ddprun::rdzv {
+
+using detail::Clock;
 
 void Rendezvous::fire(const core::Failure& info) {
   if (!watching_.load()) return;
@@ -84,30 +91,64 @@ void Rendezvous::on_lost(const std::string& label, const std::string& reason) {
   {
     std::lock_guard lk(lost_mu_);
     lost_.emplace_back(label, reason);
+    lost_labels_.insert(label);  // kept past the monitor's end, for linger()
   }
   lost_cv_.notify_one();
 }
 
 void Rendezvous::monitor_loop(int attempt, std::shared_ptr<TcpStore> mon) {
   PrefixStore s(keys::attempt_prefix(attempt), mon);
+  // An agent that stops or dies after the plan but before it opens its watch is never reported
+  // by the server: every watch is due within the heartbeat timeout of the plan.
+  const Clock::time_point watches_due = plan_published_ + opts_.heartbeat_timeout;
+  bool watches_checked = false;
   for (;;) {
-    std::pair<std::string, std::string> ev;
+    std::optional<std::pair<std::string, std::string>> ev;
     {
       std::unique_lock lk(lost_mu_);
-      lost_cv_.wait(lk, [&] { return monitor_stop_ || !lost_.empty(); });
+      const auto ready = [&] { return monitor_stop_ || !lost_.empty(); };
+      if (watches_checked) {
+        lost_cv_.wait(lk, ready);
+      } else if (!lost_cv_.wait_until(lk, watches_due, ready)) {
+        watches_checked = true;  // due now: checked below, once
+      }
       if (monitor_stop_) return;
-      ev = std::move(lost_.front());
-      lost_.pop_front();
+      if (!lost_.empty()) {
+        ev = std::move(lost_.front());
+        lost_.pop_front();
+      }
     }
-    const auto& [label, reason] = ev;
-    // Only the watches of this attempt's other agents count.
-    const auto orig = labels::agent_node_rank(label, attempt);
-    if (!orig || *orig == opts_.node_rank) continue;
     try {
-      publish_lost(s, *orig, reason);
+      if (!ev) {
+        publish_missing_watches(s, attempt);
+        continue;
+      }
+      // Only the watches of this attempt's other agents count.
+      const auto orig = labels::agent_node_rank(ev->first, attempt);
+      if (orig && *orig != opts_.node_rank) publish_lost(s, *orig, ev->second);
     } catch (const Error&) {
       return;  // our own server is gone: nothing left to tell
     }
+  }
+}
+
+// The other participants without an open watch are lost: never watched, or gone since.
+void Rendezvous::publish_missing_watches(PrefixStore& s, int attempt) {
+  std::set<int> watching;
+  for (const auto& label : server_->labels(labels::agent_prefix(attempt))) {
+    if (const auto r = labels::agent_node_rank(label, attempt)) watching.insert(*r);
+  }
+  for (const auto& p : participants_) {
+    if (p.orig_rank == opts_.node_rank || watching.contains(p.orig_rank)) continue;
+    {
+      std::lock_guard lk(lost_mu_);
+      lost_labels_.insert(labels::agent(attempt, p.orig_rank));
+    }
+    publish_lost(
+        s, p.orig_rank,
+        fmt::format("no heartbeat: no watch connection {} ms after the plan was published (stopped or "
+                    "gone before it started watching)",
+                    opts_.heartbeat_timeout.count()));
   }
 }
 

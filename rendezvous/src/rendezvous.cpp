@@ -87,16 +87,31 @@ void Rendezvous::drain(Millis limit) {
 void Rendezvous::linger(Millis limit) {
   if (!server_) return;
   const auto deadline = Clock::now() + limit;
-  const std::string watches = labels::agent_prefix(opts_.attempt);
-  while (Clock::now() < deadline) {
-    // Other agents still connected: main connections (one may still be joining) and watches.
-    const std::size_t own_main = client_ && client_->connected() ? 1 : 0;
-    const std::size_t own_watch = watching_.load() ? 1 : 0;
-    const std::size_t mains = server_->labelled_count(labels::kMainPrefix);
-    const std::size_t agents = server_->labelled_count(watches);
-    if (mains <= own_main && agents <= own_watch) return;
+  while (Clock::now() < deadline && others_connected()) {
     std::this_thread::sleep_for(Millis{10});  // shutdown path only
   }
+}
+
+// Whether another agent still has a connection open: a main one (it may still be joining, or
+// about to read the root cause) or a watch. An agent whose watch was lost or never came is not
+// waited for: a stopped one keeps its main connection open until it resumes, maybe never.
+bool Rendezvous::others_connected() {
+  std::set<std::string> lost;
+  {
+    std::lock_guard lk(lost_mu_);
+    lost = lost_labels_;
+  }
+  const int attempt = opts_.attempt;
+  const auto waits_for = [&](std::optional<int> r) {
+    return r && *r != opts_.node_rank && !lost.contains(labels::agent(attempt, *r));
+  };
+  for (const auto& label : server_->labels(labels::kMainPrefix)) {
+    if (waits_for(labels::main_node_rank(label))) return true;
+  }
+  for (const auto& label : server_->labels(labels::agent_prefix(attempt))) {
+    if (waits_for(labels::agent_node_rank(label, attempt))) return true;
+  }
+  return false;
 }
 
 std::string Rendezvous::endpoint() const {
@@ -185,6 +200,8 @@ void Rendezvous::next_attempt() {
   joined_ = false;
   barrier_passed_ = false;
   fired_ = false;
+  std::lock_guard lk(lost_mu_);
+  lost_labels_.clear();
 }
 
 }  // namespace ddprun::rdzv

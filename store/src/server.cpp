@@ -171,18 +171,22 @@ std::uint64_t StoreServer::refused_count() const {
 }
 
 std::size_t StoreServer::labelled_count(const std::string& prefix) const {
-  if (impl_->stopped.load()) return 0;
-  auto result = std::make_shared<std::promise<std::size_t>>();
+  return labels(prefix).size();
+}
+
+std::vector<std::string> StoreServer::labels(const std::string& prefix) const {
+  if (impl_->stopped.load()) return {};
+  auto result = std::make_shared<std::promise<std::vector<std::string>>>();
   auto fut = result->get_future();
   asio::post(impl_->io, [impl = impl_.get(), prefix, result] {
-    std::size_t n = 0;
+    std::vector<std::string> out;
     for (const auto& c : impl->conns) {
-      if (c->hello_done && c->label.starts_with(prefix)) ++n;
+      if (c->hello_done && c->label.starts_with(prefix)) out.push_back(c->label);
     }
-    result->set_value(n);
+    result->set_value(std::move(out));
   });
   // The server thread answers at once unless it is stopping; do not wait on a dead loop.
-  if (fut.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return 0;
+  if (fut.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return {};
   return fut.get();
 }
 

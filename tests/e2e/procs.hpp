@@ -103,6 +103,16 @@ inline bool wait_for(Proc& p, std::chrono::milliseconds limit) {
   }
 }
 
+// Whether p has exited, without waiting (reaps it when it has).
+inline bool exited(Proc& p) {
+  if (p.done) return true;
+  int status = 0;
+  if (::waitpid(p.pid, &status, WNOHANG) != p.pid) return false;
+  p.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  p.done = true;
+  return true;
+}
+
 // Pids of live processes whose command line or environment mentions `token`.
 inline std::vector<pid_t> processes_with(const std::string& token) {
   std::vector<pid_t> out;

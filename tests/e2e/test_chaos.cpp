@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <map>
+
 #include "e2e/procs.hpp"
 
 using namespace ddprun::test;
@@ -15,7 +17,7 @@ namespace {
 const std::string kFake = FAKE_WORKER;
 
 std::vector<std::string> agent_argv(int nnodes, int node, int port, std::vector<std::string> cmd,
-                                    std::vector<std::string> extra = {}) {
+                                    std::vector<std::string> extra = {}, int term_timeout = 2) {
   std::vector<std::string> argv = {DDPRUN_EXE,
                                    "--nnodes",
                                    std::to_string(nnodes),
@@ -24,7 +26,7 @@ std::vector<std::string> agent_argv(int nnodes, int node, int port, std::vector<
                                    "--rdzv-endpoint",
                                    "127.0.0.1:" + std::to_string(port),
                                    "--term-timeout",
-                                   "2"};
+                                   std::to_string(term_timeout)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.push_back("--");
   argv.insert(argv.end(), cmd.begin(), cmd.end());
@@ -76,6 +78,50 @@ TEST_CASE("chaos: a SIGSTOPped agent misses heartbeats and everyone exits non-ze
   CHECK(agents[0].code != 0);
   CHECK_THAT(agents[0].err(), Catch::Contains("node rank 1") || Catch::Contains("heartbeat"));
   ::kill(agents[1].pid, SIGCONT);
+  REQUIRE(wait_for(agents[1], 60s));
+  CHECK(agents[1].code != 0);
+  CHECK(leftovers_after(token, 10s).empty());
+}
+
+TEST_CASE("chaos: with an agent SIGSTOPped, the master and the other agents exit within the documented bound",
+          "[e2e][chaos]") {
+  TempDir dir;
+  const std::string token = "ddprun-chaos-stop3-" + std::to_string(::getpid());
+  const int port = free_port();
+  std::vector<Proc> agents;
+  for (int n = 0; n < 3; ++n) {
+    agents.push_back(
+        start(agent_argv(3, n, port, {"/bin/sh", "-c", "touch \"$DIR/ready_$RANK\"; exec " + kFake + " hang"},
+                         {}, 1),
+              {{"DIR", dir.path()}, {"TOKEN", token}}, dir.path(), "agent" + std::to_string(n)));
+  }
+  for (int r = 0; r < 3; ++r) REQUIRE(wait_file(dir / ("ready_" + std::to_string(r))));
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ::kill(agents[1].pid, SIGSTOP);
+  // docs/agent.md, failure bounds: the heartbeat timeout (5 s) plus the grace (--term-timeout 1).
+  // The margin only absorbs a loaded machine; precise figures belong in bench/.
+  const auto bound = 5s + 1s + 3s;
+  std::map<int, double> took;
+  while (took.size() < 2 && std::chrono::steady_clock::now() - stopped_at < 60s) {
+    for (int n : {0, 2}) {
+      if (took.count(n) == 0 && exited(agents[static_cast<std::size_t>(n)])) {
+        took[n] = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+      }
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  ::kill(agents[1].pid, SIGCONT);
+  for (int n : {0, 2}) {
+    auto& a = agents[static_cast<std::size_t>(n)];
+    REQUIRE(wait_for(a, 60s));
+    INFO("agent " << n << " exited " << a.code << " after " << (took.count(n) ? took[n] : -1.0)
+                  << " s: " << a.err());
+    REQUIRE(took.count(n) == 1);
+    CHECK(a.code != 0);
+    CHECK(took[n] < std::chrono::duration<double>(bound).count());
+    CHECK_THAT(a.err(),
+               Catch::Contains("lost the agent on") && Catch::Contains("(node rank 1): no heartbeat"));
+  }
   REQUIRE(wait_for(agents[1], 60s));
   CHECK(agents[1].code != 0);
   CHECK(leftovers_after(token, 10s).empty());

@@ -1,9 +1,12 @@
 // A stand-in ddprun agent for multi-process rendezvous tests: joins, reports the plan, watches for
-// aborts, then does what --mode says. Output lines go to stdout (the test redirects to a file):
+// aborts, then does what --mode says (idle, abort, barrier; stop-before-watch and
+// exit-before-watch stop or end the process right after PLAN, before it starts watching).
+// Output lines go to stdout (the test redirects to a file):
 //   PLAN <node_rank> <nnodes> <world_size> <master_port>
 //   ABORT <json>        (then exits with the abort's exit code)
 //   BARRIER <0|1>
 //   ERROR <message>     (exit 2)
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -80,6 +83,9 @@ int main(int argc, char** argv) {
     const core::Plan plan = testplan::join_plan(r, me, testplan::plan_fn(simple_plan));
     say("PLAN " + std::to_string(plan.node_rank) + " " + std::to_string(plan.nnodes) + " " +
         std::to_string(plan.world_size) + " " + std::to_string(plan.master_port));
+    // A node that hangs or dies between the plan and its watch: only the master can notice.
+    if (mode == "stop-before-watch") ::raise(SIGSTOP);
+    if (mode == "exit-before-watch") std::_Exit(4);
     // Like the real agent: the callback only reports; the main thread tears down and returns,
     // so the Rendezvous destructor runs (the master drains before it stops serving).
     std::mutex mu;

@@ -154,8 +154,8 @@ struct Cluster {
       CHECK(std::to_string(mport) != port);
     }
   }
-  nlohmann::json abort_of(std::size_t r) {
-    auto l = agents[r]->line("ABORT ", 30s);
+  nlohmann::json abort_of(std::size_t r, std::chrono::milliseconds limit = 30s) {
+    auto l = agents[r]->line("ABORT ", limit);
     INFO("agent " << r << ": " << agents[r]->output());
     REQUIRE(l.has_value());
     return nlohmann::json::parse(l->substr(6));
@@ -214,6 +214,25 @@ TEST_CASE("loopback: a SIGSTOPped agent misses its heartbeats and the job aborts
     CHECK(j.at("reason").get<std::string>().find("heartbeat") != std::string::npos);
   }
   c.agents[1]->kill_all();
+}
+
+TEST_CASE("loopback: an agent that stops or dies right after the plan, before watching, is lost",
+          "[loopback]") {
+  for (const std::string mode : {"stop-before-watch", "exit-before-watch"}) {
+    INFO(mode);
+    Cluster c(3, {{}, {"--mode", mode}, {}});
+    c.require_plans();
+    // Bound: the heartbeat timeout (1.5 s) after the plan; generous for loaded or TSan runs.
+    for (std::size_t r : {0u, 2u}) {
+      const auto j = c.abort_of(r, 20s);
+      CHECK(j.at("node_rank") == 1);
+      CHECK(j.at("host") == "host-1");
+      CHECK(j.at("reason").get<std::string>().find("lost the agent on host-1") != std::string::npos);
+      CHECK(j.at("reason").get<std::string>().find("heartbeat") != std::string::npos);
+      CHECK(c.agents[r]->wait_exit(30s) == 1);
+    }
+    c.agents[1]->kill_all();
+  }
 }
 
 TEST_CASE("loopback: the root cause's exit code reaches every agent", "[loopback]") {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -123,7 +124,8 @@ class Rendezvous {
   void next_attempt();
 
   // Master: after an abort, keeps serving until the other agents have disconnected (at most
-  // `limit`), so that each of them reads the root cause instead of seeing a lost master.
+  // `limit`), so that each of them reads the root cause instead of seeing a lost master. Agents
+  // whose watch was lost or never came (stopped, gone) are not waited for.
   // The destructor calls it with heartbeat_timeout; destroy the Rendezvous rather than _exit.
   void drain(std::chrono::milliseconds limit);
 
@@ -141,6 +143,7 @@ class Rendezvous {
   PrefixStore store() const;
   std::string key_prefix() const;
   void linger(std::chrono::milliseconds limit);
+  bool others_connected();
   std::string host_of(int orig_rank) const;
 
   // join.cpp
@@ -158,6 +161,7 @@ class Rendezvous {
   void stop_watch();
   void fire(const core::Failure& info);
   void monitor_loop(int attempt, std::shared_ptr<TcpStore> mon);
+  void publish_missing_watches(PrefixStore& s, int attempt);
   void publish_lost(PrefixStore& s, int orig, const std::string& reason);
   void on_lost(const std::string& label, const std::string& reason);
 
@@ -169,6 +173,7 @@ class Rendezvous {
   // The joined round.
   std::vector<Participant> participants_;  // index = node rank in the plan
   int plan_node_rank_ = -1;
+  std::chrono::steady_clock::time_point plan_published_{};  // master: when the plan went out
   bool joined_ = false;
   bool barrier_passed_ = false;
 
@@ -184,6 +189,7 @@ class Rendezvous {
   std::mutex lost_mu_;
   std::condition_variable lost_cv_;
   std::deque<std::pair<std::string, std::string>> lost_;
+  std::set<std::string> lost_labels_;  // this attempt's lost or missing connections
   bool monitor_stop_ = false;
   std::shared_ptr<TcpStore> monitor_client_;
   std::thread monitor_thread_;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "store/auth.hpp"
 #include "store/codec.hpp"
@@ -52,6 +53,8 @@ class StoreServer {
   std::uint64_t refused_count() const;   // connections refused: cap reached, run id, version, auth
   // Open connections whose handshake label starts with `prefix` (asks the server thread).
   std::size_t labelled_count(const std::string& prefix) const;
+  // Their labels, so a caller can tell which peers are still connected.
+  std::vector<std::string> labels(const std::string& prefix) const;
 
  private:
   struct Impl;

@@ -65,13 +65,16 @@ struct Job {
   std::vector<std::unique_ptr<Rendezvous>> agents;
   std::vector<core::Plan> plans;
 
-  Job(int n, PlanFn fn = simple_plan(), int nmin = -1) {
+  Job(int n, PlanFn fn = simple_plan(), int nmin = -1, std::chrono::milliseconds heartbeat_timeout = 1000ms) {
     if (nmin < 0) nmin = n;
-    agents.push_back(std::make_unique<Rendezvous>(opts_for(0, nmin, n, 0)));
+    auto opts = [&](int r, std::uint16_t port) {
+      RendezvousOptions o = opts_for(r, nmin, n, port);
+      o.heartbeat_timeout = heartbeat_timeout;
+      return o;
+    };
+    agents.push_back(std::make_unique<Rendezvous>(opts(0, 0)));
     const std::uint16_t port = agents[0]->port();
-    for (int r = 1; r < n; ++r) {
-      agents.push_back(std::make_unique<Rendezvous>(opts_for(r, nmin, n, port)));
-    }
+    for (int r = 1; r < n; ++r) agents.push_back(std::make_unique<Rendezvous>(opts(r, port)));
     std::vector<std::future<core::Plan>> futs;
     for (int r = 0; r < n; ++r) {
       futs.push_back(std::async(std::launch::async, [this, r, fn] {
@@ -310,6 +313,37 @@ TEST_CASE("rendezvous: a lost agent aborts everyone else, naming it", "[rendezvo
     CHECK(sink.got[r].exit_code == 1);
     CHECK(sink.got[r].reason.find("lost the agent on host-2") != std::string::npos);
   }
+}
+
+TEST_CASE("rendezvous: an agent that never starts watching is lost after the heartbeat timeout",
+          "[rendezvous]") {
+  Job job(3);
+  AbortSink sink;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r : {0, 1}) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
+  REQUIRE(sink.wait_for(2));
+  CHECK(std::chrono::steady_clock::now() - start < 10s);  // heartbeat timeout: 1 s
+  std::lock_guard lk(sink.mu);
+  for (int r : {0, 1}) {
+    INFO(sink.got[r].reason);
+    CHECK(sink.got[r].node_rank == 2);
+    CHECK(sink.got[r].reason.find("lost the agent on host-2 (node rank 2): no heartbeat") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: after an abort the master does not wait for an agent it lost", "[rendezvous]") {
+  Job job(3, simple_plan(), -1, 4000ms);
+  AbortSink sink;
+  for (int r = 0; r < 3; ++r) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
+  // Its watch closes, its main connection stays open: how a stopped agent looks to the master.
+  job.agents[2]->next_attempt();
+  REQUIRE(sink.wait_for(2));
+  job.agents[1].reset();
+  const auto start = std::chrono::steady_clock::now();
+  job.agents[0].reset();
+  // Not the drain's limit (the heartbeat timeout, 4 s): nobody is left to read the root cause.
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
 }
 
 TEST_CASE("rendezvous: a lost master is noticed by every agent", "[rendezvous]") {

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/core.h>
@@ -349,6 +350,36 @@ TEST_CASE("server: a labelled peer that stops heart-beating or disconnects is re
   CHECK(by.at("agent/0/1").find("heartbeat") != std::string::npos);
   CHECK(by.at("agent/0/2").find("closed") != std::string::npos);
   CHECK_THROWS_AS(quiet.ping(), Error);
+}
+
+TEST_CASE("server: labels() names the labelled peers connected now", "[server]") {
+  StoreServer server(server_opts());
+  auto labelled = [&](const std::string& label) {
+    auto o = client_opts(server.port());
+    o.label = label;
+    auto c = std::make_unique<TcpStore>(o);
+    c->ping();  // the hello is pipelined: answered once this returns
+    return c;
+  };
+  auto a1 = labelled("agent/0/1");
+  auto a10 = labelled("agent/0/10");
+  auto m = labelled("main/1");
+  TcpStore unlabelled(client_opts(server.port()));
+  unlabelled.ping();
+  auto got = server.labels("agent/0/");
+  std::sort(got.begin(), got.end());
+  CHECK(got == std::vector<std::string>{"agent/0/1", "agent/0/10"});
+  CHECK(server.labelled_count("agent/") == 2);
+  CHECK(server.labels("main/") == std::vector<std::string>{"main/1"});
+  a10.reset();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server.labels("agent/").size() != 1) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(server.labels("agent/") == std::vector<std::string>{"agent/0/1"});
+  server.stop();
+  CHECK(server.labels("").empty());
 }
 
 TEST_CASE("client: oversized keys are refused before sending", "[client]") {
