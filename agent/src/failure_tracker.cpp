@@ -69,6 +69,7 @@ Failure FailureTracker::failure_of(const Proc& p) const {
   f.reason = describe_exit(p.end.status);
   f.time = p.end.time;
   f.stderr_tail = relay_.stderr_tail(p.index());
+  f.after_signal = p.end.after_signal;
   return f;
 }
 

@@ -67,6 +67,20 @@ bool is_stopping_signal(int sig) {
   return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
 }
 
+bool is_checkpoint_signal(int sig) {
+  return sig == SIGUSR1 || sig == SIGUSR2;
+}
+
+SignalTarget signal_target(int sig) {
+  return is_checkpoint_signal(sig) ? SignalTarget::process : SignalTarget::group;
+}
+
+std::chrono::milliseconds teardown_delay(std::chrono::milliseconds grace_left, bool after_signal,
+                                         std::chrono::milliseconds grace) {
+  if (grace_left.count() > 0) return grace_left;
+  return after_signal ? grace : std::chrono::milliseconds(0);
+}
+
 SignalAction signal_action(int sig, int previous_agent_signal, bool teardown_started) {
   if (!is_stopping_signal(sig)) return SignalAction::forward;  // USR1/USR2: checkpoint requests
   if (previous_agent_signal != 0) {

@@ -51,6 +51,14 @@ void Proc::signal_group(int sig) const {
   ::killpg(pid_, sig);
 }
 
+void Proc::signal(int sig) const {
+  if (signal_target(sig) == SignalTarget::process) {
+    ::kill(pid_, sig);
+  } else {
+    signal_group(sig);
+  }
+}
+
 void Proc::kill_and_reap() {
   ::killpg(pid_, SIGKILL);
   int st = 0;

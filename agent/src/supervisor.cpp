@@ -11,6 +11,7 @@
 #include <optional>
 #include <utility>
 
+#include "agent/checkpoint_grace.hpp"
 #include "agent/command.hpp"
 #include "agent/error.hpp"
 #include "agent/failure_tracker.hpp"
@@ -57,6 +58,7 @@ class Supervisor final : ProcListener {
         reporter_(opts),
         relay_(opts, world_size),
         teardown_(io_, procs_, opts.term_timeout),
+        grace_(io_, opts.term_timeout),
         failures_(io_, coord, relay_, reporter_, [this](const Failure& f) { on_local_failure(f); }),
         sig_sd_(io_) {}
 
@@ -95,6 +97,7 @@ class Supervisor final : ProcListener {
   OutputRelay relay_;
   std::vector<std::unique_ptr<Proc>> procs_;
   Teardown teardown_;
+  CheckpointGrace grace_;
   FailureTracker failures_;
   asio::posix::stream_descriptor sig_sd_;
   unsigned char sig_buf_[64] = {};
@@ -103,7 +106,8 @@ class Supervisor final : ProcListener {
   int node_rank_ = 0;
   bool running_ = false;  // the loop runs; after it, signals wait for finish() and nothing is torn down
   std::vector<int> late_signals_;
-  int agent_signal_ = 0;  // the first stopping signal the agent got
+  int agent_signal_ = 0;    // the first stopping signal the agent got
+  bool published_ = false;  // this node's first failure went to the other nodes
 };
 
 RunResult Supervisor::run() {
@@ -208,15 +212,18 @@ void Supervisor::on_eof(Proc& p, bool is_err) {
 // The one place a worker's end is recorded.
 void Supervisor::on_exit(Proc& p) {
   p.end.stopped_by_ddprun = teardown_.started();
+  p.end.after_signal = teardown_.started() ? 0 : grace_.signal();
   reporter_.worker_exited(p);
   if (p.end.status.failed() && !teardown_.started()) failures_.worker_failed(p);
   check_done();
 }
 
+// Teardown at once, or once the grace after a checkpoint signal is over; the other nodes learn of
+// it at once either way.
 void Supervisor::on_local_failure(const Failure& f) {
   if (!teardown_.started()) {
-    start_teardown(SIGTERM, "worker_failed", f);
-    failures_.publish(f);
+    grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "worker_failed", f); });
+    if (!std::exchange(published_, true)) failures_.publish(f);
   }
   check_done();
 }
@@ -242,6 +249,7 @@ void Supervisor::on_signal(int sig) {
   switch (action) {
     case SignalAction::forward:
       teardown_.signal_live(sig);
+      if (is_checkpoint_signal(sig) && !teardown_.started()) grace_.forwarded(sig);
       return;
     case SignalAction::kill:
       teardown_.kill_all();
@@ -273,11 +281,14 @@ Failure Supervisor::agent_stopped(int sig) const {
 void Supervisor::on_remote_abort(const Failure& f) {
   if (failures_.is_echo(f)) return;  // our own failure, echoed back
   if (failures_.record_remote(f)) reporter_.remote_abort(f);
-  if (running_) start_teardown(SIGTERM, "remote_abort", f);
+  if (running_) {
+    grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "remote_abort", f); });
+  }
 }
 
 void Supervisor::start_teardown(int sig, const char* reason, const Failure& root) {
   if (teardown_.started()) return;
+  grace_.cancel();
   reporter_.teardown(reason, sig, root);
   teardown_.start(sig);
 }
@@ -291,6 +302,7 @@ void Supervisor::check_done() {
 
 // Every worker exited: the loop stops once their output is read and no failure waits for it.
 void Supervisor::on_all_exited() {
+  grace_.cancel();
   teardown_.all_exited();
   for (const auto& p : procs_) {
     if (p->reading(false) || p->reading(true)) return;

@@ -40,6 +40,7 @@ struct ProcEnd {
   core::FailureTime time{};
   std::chrono::milliseconds duration{0};
   bool stopped_by_ddprun = false;  // it ended after teardown had started
+  int after_signal = 0;            // it ended within the grace of this checkpoint signal
 };
 
 class Proc {
@@ -56,6 +57,8 @@ class Proc {
   // Signals the worker's process group, which outlives its leader while children remain; ESRCH
   // (already gone) is fine.
   void signal_group(int sig) const;
+  // A signal for the worker (signal_target): its process, or its whole group.
+  void signal(int sig) const;
   // For a start failure elsewhere: SIGKILL and reap now, counted as stopped by ddprun.
   void kill_and_reap();
   // Stops reading pipes that a process outside the group keeps open.

@@ -69,6 +69,101 @@ TEST_CASE("SIGUSR1 to the agent is forwarded and the job goes on") {
   CHECK(read_file(dir / "usr1") == "10\n");
 }
 
+TEST_CASE("SIGUSR1 and SIGUSR2 reach the worker only: a child without a handler lives on") {
+  TempDir dir;
+  // The child is forked before the trap is set, like a DataLoader worker with no handler.
+  const auto r = run_agent_in_child(
+      dir,
+      make_workers({"fork-hang " + (dir / "child") + " trap 10 " + (dir / "usr") + " trap 12 " +
+                    (dir / "usr") + " touch " + (dir / "ready") + " wait-file " + (dir / "go") + " exit 0"}),
+      1, fake_options(), [&](pid_t agent) {
+        REQUIRE(wait_for_file(dir / "ready"));
+        const pid_t child = std::stoi(read_file(dir / "child"));
+        ::kill(agent, SIGUSR1);
+        ::kill(agent, SIGUSR2);
+        for (int i = 0; i < 200 && read_file(dir / "usr").size() < 6; ++i) std::this_thread::sleep_for(10ms);
+        std::this_thread::sleep_for(100ms);  // a signal to the group would have ended the child by now
+        CHECK(running(child));
+        std::ofstream(dir / "go");
+      });
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 0);
+  const std::string usr = read_file(dir / "usr");
+  CHECK((usr == "10\n12\n" || usr == "12\n10\n"));  // both arrived, in either order
+}
+
+TEST_CASE("after SIGUSR2 the ranks get the grace: one exits 140 at once, the other a second later") {
+  TempDir dir;
+  const auto r = run_agent_in_child(dir,
+                                    make_workers({"exit-on 12 0 140 touch " + (dir / "ready0") + " hang",
+                                                  "exit-on 12 1000 140 touch " + (dir / "ready1") + " hang"}),
+                                    2, fake_options(), [&](pid_t agent) {
+                                      REQUIRE(wait_for_file(dir / "ready0"));
+                                      REQUIRE(wait_for_file(dir / "ready1"));
+                                      ::kill(agent, SIGUSR2);
+                                    });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 140);
+  CHECK(r.result.at("root_cause").at("rank") == 0);
+  CHECK(r.result.at("root_cause").at("after_signal") == SIGUSR2);
+  for (const auto& w : r.result.at("workers")) {
+    CHECK(w.at("exit_code") == 140);  // rank 1 finished its "checkpoint": no TERM reached it
+    CHECK(w.at("stopped_by_ddprun") == false);
+  }
+  CHECK(r.err.find("ddprun: stopped after SIGUSR2 with exit code 140") != std::string::npos);
+  CHECK(r.err.find("First exit after SIGUSR2:") != std::string::npos);
+  CHECK(r.err.find("job failed") == std::string::npos);
+  CHECK(r.err.find("Root cause") == std::string::npos);
+}
+
+TEST_CASE("after SIGUSR2 a rank that does not exit within the grace is stopped once it is over") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.term_timeout = 1s;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r =
+      run_agent_in_child(dir,
+                         make_workers({"exit-on 12 0 140 touch " + (dir / "ready0") + " hang",
+                                       "trap 12 " + (dir / "usr") + " touch " + (dir / "ready1") + " hang"}),
+                         2, opts, [&](pid_t agent) {
+                           REQUIRE(wait_for_file(dir / "ready0"));
+                           REQUIRE(wait_for_file(dir / "ready1"));
+                           ::kill(agent, SIGUSR2);
+                         });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(std::chrono::steady_clock::now() - start >= 1s);
+  CHECK(r.result.at("exit_code") == 140);
+  CHECK(r.result.at("workers").at(1).at("signal") == "SIGTERM");
+  CHECK(r.result.at("workers").at(1).at("stopped_by_ddprun") == true);
+  CHECK(r.result.at("workers").at(1).at("duration_s").get<double>() >= 0.9);
+}
+
+TEST_CASE("a failure long after a checkpoint signal is a failure: teardown at once") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.term_timeout = 300ms;
+  opts.error_file = dir / "error.json";
+  const auto r =
+      run_agent_in_child(dir,
+                         make_workers({"trap 12 " + (dir / "usr") + " touch " + (dir / "ready0") +
+                                           " wait-file " + (dir / "go") + " exit 3",
+                                       "trap 12 " + (dir / "usr") + " touch " + (dir / "ready1") + " hang"}),
+                         2, opts, [&](pid_t agent) {
+                           REQUIRE(wait_for_file(dir / "ready0"));
+                           REQUIRE(wait_for_file(dir / "ready1"));
+                           ::kill(agent, SIGUSR2);
+                           std::this_thread::sleep_for(600ms);  // the grace is over
+                           std::ofstream(dir / "go");
+                         });
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 3);
+  CHECK(r.result.at("root_cause").at("after_signal") == 0);
+  CHECK(r.result.at("workers").at(1).at("signal") == "SIGTERM");
+  CHECK(r.err.find("job failed with exit code 3") != std::string::npos);
+}
+
 TEST_CASE("a second SIGINT kills at once instead of waiting for the grace period") {
   TempDir dir;
   auto opts = fake_options();
@@ -118,8 +213,8 @@ TEST_CASE("repeated SIGTERM keeps the grace period so workers can checkpoint") {
   opts.term_timeout = std::chrono::milliseconds(600000);
   const auto r = run_agent_in_child(
       dir,
-      make_workers({"trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " wait-file " + (dir / "saved") +
-                    " exit 0"}),
+      make_workers({"trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " wait-file " +
+                    (dir / "saved") + " exit 0"}),
       1, opts, [&](pid_t agent) {
         REQUIRE(wait_for_file(dir / "ready"));
         for (int i = 0; i < 3; ++i) ::kill(agent, SIGTERM);
