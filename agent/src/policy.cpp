@@ -118,4 +118,9 @@ AttemptDecision after_attempt(const RunResult& r, const std::optional<Failure>& 
   return {!final && attempt < max_restarts, code};
 }
 
+AttemptDecision after_held_signal(AttemptDecision d, int held_signal) {
+  if (held_signal != 0) d.restart = false;
+  return d;
+}
+
 }  // namespace ddprun::agent

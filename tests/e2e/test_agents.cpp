@@ -190,6 +190,50 @@ TEST_CASE("after SIGUSR2 every rank gets the grace: one exits at once, the other
   CHECK(leftovers_after(job.token, 5s).empty());
 }
 
+TEST_CASE("a stopping signal right after the run never changes the root cause's exit code",
+          "[e2e][signals]") {
+  // srun --kill-on-bad-exit TERMs every agent once one exits with the root cause's code. The test hook
+  // raises SIGTERM in each agent the moment its run has ended, the narrowest place for it to land.
+  Job job;
+  for (int n = 0; n < 2; ++n) {
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(n),
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(job.port),
+                                     "--term-timeout",
+                                     "3",
+                                     "--",
+                                     "/bin/sh",
+                                     "-c",
+                                     "if [ $RANK = 1 ]; then exit 7; fi; exec " + kFake + " hang"};
+    job.agents.push_back(start(argv,
+                               {{"DDPRUN_TEST_TOKEN", job.token}, {"DDPRUN_TEST_RAISE_AFTER_RUN", "15"}},
+                               job.dir.path(), "agent" + std::to_string(n)));
+  }
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 7);
+  }
+}
+
+TEST_CASE("a stopping signal between a failed attempt and its restart stops the job with that attempt's code",
+          "[e2e][signals]") {
+  Job job;
+  job.agents.push_back(start(
+      {DDPRUN_EXE, "--nproc-per-node", "1", "--max-restarts", "3", "--", "/bin/sh", "-c",
+       "echo x >> \"$DIR/runs\"; exit 7"},
+      {{"DDPRUN_TEST_TOKEN", job.token}, {"DIR", job.dir.path()}, {"DDPRUN_TEST_RAISE_AFTER_RUN", "15"}},
+      job.dir.path(), "agent0"));
+  job.wait_all();
+  INFO(job.agents[0].err());
+  CHECK(job.agents[0].code == 7);
+  CHECK(read_file(job.dir / "runs") == "x\n");  // no restart after the stop
+}
+
 TEST_CASE("SIGKILL of the master agent: the other node exits non-zero and no worker survives",
           "[e2e][kill]") {
   Job job;

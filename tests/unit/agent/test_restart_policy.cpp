@@ -96,3 +96,24 @@ TEST_CASE("after_attempt: a stop after a checkpoint signal is never restarted, h
   CHECK_FALSE(after_attempt(failed(143), remote, 0, 5).restart);
   CHECK(after_attempt(failed(143), remote, 0, 5).exit_code == 140);
 }
+
+TEST_CASE("after_held_signal: a stop after the run cancels a restart and keeps the decided code") {
+  struct Row {
+    bool restart;
+    int code;
+    int held;
+    bool want_restart;
+  };
+  const Row rows[] = {
+      {true, 7, 0, true},          // nothing came: restart
+      {true, 7, SIGTERM, false},   // scancel between the attempts: stop, with the attempt's code
+      {false, 7, SIGTERM, false},  // srun's TERM after the last attempt: the code stands
+      {false, 0, SIGINT, false},   // a success stays a success
+  };
+  for (const auto& r : rows) {
+    INFO("restart " << r.restart << " code " << r.code << " held " << r.held);
+    const auto d = after_held_signal(AttemptDecision{r.restart, r.code}, r.held);
+    CHECK(d.restart == r.want_restart);
+    CHECK(d.exit_code == r.code);
+  }
+}

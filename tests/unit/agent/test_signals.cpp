@@ -1,7 +1,10 @@
-// Signals reaching the agent: forwarded to every worker group; TERM/INT/... stop the job.
+// Signals reaching the agent: USR1/USR2 to each worker, TERM/INT/... to every worker group, where they
+// stop the job; the hold that keeps a decided outcome from any signal.
 #include <catch2/catch.hpp>
 #include <csignal>
 
+#include "agent/policy.hpp"
+#include "agent/signals.hpp"
 #include "agent_test_util.hpp"
 
 using namespace agent_test;
@@ -20,6 +23,14 @@ void signal_until_gone(pid_t pid, int sig) {
     ::kill(pid, sig);
     std::this_thread::sleep_for(50ms);
   }
+}
+// Runs `body` in a forked child and returns its wait status: the hold changes process-wide state.
+int in_child(const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return st;
 }
 }  // namespace
 
@@ -227,4 +238,87 @@ TEST_CASE("repeated SIGTERM keeps the grace period so workers can checkpoint") {
   CHECK(r.result.at("stopped_by_signal") == true);
   CHECK(r.result.at("workers").at(0).at("exit_code") == 0);
   CHECK(r.result.at("workers").at(0).at("signal").is_null());
+}
+
+TEST_CASE("held stop signals are caught, never fatal, and the first one is kept") {
+  using namespace ddprun::agent;
+  const int st = in_child([] {
+    hold_stop_signals();
+    ::raise(SIGTERM);
+    ::raise(SIGINT);
+    ::raise(SIGHUP);
+    ::raise(SIGQUIT);
+    if (held_stop_signal() != SIGTERM) return 1;
+    // A signal was caught: the hold stays, so a later one cannot kill the process either.
+    if (release_stop_signals() != SIGTERM) return 2;
+    ::raise(SIGTERM);
+    return held_stop_signal() == SIGTERM ? 0 : 3;
+  });
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+}
+
+TEST_CASE("releasing a hold that caught nothing brings the previous dispositions back") {
+  using namespace ddprun::agent;
+  const int st = in_child([] {
+    std::signal(SIGHUP, SIG_IGN);  // e.g. nohup
+    hold_stop_signals();
+    if (release_stop_signals() != 0) return 1;
+    struct sigaction sa {};
+    ::sigaction(SIGHUP, nullptr, &sa);
+    if (sa.sa_handler != SIG_IGN) return 2;
+    ::raise(SIGTERM);  // the default again: fatal
+    return 3;
+  });
+  REQUIRE(WIFSIGNALED(st));
+  CHECK(WTERMSIG(st) == SIGTERM);
+}
+
+TEST_CASE("a run's watcher takes over from the hold and gives it back when the run ends") {
+  using namespace ddprun::agent;
+  const int st = in_child([] {
+    hold_stop_signals();
+    ::raise(SIGHUP);  // before the run: the run's watcher reads it as if it came during the run
+    {
+      SignalWatcher w(forwarded_signals());
+      if (held_stop_signal() != 0) return 1;
+      ::raise(SIGTERM);
+      if (w.drain() != std::vector<int>{SIGHUP, SIGTERM}) return 2;
+    }
+    ::raise(SIGTERM);  // after the run: held, not fatal
+    return held_stop_signal() == SIGTERM ? 0 : 3;
+  });
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+}
+
+TEST_CASE("a stop caught by the hold just before the run stops the run") {
+  TempDir dir;
+  const auto r = run_agent_in_child(dir, make_workers({"hang"}), 1, fake_options(), {}, [] {
+    ddprun::agent::hold_stop_signals();
+    ::raise(SIGTERM);
+  });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 143);
+  CHECK(r.result.at("stopped_by_signal") == true);
+}
+
+TEST_CASE("a TERM right after a failed run never changes its exit code") {
+  // What srun --kill-on-bad-exit does once another node exited with the root cause's code.
+  TempDir dir;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::FILE* e = std::freopen((dir / "err").c_str(), "w", stderr);
+    if (e == nullptr) ::_exit(90);
+    ddprun::agent::hold_stop_signals();
+    ddprun::agent::LocalCoordinator coord;
+    const auto r = ddprun::agent::run_workers(make_workers({"exit 7"}), 1, fake_options(), coord);
+    ::raise(SIGTERM);
+    ::_exit(ddprun::agent::after_attempt(r, std::nullopt, 0, 0).exit_code);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 7);
 }
