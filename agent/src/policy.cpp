@@ -23,6 +23,19 @@ ExitStatus decode_wait_status(int wait_status) {
   return s;
 }
 
+ExitStatus decode_child_status(int code, int status) {
+  ExitStatus s;
+  if (code == CLD_EXITED) {
+    s.exit_code = status;
+  } else if (code == CLD_KILLED || code == CLD_DUMPED) {
+    s.signal = status;
+    s.exit_code = 128 + status;
+  } else {
+    s.exit_code = 1;  // as decode_wait_status: not an end we know
+  }
+  return s;
+}
+
 std::string describe_exit(const ExitStatus& s) {
   if (s.signal != 0) return "killed by " + signal_name(s.signal);
   if (s.exit_code == 0) return "exited normally";

@@ -18,6 +18,7 @@
 #include "agent/io.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
+#include "agent/reaper.hpp"
 #include "agent/reporter.hpp"
 #include "agent/signals.hpp"
 #include "agent/spawn.hpp"
@@ -96,6 +97,7 @@ class Supervisor final : ProcListener {
   Reporter reporter_;
   OutputRelay relay_;
   std::vector<std::unique_ptr<Proc>> procs_;
+  Reaper reaper_;  // declared after procs_: says goodbye before their zombies are reaped
   Teardown teardown_;
   CheckpointGrace grace_;
   FailureTracker failures_;
@@ -120,6 +122,7 @@ RunResult Supervisor::run() {
       coord_, [this](const Failure& f) { asio::post(io_, [this, f] { on_remote_abort(f); }); });
   SignalWatcher sigw(forwarded_signals());
   sig_sd_.assign(::fcntl(sigw.fd(), F_DUPFD_CLOEXEC, 3));
+  if (!local_.empty()) reaper_.start();
   if (const auto failed = spawn_all()) return start_failure(*failed);
 
   if (!procs_.empty()) {
@@ -158,7 +161,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
     auto p = std::make_unique<Proc>(io_, i, w, w.host.value_or(host_));
     try {
       relay_.add(w, p->host());
-      p->start(cmd, merge_environment(base_env, w.env));
+      p->start(cmd, merge_environment(base_env, w.env), [this](pid_t pgid) { reaper_.watch(pgid); });
     } catch (const Error& e) {
       return StartFailure{e.what(), e.exit_code(), i};
     }

@@ -18,6 +18,8 @@ struct ExitStatus {
 };
 
 ExitStatus decode_wait_status(int wait_status);
+// The same from waitid()'s siginfo: its si_code (CLD_EXITED, CLD_KILLED, CLD_DUMPED) and si_status.
+ExitStatus decode_child_status(int code, int status);
 
 using core::signal_name;
 

@@ -261,7 +261,8 @@ TEST_CASE("held stop signals are caught, never fatal, and the first one is kept"
 TEST_CASE("releasing a hold that caught nothing brings the previous dispositions back") {
   using namespace ddprun::agent;
   const int st = in_child([] {
-    std::signal(SIGHUP, SIG_IGN);  // e.g. nohup
+    std::signal(SIGHUP, SIG_IGN);   // e.g. nohup
+    std::signal(SIGTERM, SIG_DFL);  // not the test framework's handler
     hold_stop_signals();
     if (release_stop_signals() != 0) return 1;
     struct sigaction sa {};
