@@ -80,7 +80,6 @@ class Supervisor final : ProcListener {
   std::optional<StartFailure> spawn_all();
   RunResult start_failure(const StartFailure& s);
   void start_teardown(int sig, const char* reason, const Failure& root);
-  Failure agent_stopped(int sig) const;
   void arm_signal();
   void check_done();
   void deliver_posted();
@@ -174,16 +173,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
 RunResult Supervisor::start_failure(const StartFailure& s) {
   // Workers already started must not run without their peers.
   for (auto& p : procs_) p->kill_and_reap();
-  const core::Worker& w = local_.at(s.worker);
-  Failure f;
-  f.host = w.host.value_or(host_);
-  f.node_rank = w.node_rank;
-  f.rank = w.rank;
-  f.local_rank = w.local_rank;
-  f.exit_code = s.exit_code;
-  f.reason = "cannot start: " + s.message;
-  f.fatal = true;  // every node stops: a new attempt would fail the same way
-  f.time = core::failure_now();
+  const Failure f = start_failed(local_.at(s.worker), host_, s.message, s.exit_code);
   reporter_.spawn_failed(f, s.message, procs_);
   failures_.publish(f);
   RunResult r = base_result();
@@ -262,23 +252,10 @@ void Supervisor::on_signal(int sig) {
     case SignalAction::teardown:
       break;
   }
-  const Failure f = agent_stopped(sig);
+  const Failure f = agent_stopped(sig, host_, node_rank_);
   failures_.offer_local(f);
   start_teardown(sig, "signal", f);
   failures_.publish(f);
-}
-
-// The agent's own stop as a failure: rank -1 says the agent was stopped, so nobody restarts.
-Failure Supervisor::agent_stopped(int sig) const {
-  Failure f;
-  f.host = host_;
-  f.node_rank = node_rank_;
-  f.exit_code = 128 + sig;
-  f.signal = sig;
-  f.pid = ::getpid();
-  f.reason = fmt::format("ddprun on {} received {}", host_, signal_name(sig));
-  f.time = core::failure_now();
-  return f;
 }
 
 void Supervisor::on_remote_abort(const Failure& f) {
