@@ -34,13 +34,26 @@ void CheckpointGrace::after_failure(bool after_signal, std::function<void()> sto
   }
   const auto at = Clock::now() + delay;
   if (stop_ && stop_at_ <= at) return;
-  stop_ = std::move(stop);
+  arm(at, std::move(stop));
+}
+
+void CheckpointGrace::when_over(std::function<void()> done) {
+  if (left().count() == 0) {
+    cancel();
+    done();
+    return;
+  }
+  arm(until_, std::move(done));
+}
+
+void CheckpointGrace::arm(Clock::time_point at, std::function<void()> run) {
+  stop_ = std::move(run);
   stop_at_ = at;
   timer_.expires_at(at);
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !stop_) return;
-    auto run = std::exchange(stop_, nullptr);
-    run();
+    auto due = std::exchange(stop_, nullptr);
+    due();
   });
 }
 

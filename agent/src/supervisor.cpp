@@ -54,6 +54,7 @@ class Supervisor final : ProcListener {
   Supervisor(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
              Coordinator& coord)
       : local_(local),
+        has_peers_(static_cast<std::size_t>(world_size) > local.size()),
         opts_(opts),
         coord_(coord),
         reporter_(opts),
@@ -90,6 +91,7 @@ class Supervisor final : ProcListener {
   RunResult finish();
 
   const std::vector<core::Worker>& local_;
+  bool has_peers_;  // other nodes (or tasks) run workers of this job
   const AgentOptions& opts_;
   Coordinator& coord_;
   asio::io_context io_;  // declared before everything that uses it
@@ -107,8 +109,9 @@ class Supervisor final : ProcListener {
   int node_rank_ = 0;
   bool running_ = false;  // the loop runs; after it, signals wait for finish() and nothing is torn down
   std::vector<int> late_signals_;
-  int agent_signal_ = 0;    // the first stopping signal the agent got
-  bool published_ = false;  // this node's first failure went to the other nodes
+  int agent_signal_ = 0;     // the first stopping signal the agent got
+  bool published_ = false;   // this node's first failure went to the other nodes
+  bool on_request_ = false;  // a failure came within the grace after a checkpoint signal
 };
 
 RunResult Supervisor::run() {
@@ -214,6 +217,7 @@ void Supervisor::on_exit(Proc& p) {
 // Teardown at once, or once the grace after a checkpoint signal is over; the other nodes learn of
 // it at once either way.
 void Supervisor::on_local_failure(const Failure& f) {
+  on_request_ = on_request_ || f.after_signal != 0;
   if (!teardown_.started()) {
     grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "worker_failed", f); });
     if (!std::exchange(published_, true)) failures_.publish(f);
@@ -256,11 +260,13 @@ void Supervisor::on_signal(int sig) {
   failures_.offer_local(f);
   start_teardown(sig, "signal", f);
   failures_.publish(f);
+  check_done();  // ends the wait for the rest of a checkpoint grace
 }
 
 void Supervisor::on_remote_abort(const Failure& f) {
   if (failures_.is_echo(f)) return;  // our own failure, echoed back
   if (failures_.record_remote(f)) reporter_.remote_abort(f);
+  on_request_ = on_request_ || f.after_signal != 0;
   if (running_) {
     grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "remote_abort", f); });
   }
@@ -287,7 +293,14 @@ void Supervisor::on_all_exited() {
   for (const auto& p : procs_) {
     if (p->reading(false) || p->reading(true)) return;
   }
-  if (!failures_.waiting()) io_.stop();
+  if (failures_.waiting()) return;
+  // After a stop on request the other nodes may still be writing their checkpoints; leaving now
+  // would let srun --kill-on-bad-exit TERM them. So stay for the rest of this node's grace.
+  if (on_request_ && has_peers_ && agent_signal_ == 0) {
+    grace_.when_over([this] { io_.stop(); });
+  } else {
+    io_.stop();
+  }
 }
 
 // Runs what was posted after the loop stopped (remote aborts; signals read then wait in late_signals_).

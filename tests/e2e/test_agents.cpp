@@ -179,6 +179,10 @@ TEST_CASE("after SIGUSR2 every rank gets the grace: one exits at once, the other
   REQUIRE(wait_file(job.dir / "ready_0"));
   REQUIRE(wait_file(job.dir / "ready_1"));
   for (auto& a : job.agents) ::kill(a.pid, SIGUSR2);  // srun passes it to every agent
+  // Node 1, whose rank is done, stays until its grace is over: an earlier exit would let srun
+  // --kill-on-bad-exit TERM rank 0 in the middle of its checkpoint.
+  REQUIRE(wait_file(job.dir / "saved_0", 20s));
+  CHECK(::waitpid(job.agents[1].pid, nullptr, WNOHANG) == 0);
   job.wait_all();
   CHECK(read_file(job.dir / "saved_0") == "saved\n");
   for (auto& a : job.agents) {
