@@ -1,6 +1,7 @@
 #include "agent/failure_tracker.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 #include <exception>
 #include <utility>
 
@@ -17,6 +18,32 @@ bool same_failure(const Failure& a, const Failure& b) {
 }
 
 }  // namespace
+
+Failure start_failed(const core::Worker& w, const std::string& host, const std::string& message,
+                     int exit_code) {
+  Failure f;
+  f.host = w.host.value_or(host);
+  f.node_rank = w.node_rank;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.exit_code = exit_code;
+  f.reason = "cannot start: " + message;
+  f.fatal = true;  // every node stops
+  f.time = core::failure_now();
+  return f;
+}
+
+Failure agent_stopped(int sig, const std::string& host, int node_rank) {
+  Failure f;
+  f.host = host;
+  f.node_rank = node_rank;
+  f.exit_code = 128 + sig;
+  f.signal = sig;
+  f.pid = ::getpid();
+  f.reason = fmt::format("ddprun on {} received {}", host, signal_name(sig));
+  f.time = core::failure_now();
+  return f;
+}
 
 FailureTracker::FailureTracker(boost::asio::io_context& io, Coordinator& coord, const OutputRelay& relay,
                                const Reporter& reporter, std::function<void(const Failure&)> decided)
@@ -69,6 +96,7 @@ Failure FailureTracker::failure_of(const Proc& p) const {
   f.reason = describe_exit(p.end.status);
   f.time = p.end.time;
   f.stderr_tail = relay_.stderr_tail(p.index());
+  f.after_signal = p.end.after_signal;
   return f;
 }
 

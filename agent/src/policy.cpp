@@ -23,6 +23,19 @@ ExitStatus decode_wait_status(int wait_status) {
   return s;
 }
 
+ExitStatus decode_child_status(int code, int status) {
+  ExitStatus s;
+  if (code == CLD_EXITED) {
+    s.exit_code = status;
+  } else if (code == CLD_KILLED || code == CLD_DUMPED) {
+    s.signal = status;
+    s.exit_code = 128 + status;
+  } else {
+    s.exit_code = 1;  // as decode_wait_status: not an end we know
+  }
+  return s;
+}
+
 std::string describe_exit(const ExitStatus& s) {
   if (s.signal != 0) return "killed by " + signal_name(s.signal);
   if (s.exit_code == 0) return "exited normally";
@@ -67,6 +80,20 @@ bool is_stopping_signal(int sig) {
   return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
 }
 
+bool is_checkpoint_signal(int sig) {
+  return sig == SIGUSR1 || sig == SIGUSR2;
+}
+
+SignalTarget signal_target(int sig) {
+  return is_checkpoint_signal(sig) ? SignalTarget::process : SignalTarget::group;
+}
+
+std::chrono::milliseconds teardown_delay(std::chrono::milliseconds grace_left, bool after_signal,
+                                         std::chrono::milliseconds grace) {
+  if (grace_left.count() > 0) return grace_left;
+  return after_signal ? grace : std::chrono::milliseconds(0);
+}
+
 SignalAction signal_action(int sig, int previous_agent_signal, bool teardown_started) {
   if (!is_stopping_signal(sig)) return SignalAction::forward;  // USR1/USR2: checkpoint requests
   if (previous_agent_signal != 0) {
@@ -102,6 +129,11 @@ AttemptDecision after_attempt(const RunResult& r, const std::optional<Failure>& 
   if (code == 0) code = 1;
   const bool final = r.stopped_by_signal || r.spawn_failed || (root && core::ends_job(*root));
   return {!final && attempt < max_restarts, code};
+}
+
+AttemptDecision after_held_signal(AttemptDecision d, int held_signal) {
+  if (held_signal != 0) d.restart = false;
+  return d;
 }
 
 }  // namespace ddprun::agent

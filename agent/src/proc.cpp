@@ -19,16 +19,21 @@ Proc::Proc(asio::io_context& io, std::size_t index, const core::Worker& w, std::
     : index_(index), w_(&w), host_(std::move(host)), pidfd_(io), out_(io), err_(io) {}
 
 Proc::~Proc() {
-  if (pid_ > 0 && !end.exited) {
-    ::killpg(pid_, SIGKILL);
-    int st = 0;
-    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-    }
-  }
+  if (pid_ > 0 && !end.exited) ::killpg(pid_, SIGKILL);
+  reap();
 }
 
-void Proc::start(const ResolvedCommand& cmd, const std::vector<std::string>& env) {
-  Spawned s = spawn_process(SpawnRequest{cmd.program, cmd.argv, env});
+void Proc::reap() {
+  if (pid_ <= 0 || reaped_) return;
+  int st = 0;
+  while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+}
+
+void Proc::start(const ResolvedCommand& cmd, const std::vector<std::string>& env,
+                 const std::function<void(pid_t)>& forked) {
+  Spawned s = spawn_process(SpawnRequest{cmd.program, cmd.argv, env, forked});
   pid_ = s.pid;
   start_ = std::chrono::steady_clock::now();
   pidfd_.assign(s.pidfd.release());
@@ -51,12 +56,21 @@ void Proc::signal_group(int sig) const {
   ::killpg(pid_, sig);
 }
 
+void Proc::signal(int sig) const {
+  if (signal_target(sig) == SignalTarget::process) {
+    ::kill(pid_, sig);
+  } else {
+    signal_group(sig);
+  }
+}
+
 void Proc::kill_and_reap() {
   ::killpg(pid_, SIGKILL);
   int st = 0;
   while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
   }
-  record_exit(st, true);
+  reaped_ = true;
+  record_exit(decode_wait_status(st));
   end.stopped_by_ddprun = true;
 }
 
@@ -84,24 +98,26 @@ WorkerExit Proc::exit_record() const {
 void Proc::arm_exit() {
   pidfd_.async_wait(asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
     if (ec) return;
-    int st = 0;
-    const pid_t r = ::waitpid(pid_, &st, WNOHANG);
-    if (r == 0 || (r < 0 && errno == EINTR)) {
+    // WNOWAIT: read the status but leave the zombie (see reaped_).
+    siginfo_t info{};
+    const int r = ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT);
+    if ((r == 0 && info.si_pid == 0) || (r < 0 && errno == EINTR)) {
       arm_exit();  // spurious wake-up
       return;
     }
-    record_exit(st, r == pid_);
+    // Someone else reaped it (SIGCHLD ignored by the embedding program): the status is lost.
+    reaped_ = r < 0;
+    record_exit(r == 0 ? decode_child_status(info.si_code, info.si_status) : ExitStatus{1, 0});
     listener_->on_exit(*this);
   });
 }
 
-void Proc::record_exit(int wait_status, bool reaped) {
+void Proc::record_exit(const ExitStatus& status) {
   end.exited = true;
   end.duration =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
   end.time = core::failure_now();
-  // Someone else reaped it (SIGCHLD ignored by the embedding program): the status is lost.
-  end.status = reaped ? decode_wait_status(wait_status) : ExitStatus{1, 0};
+  end.status = status;
   boost::system::error_code ignored;
   pidfd_.close(ignored);
 }

@@ -31,15 +31,19 @@ std::string duration_text(std::chrono::milliseconds d) {
 }  // namespace
 
 std::string format_report(const RunResult& r, bool colour, ReportLength length) {
-  std::string out = paint(fmt::format("ddprun: job failed with exit code {} (attempt {}, node {}, host {})",
+  // Workers that exited after a checkpoint signal stopped on request: not a crash.
+  const int after = r.root_cause ? r.root_cause->after_signal : 0;
+  const std::string what = after != 0 ? "stopped after " + signal_name(after) : std::string("job failed");
+  std::string out = paint(fmt::format("ddprun: {} with exit code {} (attempt {}, node {}, host {})", what,
                                       r.exit_code, r.attempt, r.node_rank, r.host),
-                          Style::bold_red, colour) +
+                          after != 0 ? Style::yellow : Style::bold_red, colour) +
                     "\n";
   if (r.stopped_by_signal) {
     out += fmt::format("ddprun: {} received by ddprun; workers were stopped\n", signal_name(r.signal));
   }
   if (const auto& f = r.root_cause) {
-    out += paint("Root cause (first observed failure):", Style::bold_red, colour) + "\n";
+    out += after != 0 ? fmt::format("First exit after {}:\n", signal_name(after))
+                      : paint("Root cause (first observed failure):", Style::bold_red, colour) + "\n";
     out += fmt::format("  time      : {}\n", format_time(f->time));
     out += fmt::format("  host      : {}\n", f->host);
     out += fmt::format("  node rank : {}\n", f->node_rank);

@@ -4,7 +4,9 @@
 #include <unistd.h>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "agent/error.hpp"
@@ -25,7 +27,59 @@ extern "C" void on_agent_signal(int sig) {
   errno = saved_errno;
 }
 
+// The hold. One word, so that "release unless a signal was caught" is a single compare-and-swap:
+// kReleased, or 0 (holding, nothing caught), or the first stopping signal caught while holding.
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+constexpr int kReleased = -1;
+std::atomic<int> g_hold{kReleased};
+bool g_hold_installed = false;  // normal code only
+struct sigaction g_before_hold[std::size(kStopSignals)];
+
+extern "C" void on_held_signal(int sig) {
+  int cur = g_hold.load();
+  while (cur == 0 && !g_hold.compare_exchange_weak(cur, sig)) {
+  }
+  if (cur != kReleased) return;  // caught (the first one is kept)
+  // Released while this signal was on its way: what the disposition before the hold would do.
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+    if (kStopSignals[i] == sig) ::sigaction(sig, &g_before_hold[i], nullptr);
+  }
+  ::raise(sig);  // delivered once this handler returns
+}
+
 }  // namespace
+
+void hold_stop_signals() {
+  if (!g_hold_installed) {
+    struct sigaction sa {};
+    sa.sa_handler = on_held_signal;
+    sigfillset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+      ::sigaction(kStopSignals[i], &sa, &g_before_hold[i]);
+    }
+    g_hold_installed = true;
+  }
+  int released = kReleased;
+  g_hold.compare_exchange_strong(released, 0);
+}
+
+int held_stop_signal() {
+  const int cur = g_hold.load();
+  return cur > 0 ? cur : 0;
+}
+
+int release_stop_signals() {
+  int cur = 0;
+  if (!g_hold.compare_exchange_strong(cur, kReleased)) return cur > 0 ? cur : 0;
+  if (g_hold_installed) {
+    for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+      ::sigaction(kStopSignals[i], &g_before_hold[i], nullptr);
+    }
+    g_hold_installed = false;
+  }
+  return 0;
+}
 
 SignalWatcher::SignalWatcher(const std::vector<int>& sigs) {
   int p[2];
@@ -60,6 +114,11 @@ SignalWatcher::SignalWatcher(const std::vector<int>& sigs) {
   sigemptyset(&set);
   for (int sig : sigs) sigaddset(&set, sig);
   ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  // A stop the hold caught just before the run belongs to the run.
+  if (int held = g_hold.load(); held > 0 && g_hold.compare_exchange_strong(held, 0)) {
+    const auto byte = static_cast<unsigned char>(held);
+    [[maybe_unused]] const ssize_t w = ::write(write_fd_, &byte, 1);
+  }
 }
 
 SignalWatcher::~SignalWatcher() {

@@ -190,6 +190,7 @@ Spawned spawn_process(const SpawnRequest& req) {
     throw Error(std::string("cannot fork a worker: ") + std::strerror(fork_errno), 1);
   }
   ::setpgid(pid, pid);  // also from the parent, so killpg() works before the child got to run
+  if (req.forked) req.forked(pid);
   out_w.reset();
   err_w.reset();
   sync_w.reset();

@@ -11,12 +11,14 @@
 #include <optional>
 #include <utility>
 
+#include "agent/checkpoint_grace.hpp"
 #include "agent/command.hpp"
 #include "agent/error.hpp"
 #include "agent/failure_tracker.hpp"
 #include "agent/io.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
+#include "agent/reaper.hpp"
 #include "agent/reporter.hpp"
 #include "agent/signals.hpp"
 #include "agent/spawn.hpp"
@@ -52,11 +54,13 @@ class Supervisor final : ProcListener {
   Supervisor(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
              Coordinator& coord)
       : local_(local),
+        has_peers_(static_cast<std::size_t>(world_size) > local.size()),
         opts_(opts),
         coord_(coord),
         reporter_(opts),
         relay_(opts, world_size),
         teardown_(io_, procs_, opts.term_timeout),
+        grace_(io_, opts.term_timeout),
         failures_(io_, coord, relay_, reporter_, [this](const Failure& f) { on_local_failure(f); }),
         sig_sd_(io_) {}
 
@@ -77,7 +81,6 @@ class Supervisor final : ProcListener {
   std::optional<StartFailure> spawn_all();
   RunResult start_failure(const StartFailure& s);
   void start_teardown(int sig, const char* reason, const Failure& root);
-  Failure agent_stopped(int sig) const;
   void arm_signal();
   void check_done();
   void deliver_posted();
@@ -88,13 +91,16 @@ class Supervisor final : ProcListener {
   RunResult finish();
 
   const std::vector<core::Worker>& local_;
+  bool has_peers_;  // other nodes (or tasks) run workers of this job
   const AgentOptions& opts_;
   Coordinator& coord_;
   asio::io_context io_;  // declared before everything that uses it
   Reporter reporter_;
   OutputRelay relay_;
   std::vector<std::unique_ptr<Proc>> procs_;
+  Reaper reaper_;  // declared after procs_: says goodbye before their zombies are reaped
   Teardown teardown_;
+  CheckpointGrace grace_;
   FailureTracker failures_;
   asio::posix::stream_descriptor sig_sd_;
   unsigned char sig_buf_[64] = {};
@@ -103,7 +109,9 @@ class Supervisor final : ProcListener {
   int node_rank_ = 0;
   bool running_ = false;  // the loop runs; after it, signals wait for finish() and nothing is torn down
   std::vector<int> late_signals_;
-  int agent_signal_ = 0;  // the first stopping signal the agent got
+  int agent_signal_ = 0;     // the first stopping signal the agent got
+  bool published_ = false;   // this node's first failure went to the other nodes
+  bool on_request_ = false;  // a failure came within the grace after a checkpoint signal
 };
 
 RunResult Supervisor::run() {
@@ -116,6 +124,7 @@ RunResult Supervisor::run() {
       coord_, [this](const Failure& f) { asio::post(io_, [this, f] { on_remote_abort(f); }); });
   SignalWatcher sigw(forwarded_signals());
   sig_sd_.assign(::fcntl(sigw.fd(), F_DUPFD_CLOEXEC, 3));
+  if (!local_.empty()) reaper_.start();
   if (const auto failed = spawn_all()) return start_failure(*failed);
 
   if (!procs_.empty()) {
@@ -154,7 +163,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
     auto p = std::make_unique<Proc>(io_, i, w, w.host.value_or(host_));
     try {
       relay_.add(w, p->host());
-      p->start(cmd, merge_environment(base_env, w.env));
+      p->start(cmd, merge_environment(base_env, w.env), [this](pid_t pgid) { reaper_.watch(pgid); });
     } catch (const Error& e) {
       return StartFailure{e.what(), e.exit_code(), i};
     }
@@ -167,16 +176,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
 RunResult Supervisor::start_failure(const StartFailure& s) {
   // Workers already started must not run without their peers.
   for (auto& p : procs_) p->kill_and_reap();
-  const core::Worker& w = local_.at(s.worker);
-  Failure f;
-  f.host = w.host.value_or(host_);
-  f.node_rank = w.node_rank;
-  f.rank = w.rank;
-  f.local_rank = w.local_rank;
-  f.exit_code = s.exit_code;
-  f.reason = "cannot start: " + s.message;
-  f.fatal = true;  // every node stops: a new attempt would fail the same way
-  f.time = core::failure_now();
+  const Failure f = start_failed(local_.at(s.worker), host_, s.message, s.exit_code);
   reporter_.spawn_failed(f, s.message, procs_);
   failures_.publish(f);
   RunResult r = base_result();
@@ -208,15 +208,19 @@ void Supervisor::on_eof(Proc& p, bool is_err) {
 // The one place a worker's end is recorded.
 void Supervisor::on_exit(Proc& p) {
   p.end.stopped_by_ddprun = teardown_.started();
+  p.end.after_signal = teardown_.started() ? 0 : grace_.signal();
   reporter_.worker_exited(p);
   if (p.end.status.failed() && !teardown_.started()) failures_.worker_failed(p);
   check_done();
 }
 
+// Teardown at once, or once the grace after a checkpoint signal is over; the other nodes learn of
+// it at once either way.
 void Supervisor::on_local_failure(const Failure& f) {
+  on_request_ = on_request_ || f.after_signal != 0;
   if (!teardown_.started()) {
-    start_teardown(SIGTERM, "worker_failed", f);
-    failures_.publish(f);
+    grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "worker_failed", f); });
+    if (!std::exchange(published_, true)) failures_.publish(f);
   }
   check_done();
 }
@@ -242,6 +246,7 @@ void Supervisor::on_signal(int sig) {
   switch (action) {
     case SignalAction::forward:
       teardown_.signal_live(sig);
+      if (is_checkpoint_signal(sig) && !teardown_.started()) grace_.forwarded(sig);
       return;
     case SignalAction::kill:
       teardown_.kill_all();
@@ -251,33 +256,25 @@ void Supervisor::on_signal(int sig) {
     case SignalAction::teardown:
       break;
   }
-  const Failure f = agent_stopped(sig);
+  const Failure f = agent_stopped(sig, host_, node_rank_);
   failures_.offer_local(f);
   start_teardown(sig, "signal", f);
   failures_.publish(f);
-}
-
-// The agent's own stop as a failure: rank -1 says the agent was stopped, so nobody restarts.
-Failure Supervisor::agent_stopped(int sig) const {
-  Failure f;
-  f.host = host_;
-  f.node_rank = node_rank_;
-  f.exit_code = 128 + sig;
-  f.signal = sig;
-  f.pid = ::getpid();
-  f.reason = fmt::format("ddprun on {} received {}", host_, signal_name(sig));
-  f.time = core::failure_now();
-  return f;
+  check_done();  // ends the wait for the rest of a checkpoint grace
 }
 
 void Supervisor::on_remote_abort(const Failure& f) {
   if (failures_.is_echo(f)) return;  // our own failure, echoed back
   if (failures_.record_remote(f)) reporter_.remote_abort(f);
-  if (running_) start_teardown(SIGTERM, "remote_abort", f);
+  on_request_ = on_request_ || f.after_signal != 0;
+  if (running_) {
+    grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "remote_abort", f); });
+  }
 }
 
 void Supervisor::start_teardown(int sig, const char* reason, const Failure& root) {
   if (teardown_.started()) return;
+  grace_.cancel();
   reporter_.teardown(reason, sig, root);
   teardown_.start(sig);
 }
@@ -291,11 +288,19 @@ void Supervisor::check_done() {
 
 // Every worker exited: the loop stops once their output is read and no failure waits for it.
 void Supervisor::on_all_exited() {
+  grace_.cancel();
   teardown_.all_exited();
   for (const auto& p : procs_) {
     if (p->reading(false) || p->reading(true)) return;
   }
-  if (!failures_.waiting()) io_.stop();
+  if (failures_.waiting()) return;
+  // After a stop on request the other nodes may still be writing their checkpoints; leaving now
+  // would let srun --kill-on-bad-exit TERM them. So stay for the rest of this node's grace.
+  if (on_request_ && has_peers_ && agent_signal_ == 0) {
+    grace_.when_over([this] { io_.stop(); });
+  } else {
+    io_.stop();
+  }
 }
 
 // Runs what was posted after the loop stopped (remote aborts; signals read then wait in late_signals_).

@@ -25,7 +25,7 @@ void Teardown::start(int sig) {
 
 void Teardown::signal_live(int sig) const {
   for (const auto& p : procs_) {
-    if (!p->end.exited) p->signal_group(sig);
+    if (!p->end.exited) p->signal(sig);
   }
 }
 

@@ -17,7 +17,7 @@ FailureTime failure_now() {
 }
 
 bool ends_job(const Failure& root) {
-  return root.fatal || (root.rank < 0 && root.signal != 0);
+  return root.fatal || (root.rank < 0 && root.signal != 0) || root.after_signal != 0;
 }
 
 std::string signal_name(int sig) {
@@ -53,6 +53,7 @@ nlohmann::json failure_to_json(const Failure& f) {
   j["timestamp_us"] = f.time.time_since_epoch().count();
   j["stderr_tail"] = f.stderr_tail;
   j["fatal"] = f.fatal;
+  j["after_signal"] = f.after_signal;
   return j;
 }
 
@@ -70,6 +71,7 @@ Failure failure_from_json(const nlohmann::json& j) {
     f.time = FailureTime(std::chrono::microseconds(j.at("timestamp_us").get<long long>()));
     f.stderr_tail = j.value("stderr_tail", std::vector<std::string>{});
     f.fatal = j.value("fatal", false);
+    f.after_signal = j.value("after_signal", 0);
     return f;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("malformed failure record from another node: ") + e.what(), 1);

@@ -13,6 +13,7 @@
 
 #include "agent/error.hpp"
 #include "agent/events.hpp"
+#include "agent/signals.hpp"
 #include "agent/supervisor.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
@@ -329,11 +330,16 @@ void restarting(agent::Events& ev, int attempt, int code, int max_restarts) {
   }
 }
 
-// Once the outcome is decided, only the bounded store drain remains. A TERM now (e.g. srun's
-// --kill-on-bad-exit cancelling the step because another node already exited with the root cause)
-// must not replace the root cause's exit code with 143.
+// Test hook (tests/e2e): raises this signal number in the agent the moment a run has ended, the
+// narrowest place for srun's --kill-on-bad-exit TERM to land.
+void raise_test_signal() {
+  if (const char* sig = std::getenv("DDPRUN_TEST_RAISE_AFTER_RUN")) ::raise(std::atoi(sig));
+}
+
+// The last line; the stopping signals stay held (hold_stop_signals) up to the exit itself, so a TERM
+// now (srun's --kill-on-bad-exit, once another node exited with the root cause) cannot turn the
+// root cause's exit code into 143.
 int finished(agent::Events& ev, int code) {
-  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) std::signal(sig, SIG_IGN);
   if (ev.json()) ev.emit("job_finished", {{"exit_code", code}, {"success", code == 0}});
   return code;
 }
@@ -345,10 +351,16 @@ int run_attempts(Session& session, const core::Options& o, agent::AgentOptions a
     const Round round = session.join(attempt);
     announce(ev, o, round, attempt);
     ao.attempt = attempt;
+    // From the run until the exit no stopping signal kills the agent: the run handles it, and after
+    // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).
+    agent::hold_stop_signals();
     const agent::RunResult res =
         agent::run_workers(round.local, round.plan.world_size, ao, session.coordinator());
+    raise_test_signal();
     const auto published = res.success ? std::nullopt : session.published_root();
-    const agent::AttemptDecision d = agent::after_attempt(res, published, attempt, max_restarts);
+    agent::AttemptDecision d = agent::after_attempt(res, published, attempt, max_restarts);
+    // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
+    if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
     if (!d.restart) return finished(ev, d.exit_code);
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt();

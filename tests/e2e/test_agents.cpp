@@ -134,6 +134,110 @@ TEST_CASE("SIGUSR1 is forwarded and the job continues", "[e2e][signals]") {
   CHECK(read_file(job.dir / "usr1_0") == "10\n");
 }
 
+namespace {
+// Whether a process is gone (or a zombie): it was re-parented away from us, so look at /proc.
+bool gone(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return stat.empty() || (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z');
+}
+}  // namespace
+
+TEST_CASE("SIGUSR1 and SIGUSR2 reach the worker only: its children without a handler live on",
+          "[e2e][signals]") {
+  Job job;
+  // The background sleep stands for a DataLoader worker: no handler, so USR1/USR2 would kill it.
+  job.start(
+      1, 2,
+      sh("trap 'echo $RANK >> \"$DIR/usr_$RANK\"' USR1 USR2; sleep 300 & echo $! > \"$DIR/child_$RANK\"; "
+         "touch \"$DIR/ready_$RANK\"; while [ ! -e \"$DIR/go\" ]; do wait; done; exit 0"));
+  REQUIRE(wait_file(job.dir / "ready_0"));
+  REQUIRE(wait_file(job.dir / "ready_1"));
+  const pid_t child0 = std::stoi(read_file(job.dir / "child_0"));
+  const pid_t child1 = std::stoi(read_file(job.dir / "child_1"));
+  ::kill(job.agents[0].pid, SIGUSR1);
+  ::kill(job.agents[0].pid, SIGUSR2);
+  REQUIRE(wait_file(job.dir / "usr_0", 20s));
+  REQUIRE(wait_file(job.dir / "usr_1", 20s));
+  std::this_thread::sleep_for(200ms);  // a group signal would have killed them by now
+  CHECK_FALSE(gone(child0));
+  CHECK_FALSE(gone(child1));
+  std::ofstream(job.dir / "go").put('\n');
+  ::kill(job.agents[0].pid, SIGUSR1);  // wakes the workers' wait
+  job.wait_all();
+  CHECK(job.agents[0].code == 0);
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("after SIGUSR2 every rank gets the grace: one exits at once, the other finishes its checkpoint",
+          "[e2e][signals]") {
+  Job job;
+  // Rank 1 has nothing to save and exits 140 at once; rank 0 takes a second to write its checkpoint.
+  job.start(2, 1,
+            sh("trap 'if [ $RANK = 0 ]; then sleep 1; echo saved > \"$DIR/saved_$RANK\"; fi; exit 140' USR2; "
+               "sleep 300 & touch \"$DIR/ready_$RANK\"; wait"));
+  REQUIRE(wait_file(job.dir / "ready_0"));
+  REQUIRE(wait_file(job.dir / "ready_1"));
+  for (auto& a : job.agents) ::kill(a.pid, SIGUSR2);  // srun passes it to every agent
+  // Node 1, whose rank is done, stays until its grace is over: an earlier exit would let srun
+  // --kill-on-bad-exit TERM rank 0 in the middle of its checkpoint.
+  REQUIRE(wait_file(job.dir / "saved_0", 20s));
+  CHECK(::waitpid(job.agents[1].pid, nullptr, WNOHANG) == 0);
+  job.wait_all();
+  CHECK(read_file(job.dir / "saved_0") == "saved\n");
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 140);
+    CHECK_THAT(a.err(), Catch::Contains("stopped after SIGUSR2 with exit code 140"));
+    CHECK_THAT(a.err(), !Catch::Contains("job failed") && !Catch::Contains("Root cause"));
+  }
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("a stopping signal right after the run never changes the root cause's exit code",
+          "[e2e][signals]") {
+  // srun --kill-on-bad-exit TERMs every agent once one exits with the root cause's code. The test hook
+  // raises SIGTERM in each agent the moment its run has ended, the narrowest place for it to land.
+  Job job;
+  for (int n = 0; n < 2; ++n) {
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(n),
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(job.port),
+                                     "--term-timeout",
+                                     "3",
+                                     "--",
+                                     "/bin/sh",
+                                     "-c",
+                                     "if [ $RANK = 1 ]; then exit 7; fi; exec " + kFake + " hang"};
+    job.agents.push_back(start(argv,
+                               {{"DDPRUN_TEST_TOKEN", job.token}, {"DDPRUN_TEST_RAISE_AFTER_RUN", "15"}},
+                               job.dir.path(), "agent" + std::to_string(n)));
+  }
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 7);
+  }
+}
+
+TEST_CASE("a stopping signal between a failed attempt and its restart stops the job with that attempt's code",
+          "[e2e][signals]") {
+  Job job;
+  job.agents.push_back(start(
+      {DDPRUN_EXE, "--nproc-per-node", "1", "--max-restarts", "3", "--", "/bin/sh", "-c",
+       "echo x >> \"$DIR/runs\"; exit 7"},
+      {{"DDPRUN_TEST_TOKEN", job.token}, {"DIR", job.dir.path()}, {"DDPRUN_TEST_RAISE_AFTER_RUN", "15"}},
+      job.dir.path(), "agent0"));
+  job.wait_all();
+  INFO(job.agents[0].err());
+  CHECK(job.agents[0].code == 7);
+  CHECK(read_file(job.dir / "runs") == "x\n");  // no restart after the stop
+}
+
 TEST_CASE("SIGKILL of the master agent: the other node exits non-zero and no worker survives",
           "[e2e][kill]") {
   Job job;

@@ -172,3 +172,21 @@ TEST_CASE("chaos: a busy default MASTER_PORT is replaced by a free one that ever
   CHECK(p0 != std::to_string(sq.port) + "\n");
   CHECK(std::stoi(p0) > 0);
 }
+
+TEST_CASE("chaos: a SIGKILLed agent leaves nothing of its workers' process groups", "[e2e][chaos]") {
+  TempDir dir;
+  const std::string token = "ddprun-chaos-reaper-" + std::to_string(::getpid());
+  const int port = free_port();
+  // Each worker starts a child the way a DataLoader does; the agent's death signal reaches only the worker.
+  Proc agent = start(
+      agent_argv(1, 0, port,
+                 {"/bin/sh", "-c",
+                  "sleep 300 & echo $! > \"$DIR/child_$LOCAL_RANK\"; touch \"$DIR/ready_$LOCAL_RANK\"; wait"},
+                 {"--nproc-per-node", "2"}),
+      {{"DIR", dir.path()}, {"TOKEN", token}}, dir.path(), "agent");
+  REQUIRE(wait_file(dir / "ready_0"));
+  REQUIRE(wait_file(dir / "ready_1"));
+  ::kill(agent.pid, SIGKILL);
+  REQUIRE(wait_for(agent, 10s));
+  CHECK(leftovers_after(token, 5s).empty());
+}

@@ -9,6 +9,7 @@
 //   ignore-term       ignore SIGTERM
 //   trap N FILE       on signal N append "N\n" to FILE and keep going
 //   trap-term FILE    on SIGTERM write "TERM\n" to FILE and exit 0
+//   exit-on N MS CODE on signal N sleep MS milliseconds (a checkpoint being written), then exit CODE
 //   lines N WHERE     print N lines "line I" fast to out, err or both
 //   partial TEXT      print TEXT to stdout without a newline
 //   print TEXT        print TEXT and a newline to stdout;  eprint TEXT: the same to stderr
@@ -30,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -64,6 +66,16 @@ extern "C" void on_trap_term(int) {
     ::close(fd);
   }
   ::_exit(0);
+}
+
+int g_exit_on_ms = 0;
+int g_exit_on_code = 0;
+
+extern "C" void on_exit_signal(int) {
+  timespec ts{g_exit_on_ms / 1000, (g_exit_on_ms % 1000) * 1000000L};
+  while (::nanosleep(&ts, &ts) != 0) {
+  }
+  ::_exit(g_exit_on_code);
 }
 
 void install(int sig, void (*handler)(int)) {
@@ -133,6 +145,11 @@ int main(int argc, char** argv) {
       g_trap_storage[SIGTERM] = arg("trap-term");
       g_trap_file[SIGTERM] = g_trap_storage[SIGTERM].c_str();
       install(SIGTERM, on_trap_term);
+    } else if (a == "exit-on") {
+      const int sig = static_cast<int>(num("exit-on"));
+      g_exit_on_ms = static_cast<int>(num("exit-on"));
+      g_exit_on_code = static_cast<int>(num("exit-on"));
+      install(sig, on_exit_signal);
     } else if (a == "lines") {
       const long n = num("lines");
       const std::string where = arg("lines");

@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "agent/coordinator.hpp"
@@ -15,6 +16,12 @@
 #include "agent/result.hpp"
 
 namespace ddprun::agent {
+
+// The record of a worker that could not be started: fatal, since a new attempt would fail the same way.
+Failure start_failed(const core::Worker& w, const std::string& host, const std::string& message,
+                     int exit_code);
+// The agent's own stop by a signal: rank -1 says the agent was stopped, so nobody restarts.
+Failure agent_stopped(int sig, const std::string& host, int node_rank);
 
 class FailureTracker {
  public:

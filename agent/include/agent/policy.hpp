@@ -1,5 +1,6 @@
 #pragma once
 // Failure policy: pure decisions about exit statuses, root causes and the job's exit code.
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,8 @@ struct ExitStatus {
 };
 
 ExitStatus decode_wait_status(int wait_status);
+// The same from waitid()'s siginfo: its si_code (CLD_EXITED, CLD_KILLED, CLD_DUMPED) and si_status.
+ExitStatus decode_child_status(int code, int status);
 
 using core::signal_name;
 
@@ -42,9 +45,24 @@ std::optional<Failure> choose_root_cause(const std::optional<Failure>& local,
 int job_exit_code(const std::optional<Failure>& root_cause, int agent_signal,
                   const std::vector<ExitStatus>& exits);
 
-// Signals the agent forwards to every worker process group, and which of them end the job.
+// Signals the agent forwards to its workers, and which of them end the job.
 const std::vector<int>& forwarded_signals();
-bool is_stopping_signal(int sig);  // TERM, INT, HUP, QUIT: forward, then grace and kill
+bool is_stopping_signal(int sig);    // TERM, INT, HUP, QUIT: forward, then grace and kill
+bool is_checkpoint_signal(int sig);  // USR1, USR2: forward, the job goes on
+
+// Who gets a signal meant for a worker. A checkpoint request goes to the worker process only: its
+// children (DataLoader workers) have no handler for it and would die. Everything else (teardown,
+// SIGKILL, a forwarded TERM) goes to the whole process group, so nothing the worker started is left.
+enum class SignalTarget { process, group };
+SignalTarget signal_target(int sig);
+
+// How long teardown waits after a failure. A checkpoint signal forwarded within the grace
+// (--term-timeout) gives the workers the rest of it to exit on their own: one rank exits 140 at
+// once, another is still writing its checkpoint. `grace_left`: the rest of this node's grace, 0 when
+// none runs. `after_signal`: the failure followed a checkpoint signal, maybe on another node; the
+// same signal is then on its way here (srun passes it to every task), so the full grace applies.
+std::chrono::milliseconds teardown_delay(std::chrono::milliseconds grace_left, bool after_signal,
+                                         std::chrono::milliseconds grace);
 
 // What a signal reaching the agent does while its workers run.
 enum class SignalAction {

@@ -6,6 +6,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,22 +41,29 @@ struct ProcEnd {
   core::FailureTime time{};
   std::chrono::milliseconds duration{0};
   bool stopped_by_ddprun = false;  // it ended after teardown had started
+  int after_signal = 0;            // it ended within the grace of this checkpoint signal
 };
 
 class Proc {
  public:
   Proc(boost::asio::io_context& io, std::size_t index, const core::Worker& w, std::string host);
-  ~Proc();  // kills and reaps a worker still running: only reached that way if something threw
+  // Kills and reaps a worker still running (only reached that way if something threw), and reaps
+  // the zombie of one that ended.
+  ~Proc();
   Proc(const Proc&) = delete;
   Proc& operator=(const Proc&) = delete;
 
-  // Throws Error (exit 126/127) when the program cannot be executed.
-  void start(const ResolvedCommand& cmd, const std::vector<std::string>& env);
+  // Throws Error (exit 126/127) when the program cannot be executed. `forked` gets the worker's pid
+  // (its process group) right after fork, before it can start anything.
+  void start(const ResolvedCommand& cmd, const std::vector<std::string>& env,
+             const std::function<void(pid_t)>& forked = {});
   // Arms the exit wait and both reads; `l` must outlive the loop.
   void watch(ProcListener& l);
   // Signals the worker's process group, which outlives its leader while children remain; ESRCH
   // (already gone) is fine.
   void signal_group(int sig) const;
+  // A signal for the worker (signal_target): its process, or its whole group.
+  void signal(int sig) const;
   // For a start failure elsewhere: SIGKILL and reap now, counted as stopped by ddprun.
   void kill_and_reap();
   // Stops reading pipes that a process outside the group keeps open.
@@ -85,12 +93,16 @@ class Proc {
   void arm_exit();
   void arm_read(bool is_err);
   void close_pipe(bool is_err);
-  void record_exit(int wait_status, bool reaped);
+  void record_exit(const ExitStatus& status);
+  void reap();
 
   std::size_t index_;
   const core::Worker* w_;
   std::string host_;
   pid_t pid_ = -1;
+  // An ended worker stays a zombie until the Proc goes (the end of the run): its pid, which is its
+  // group's id, cannot be reused meanwhile, so the reaper can never kill another group by that id.
+  bool reaped_ = false;
   std::chrono::steady_clock::time_point start_{};
   boost::asio::posix::stream_descriptor pidfd_;
   Pipe out_;

@@ -52,4 +52,8 @@ struct AttemptDecision {
 AttemptDecision after_attempt(const RunResult& r, const std::optional<Failure>& published, int attempt,
                               int max_restarts);
 
+// A stopping signal that came after the run (held: see hold_stop_signals) never changes the decided
+// exit code; it only cancels a restart, since the agent was asked to stop.
+AttemptDecision after_held_signal(AttemptDecision d, int held_signal);
+
 }  // namespace ddprun::agent

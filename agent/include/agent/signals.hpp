@@ -1,6 +1,7 @@
 #pragma once
 // Signals that reach the agent while workers run. A handler writes each signal's number into a
-// pipe that the supervisor's io_context reads, so all decisions happen in normal code.
+// pipe that the supervisor's io_context reads, so all decisions happen in normal code. Around the
+// runs, the stopping signals can be held: caught and recorded, never fatal.
 #include <csignal>
 #include <vector>
 
@@ -10,7 +11,9 @@ class SignalWatcher {
  public:
   // Installs handlers for `sigs` and ignores SIGPIPE (a closed console must not kill the agent).
   // The previous dispositions come back in the destructor, so the agent can run workers again
-  // (restarts). Only one watcher may exist at a time; throws Error otherwise.
+  // (restarts); while the stopping signals are held, that is the hold. A signal the hold recorded
+  // before this watcher existed is read from fd() as if it came now. Only one watcher may exist at
+  // a time; throws Error otherwise.
   explicit SignalWatcher(const std::vector<int>& sigs);
   ~SignalWatcher();
   SignalWatcher(const SignalWatcher&) = delete;
@@ -30,5 +33,19 @@ class SignalWatcher {
   int write_fd_ = -1;
   std::vector<Saved> saved_;
 };
+
+// Once a run's outcome is decided, no signal may change it, up to the exit itself: srun
+// --kill-on-bad-exit TERMs every agent as soon as one exits with the root cause's code, and with the
+// default disposition that TERM would make this agent exit 143 instead. hold_stop_signals() makes
+// TERM, INT, HUP and QUIT harmless for the whole process: each is caught and the first one kept,
+// never fatal. Call it before run_workers, whose watcher takes over and gives the hold back when the
+// run ends, so there is no moment between a run and the exit without one. Idempotent.
+void hold_stop_signals();
+// The first stopping signal caught by the hold and not taken by a watcher; 0 if none.
+int held_stop_signal();
+// Ends the hold (before a restart's rendezvous, where a stop must end the agent at once) unless a
+// signal was caught: then the hold stays and that signal is returned. 0: released, the dispositions
+// from before hold_stop_signals() are back. One atomic step, so no signal falls between the two.
+int release_stop_signals();
 
 }  // namespace ddprun::agent

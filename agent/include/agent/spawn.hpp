@@ -2,6 +2,7 @@
 // Starting one worker process: fork/exec with its own process group, death signal, clean fds and
 // signals, stdout/stderr on pipes, and exec errors reported back to the agent through a pipe.
 #include <sys/types.h>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -40,6 +41,8 @@ struct SpawnRequest {
   std::string program;  // path for execve (already resolved through PATH)
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "K=V"
+  // Called in the agent right after fork with the worker's pid, which is its process group id.
+  std::function<void(pid_t)> forked;
 };
 
 struct Spawned {

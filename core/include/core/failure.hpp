@@ -28,10 +28,14 @@ struct Failure {
   FailureTime time{};
   std::vector<std::string> stderr_tail;  // last lines the worker wrote to stderr
   bool fatal = false;                    // a new attempt cannot help (the command cannot be started)
+  // The checkpoint signal (SIGUSR1/SIGUSR2) the agent had forwarded within the grace before this
+  // exit; 0 if none. Such an exit is a stop on request (e.g. 128+12 after saving a checkpoint).
+  int after_signal = 0;
 };
 
 // Whether this root cause ends the job whatever --max-restarts says: a command that cannot start,
-// or an agent stopped by a signal (scancel, a time limit), where restarting would fight Slurm.
+// an agent stopped by a signal (scancel, a time limit), where restarting would fight Slurm, or a
+// worker that stopped after a checkpoint signal (the job is being preempted or requeued).
 bool ends_job(const Failure& root);
 
 // "SIGKILL", "SIGTERM", ...; "signal 42" for numbers without a name.

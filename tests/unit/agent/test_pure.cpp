@@ -81,6 +81,28 @@ TEST_CASE("wait statuses map to exit codes - signals to 128+signal") {
   CHECK(short_exit(k) == "SIGKILL (137)");
 }
 
+TEST_CASE("decode_child_status: waitid's siginfo reads like a wait status") {
+  struct Row {
+    int code;
+    int status;
+    int want_exit;
+    int want_signal;
+  };
+  const Row rows[] = {
+      {CLD_EXITED, 0, 0, 0},
+      {CLD_EXITED, 3, 3, 0},
+      {CLD_KILLED, SIGKILL, 137, SIGKILL},
+      {CLD_DUMPED, SIGSEGV, 139, SIGSEGV},
+      {CLD_STOPPED, SIGSTOP, 1, 0},  // not an end: a generic failure, as decode_wait_status
+  };
+  for (const auto& r : rows) {
+    INFO("si_code " << r.code << " si_status " << r.status);
+    const auto s = decode_child_status(r.code, r.status);
+    CHECK(s.exit_code == r.want_exit);
+    CHECK(s.signal == r.want_signal);
+  }
+}
+
 TEST_CASE("root cause is the earliest failure - a remote one wins ties and later local ones") {
   const auto local = failure_at(1, 200);
   const auto early_remote = failure_at(5, 100);

@@ -83,3 +83,37 @@ TEST_CASE("after_attempt: a failure never exits 0") {
   r.root_cause = worker_failure(1, 0);
   CHECK(after_attempt(r, std::nullopt, 0, 0).exit_code == 1);
 }
+
+TEST_CASE("after_attempt: a stop after a checkpoint signal is never restarted, here or elsewhere") {
+  RunResult here = failed(140);
+  here.root_cause->after_signal = SIGUSR2;
+  const auto d = after_attempt(here, std::nullopt, 0, 5);
+  CHECK_FALSE(d.restart);
+  CHECK(d.exit_code == 140);
+  // Another node's rank stopped on request first: its record says so, and every node agrees.
+  Failure remote = worker_failure(3, 140);
+  remote.after_signal = SIGUSR2;
+  CHECK_FALSE(after_attempt(failed(143), remote, 0, 5).restart);
+  CHECK(after_attempt(failed(143), remote, 0, 5).exit_code == 140);
+}
+
+TEST_CASE("after_held_signal: a stop after the run cancels a restart and keeps the decided code") {
+  struct Row {
+    bool restart;
+    int code;
+    int held;
+    bool want_restart;
+  };
+  const Row rows[] = {
+      {true, 7, 0, true},          // nothing came: restart
+      {true, 7, SIGTERM, false},   // scancel between the attempts: stop, with the attempt's code
+      {false, 7, SIGTERM, false},  // srun's TERM after the last attempt: the code stands
+      {false, 0, SIGINT, false},   // a success stays a success
+  };
+  for (const auto& r : rows) {
+    INFO("restart " << r.restart << " code " << r.code << " held " << r.held);
+    const auto d = after_held_signal(AttemptDecision{r.restart, r.code}, r.held);
+    CHECK(d.restart == r.want_restart);
+    CHECK(d.exit_code == r.code);
+  }
+}

@@ -56,3 +56,49 @@ TEST_CASE("signal_action: the event names of the actions") {
   CHECK(to_string(SignalAction::kill) == "kill");
   CHECK(to_string(SignalAction::ignore) == "ignore");
 }
+
+TEST_CASE("signal_target: checkpoint requests reach the worker process, everything else its group") {
+  using ddprun::agent::signal_target;
+  using ddprun::agent::SignalTarget;
+  struct Row {
+    int sig;
+    SignalTarget want;
+  };
+  const Row rows[] = {
+      // A DataLoader child has no USR1/USR2 handler: a group signal would kill it.
+      {SIGUSR1, SignalTarget::process},
+      {SIGUSR2, SignalTarget::process},
+      // Stopping the job reaches whatever the worker started.
+      {SIGTERM, SignalTarget::group},
+      {SIGINT, SignalTarget::group},
+      {SIGHUP, SignalTarget::group},
+      {SIGQUIT, SignalTarget::group},
+      {SIGKILL, SignalTarget::group},
+  };
+  for (const auto& r : rows) {
+    INFO("sig " << r.sig);
+    CHECK(signal_target(r.sig) == r.want);
+  }
+}
+
+TEST_CASE("teardown_delay: after a checkpoint signal the workers keep the rest of the grace") {
+  using ddprun::agent::teardown_delay;
+  using std::chrono::milliseconds;
+  struct Row {
+    long grace_left;  // of this node's grace after its last forwarded USR1/USR2; 0: none runs
+    bool after_signal;
+    long want;
+  };
+  const Row rows[] = {
+      {0, false, 0},        // an ordinary failure: teardown at once
+      {4000, false, 4000},  // a failure while the grace runs (maybe a remote one): wait for its end
+      {4000, true, 4000},   // the rank that exited 140 after the signal: the others keep the rest
+      {0, true, 10000},     // another node's stop on request: our signal is on its way, full grace
+      {1, true, 1},         // our grace is almost over: the signal reached us long ago
+  };
+  for (const auto& r : rows) {
+    INFO("grace left " << r.grace_left << " ms, after signal " << r.after_signal);
+    CHECK(teardown_delay(milliseconds(r.grace_left), r.after_signal, milliseconds(10000)) ==
+          milliseconds(r.want));
+  }
+}

@@ -1,7 +1,10 @@
-// Signals reaching the agent: forwarded to every worker group; TERM/INT/... stop the job.
+// Signals reaching the agent: USR1/USR2 to each worker, TERM/INT/... to every worker group, where they
+// stop the job; the hold that keeps a decided outcome from any signal.
 #include <catch2/catch.hpp>
 #include <csignal>
 
+#include "agent/policy.hpp"
+#include "agent/signals.hpp"
 #include "agent_test_util.hpp"
 
 using namespace agent_test;
@@ -20,6 +23,14 @@ void signal_until_gone(pid_t pid, int sig) {
     ::kill(pid, sig);
     std::this_thread::sleep_for(50ms);
   }
+}
+// Runs `body` in a forked child and returns its wait status: the hold changes process-wide state.
+int in_child(const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return st;
 }
 }  // namespace
 
@@ -67,6 +78,101 @@ TEST_CASE("SIGUSR1 to the agent is forwarded and the job goes on") {
   CHECK(r.result.at("stopped_by_signal") == false);
   CHECK(read_file(dir / "usr0") == "10\n");
   CHECK(read_file(dir / "usr1") == "10\n");
+}
+
+TEST_CASE("SIGUSR1 and SIGUSR2 reach the worker only: a child without a handler lives on") {
+  TempDir dir;
+  // The child is forked before the trap is set, like a DataLoader worker with no handler.
+  const auto r = run_agent_in_child(
+      dir,
+      make_workers({"fork-hang " + (dir / "child") + " trap 10 " + (dir / "usr") + " trap 12 " +
+                    (dir / "usr") + " touch " + (dir / "ready") + " wait-file " + (dir / "go") + " exit 0"}),
+      1, fake_options(), [&](pid_t agent) {
+        REQUIRE(wait_for_file(dir / "ready"));
+        const pid_t child = std::stoi(read_file(dir / "child"));
+        ::kill(agent, SIGUSR1);
+        ::kill(agent, SIGUSR2);
+        for (int i = 0; i < 200 && read_file(dir / "usr").size() < 6; ++i) std::this_thread::sleep_for(10ms);
+        std::this_thread::sleep_for(100ms);  // a signal to the group would have ended the child by now
+        CHECK(running(child));
+        std::ofstream(dir / "go");
+      });
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 0);
+  const std::string usr = read_file(dir / "usr");
+  CHECK((usr == "10\n12\n" || usr == "12\n10\n"));  // both arrived, in either order
+}
+
+TEST_CASE("after SIGUSR2 the ranks get the grace: one exits 140 at once, the other a second later") {
+  TempDir dir;
+  const auto r = run_agent_in_child(dir,
+                                    make_workers({"exit-on 12 0 140 touch " + (dir / "ready0") + " hang",
+                                                  "exit-on 12 1000 140 touch " + (dir / "ready1") + " hang"}),
+                                    2, fake_options(), [&](pid_t agent) {
+                                      REQUIRE(wait_for_file(dir / "ready0"));
+                                      REQUIRE(wait_for_file(dir / "ready1"));
+                                      ::kill(agent, SIGUSR2);
+                                    });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 140);
+  CHECK(r.result.at("root_cause").at("rank") == 0);
+  CHECK(r.result.at("root_cause").at("after_signal") == SIGUSR2);
+  for (const auto& w : r.result.at("workers")) {
+    CHECK(w.at("exit_code") == 140);  // rank 1 finished its "checkpoint": no TERM reached it
+    CHECK(w.at("stopped_by_ddprun") == false);
+  }
+  CHECK(r.err.find("ddprun: stopped after SIGUSR2 with exit code 140") != std::string::npos);
+  CHECK(r.err.find("First exit after SIGUSR2:") != std::string::npos);
+  CHECK(r.err.find("job failed") == std::string::npos);
+  CHECK(r.err.find("Root cause") == std::string::npos);
+}
+
+TEST_CASE("after SIGUSR2 a rank that does not exit within the grace is stopped once it is over") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.term_timeout = 1s;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r =
+      run_agent_in_child(dir,
+                         make_workers({"exit-on 12 0 140 touch " + (dir / "ready0") + " hang",
+                                       "trap 12 " + (dir / "usr") + " touch " + (dir / "ready1") + " hang"}),
+                         2, opts, [&](pid_t agent) {
+                           REQUIRE(wait_for_file(dir / "ready0"));
+                           REQUIRE(wait_for_file(dir / "ready1"));
+                           ::kill(agent, SIGUSR2);
+                         });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(std::chrono::steady_clock::now() - start >= 1s);
+  CHECK(r.result.at("exit_code") == 140);
+  CHECK(r.result.at("workers").at(1).at("signal") == "SIGTERM");
+  CHECK(r.result.at("workers").at(1).at("stopped_by_ddprun") == true);
+  CHECK(r.result.at("workers").at(1).at("duration_s").get<double>() >= 0.9);
+}
+
+TEST_CASE("a failure long after a checkpoint signal is a failure: teardown at once") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.term_timeout = 300ms;
+  opts.error_file = dir / "error.json";
+  const auto r =
+      run_agent_in_child(dir,
+                         make_workers({"trap 12 " + (dir / "usr") + " touch " + (dir / "ready0") +
+                                           " wait-file " + (dir / "go") + " exit 3",
+                                       "trap 12 " + (dir / "usr") + " touch " + (dir / "ready1") + " hang"}),
+                         2, opts, [&](pid_t agent) {
+                           REQUIRE(wait_for_file(dir / "ready0"));
+                           REQUIRE(wait_for_file(dir / "ready1"));
+                           ::kill(agent, SIGUSR2);
+                           std::this_thread::sleep_for(600ms);  // the grace is over
+                           std::ofstream(dir / "go");
+                         });
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 3);
+  CHECK(r.result.at("root_cause").at("after_signal") == 0);
+  CHECK(r.result.at("workers").at(1).at("signal") == "SIGTERM");
+  CHECK(r.err.find("job failed with exit code 3") != std::string::npos);
 }
 
 TEST_CASE("a second SIGINT kills at once instead of waiting for the grace period") {
@@ -118,8 +224,8 @@ TEST_CASE("repeated SIGTERM keeps the grace period so workers can checkpoint") {
   opts.term_timeout = std::chrono::milliseconds(600000);
   const auto r = run_agent_in_child(
       dir,
-      make_workers({"trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " wait-file " + (dir / "saved") +
-                    " exit 0"}),
+      make_workers({"trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " wait-file " +
+                    (dir / "saved") + " exit 0"}),
       1, opts, [&](pid_t agent) {
         REQUIRE(wait_for_file(dir / "ready"));
         for (int i = 0; i < 3; ++i) ::kill(agent, SIGTERM);
@@ -132,4 +238,88 @@ TEST_CASE("repeated SIGTERM keeps the grace period so workers can checkpoint") {
   CHECK(r.result.at("stopped_by_signal") == true);
   CHECK(r.result.at("workers").at(0).at("exit_code") == 0);
   CHECK(r.result.at("workers").at(0).at("signal").is_null());
+}
+
+TEST_CASE("held stop signals are caught, never fatal, and the first one is kept") {
+  using namespace ddprun::agent;
+  const int st = in_child([] {
+    hold_stop_signals();
+    ::raise(SIGTERM);
+    ::raise(SIGINT);
+    ::raise(SIGHUP);
+    ::raise(SIGQUIT);
+    if (held_stop_signal() != SIGTERM) return 1;
+    // A signal was caught: the hold stays, so a later one cannot kill the process either.
+    if (release_stop_signals() != SIGTERM) return 2;
+    ::raise(SIGTERM);
+    return held_stop_signal() == SIGTERM ? 0 : 3;
+  });
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+}
+
+TEST_CASE("releasing a hold that caught nothing brings the previous dispositions back") {
+  using namespace ddprun::agent;
+  const int st = in_child([] {
+    std::signal(SIGHUP, SIG_IGN);   // e.g. nohup
+    std::signal(SIGTERM, SIG_DFL);  // not the test framework's handler
+    hold_stop_signals();
+    if (release_stop_signals() != 0) return 1;
+    struct sigaction sa {};
+    ::sigaction(SIGHUP, nullptr, &sa);
+    if (sa.sa_handler != SIG_IGN) return 2;
+    ::raise(SIGTERM);  // the default again: fatal
+    return 3;
+  });
+  REQUIRE(WIFSIGNALED(st));
+  CHECK(WTERMSIG(st) == SIGTERM);
+}
+
+TEST_CASE("a run's watcher takes over from the hold and gives it back when the run ends") {
+  using namespace ddprun::agent;
+  const int st = in_child([] {
+    hold_stop_signals();
+    ::raise(SIGHUP);  // before the run: the run's watcher reads it as if it came during the run
+    {
+      SignalWatcher w(forwarded_signals());
+      if (held_stop_signal() != 0) return 1;
+      ::raise(SIGTERM);
+      if (w.drain() != std::vector<int>{SIGHUP, SIGTERM}) return 2;
+    }
+    ::raise(SIGTERM);  // after the run: held, not fatal
+    return held_stop_signal() == SIGTERM ? 0 : 3;
+  });
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+}
+
+TEST_CASE("a stop caught by the hold just before the run stops the run") {
+  TempDir dir;
+  const auto r = run_agent_in_child(dir, make_workers({"hang"}), 1, fake_options(), {}, [] {
+    ddprun::agent::hold_stop_signals();
+    ::raise(SIGTERM);
+  });
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 143);
+  CHECK(r.result.at("stopped_by_signal") == true);
+}
+
+TEST_CASE("a TERM right after a failed run never changes its exit code") {
+  // What srun --kill-on-bad-exit does once another node exited with the root cause's code.
+  TempDir dir;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::FILE* e = std::freopen((dir / "err").c_str(), "w", stderr);
+    if (e == nullptr) ::_exit(90);
+    ddprun::agent::hold_stop_signals();
+    ddprun::agent::LocalCoordinator coord;
+    const auto r = ddprun::agent::run_workers(make_workers({"exit 7"}), 1, fake_options(), coord);
+    ::raise(SIGTERM);
+    ::_exit(ddprun::agent::after_attempt(r, std::nullopt, 0, 0).exit_code);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 7);
 }

@@ -191,6 +191,34 @@ TEST_CASE("no worker survives the agent being SIGKILLed") {
   ::prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
+TEST_CASE("no child of a worker survives the agent being SIGKILLed") {
+  TempDir dir;
+  // Orphans are re-parented to us, so we can see how they died.
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  pid_t child = -1;
+  const auto r = run_agent_in_child(dir, make_workers({"fork-hang " + (dir / "child") + " hang"}), 1,
+                                    fake_options(), [&](pid_t agent) {
+                                      REQUIRE(wait_for_file(dir / "child"));
+                                      child = std::stoi(read_file(dir / "child"));
+                                      ::kill(agent, SIGKILL);
+                                    });
+  CHECK(WIFSIGNALED(r.status));
+  REQUIRE(child > 0);
+  int st = 0;
+  pid_t w = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while ((w = ::waitpid(child, &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  if (w == 0) ::kill(child, SIGKILL);  // clean up before failing
+  REQUIRE(w == child);
+  CHECK(WIFSIGNALED(st));
+  CHECK(WTERMSIG(st) == SIGKILL);
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {  // the worker and the reaper, re-parented to us
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
 TEST_CASE("processes a worker leaves in its group are killed when the job ends") {
   TempDir dir;
   const auto r = run_agent_in_child(

@@ -43,6 +43,10 @@ TEST_CASE("failure: the wire form round-trips every field at microsecond precisi
   Failure fatal = f;
   fatal.fatal = true;
   CHECK(decode_failure(encode_failure(fatal)).fatal);
+  CHECK(g.after_signal == 0);
+  Failure on_request = f;
+  on_request.after_signal = SIGUSR2;
+  CHECK(decode_failure(encode_failure(on_request)).after_signal == SIGUSR2);
 }
 
 TEST_CASE("failure: now() is already at the record's precision, so a round trip never reorders",
@@ -86,21 +90,26 @@ TEST_CASE("failure: which root causes end the job whatever --max-restarts says",
     int rank;
     int signal;
     bool fatal;
+    int after_signal;
     bool ends;
   };
   const Row table[] = {
-      {3, 0, false, false},        // a worker exited non-zero: restartable
-      {3, SIGSEGV, false, false},  // a worker crashed: restartable
-      {-1, SIGTERM, false, true},  // the agent was stopped (scancel, time limit)
-      {-1, 0, false, false},       // a lost agent: restartable
-      {0, 0, true, true},          // the command cannot start
+      {3, 0, false, 0, false},             // a worker exited non-zero: restartable
+      {3, SIGSEGV, false, 0, false},       // a worker crashed: restartable
+      {-1, SIGTERM, false, 0, true},       // the agent was stopped (scancel, time limit)
+      {-1, 0, false, 0, false},            // a lost agent: restartable
+      {0, 0, true, 0, true},               // the command cannot start
+      {3, 0, false, SIGUSR2, true},        // a worker stopped after a checkpoint signal (exit 140)
+      {3, SIGSEGV, false, SIGUSR1, true},  // any exit within that grace counts as the stop
   };
   for (const auto& row : table) {
     Failure f;
     f.rank = row.rank;
     f.signal = row.signal;
     f.fatal = row.fatal;
-    INFO("rank " << row.rank << " signal " << row.signal << " fatal " << row.fatal);
+    f.after_signal = row.after_signal;
+    INFO("rank " << row.rank << " signal " << row.signal << " fatal " << row.fatal << " after "
+                 << row.after_signal);
     CHECK(ends_job(f) == row.ends);
   }
   CHECK(signal_name(SIGKILL) == "SIGKILL");
