@@ -162,6 +162,7 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   job.user_set_nccl_async = env_get(env, "NCCL_ASYNC_ERROR_HANDLING").has_value() ||
                             env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
   job.cpus_per_task = s.cpus_per_task;
+  job.requeue_count = s.restart_count.value_or(0);
   const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
 
   std::vector<std::string> hosts;  // known hosts by node rank (Slurm); empty outside Slurm

@@ -157,6 +157,7 @@ Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
       e["TORCHELASTIC_RUN_ID"] = job.run_id;
       e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
       e["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(job.max_restarts);
+      e["DDPRUN_REQUEUE_COUNT"] = std::to_string(job.requeue_count);
       e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
       e["DDPRUN_NODE_RANK"] = std::to_string(n.node_rank);
       e["DDPRUN_NNODES"] = std::to_string(job.nnodes);
