@@ -36,13 +36,6 @@ nlohmann::json summary_json(const RunResult& r) {
 
 }  // namespace
 
-std::string error_json_path(const AgentOptions& opts, int node_rank) {
-  if (opts.error_file) return *opts.error_file;
-  if (opts.log_dir)
-    return fmt::format("{}/error_node_{}.json", attempt_dir(*opts.log_dir, opts.attempt), node_rank);
-  return "";
-}
-
 Reporter::Reporter(const AgentOptions& opts)
     : opts_(opts), json_(opts.events != nullptr && opts.events->json()) {}
 
@@ -50,6 +43,14 @@ void Reporter::set_node(const std::string& host, int node_rank) {
   host_ = host;
   node_rank_ = node_rank;
   if (opts_.events != nullptr) opts_.events->set_context(host_, node_rank_);
+  const std::string stale = stale_error_file(error_file_spec());
+  std::error_code ec;  // a missing file is the usual case
+  if (!stale.empty()) std::filesystem::remove(stale, ec);
+}
+
+ErrorFileSpec Reporter::error_file_spec() const {
+  return {opts_.error_file, opts_.log_dir, opts_.requeue,  opts_.attempt,
+          node_rank_,       opts_.agents,  opts_.task_rank};
 }
 
 void Reporter::event(const std::string& name, nlohmann::json fields) const {
@@ -130,7 +131,7 @@ void Reporter::finished(const RunResult& r) const {
 }
 
 void Reporter::write_error_json(const RunResult& r) const {
-  const std::string path = error_json_path(opts_, node_rank_);
+  const std::string path = error_file_path(error_file_spec());
   if (path.empty()) return;
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();

@@ -319,6 +319,7 @@ int run_attempts(Session& session, const core::Options& o, agent::AgentOptions a
     const Round round = session.join(attempt);
     announce(ev, o, round, attempt);
     ao.attempt = attempt;
+    ao.agents = round.plan.mode == core::Mode::per_task ? round.plan.world_size : round.plan.nnodes;
     const agent::RunResult res =
         agent::run_workers(round.local, round.plan.world_size, ao, session.coordinator());
     const auto published = res.success ? std::nullopt : session.published_root();

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/log_paths.hpp"
 #include "agent/proc.hpp"
 #include "agent/result.hpp"
 #include "agent/supervisor.hpp"
@@ -18,7 +19,8 @@ class Reporter {
  public:
   explicit Reporter(const AgentOptions& opts);
 
-  // This node, for the events and the error file's name.
+  // This node, for the events and the error file's name. Called when a run starts: removes the
+  // error file an earlier launch left where this run would write its own (stale_error_file).
   void set_node(const std::string& host, int node_rank);
   bool json() const { return json_; }
 
@@ -39,6 +41,7 @@ class Reporter {
  private:
   void event(const std::string& name, nlohmann::json fields) const;
   void write_error_json(const RunResult& r) const;
+  ErrorFileSpec error_file_spec() const;
 
   const AgentOptions& opts_;
   bool json_;  // events instead of ddprun's own text on stderr
