@@ -87,16 +87,20 @@ void Rendezvous::drain(Millis limit) {
 void Rendezvous::linger(Millis limit) {
   if (!server_) return;
   const auto deadline = Clock::now() + limit;
-  const std::string watches = labels::agent_prefix(opts_.attempt);
   while (Clock::now() < deadline) {
-    // Other agents still connected: main connections (one may still be joining) and watches.
-    const std::size_t own_main = client_ && client_->connected() ? 1 : 0;
-    const std::size_t own_watch = watching_.load() ? 1 : 0;
-    const std::size_t mains = server_->labelled_count(labels::kMainPrefix);
-    const std::size_t agents = server_->labelled_count(watches);
-    if (mains <= own_main && agents <= own_watch) return;
+    if (!others_connected()) return;
     std::this_thread::sleep_for(Millis{10});  // shutdown path only
   }
+}
+
+bool Rendezvous::others_connected() const {
+  if (!server_) return false;
+  // Other agents still connected: main connections (one may still be joining) and watches.
+  const std::size_t own_main = client_ && client_->connected() ? 1 : 0;
+  const std::size_t own_watch = watching_.load() ? 1 : 0;
+  const std::size_t mains = server_->labelled_count(labels::kMainPrefix);
+  const std::size_t agents = server_->labelled_count(labels::agent_prefix(opts_.attempt));
+  return mains > own_main || agents > own_watch;
 }
 
 std::string Rendezvous::endpoint() const {
