@@ -54,7 +54,7 @@ class Supervisor final : ProcListener {
       : local_(local),
         opts_(opts),
         coord_(coord),
-        reporter_(opts),
+        reporter_(opts, coord),
         relay_(opts, world_size),
         teardown_(io_, procs_, opts.term_timeout),
         failures_(io_, coord, relay_, reporter_, [this](const Failure& f) { on_local_failure(f); }),

@@ -22,6 +22,7 @@ agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& 
   a.requeue = r.job.requeue_count;
   if (r.mode == core::Mode::per_task) a.task_rank = r.job.task_rank;
   a.quiet = o.quiet;
+  a.verbose = o.verbose;
   agent::validate_options(a);
   return a;
 }

@@ -26,4 +26,12 @@ void StoreCoordinator::on_abort(const core::Failure& f) {
   if (handler_) handler_(f);
 }
 
+std::vector<agent::PeerRecord> StoreCoordinator::gather_results(std::chrono::milliseconds timeout,
+                                                                std::optional<int> lost) {
+  std::vector<agent::PeerRecord> out;
+  for (auto& r : rz_.gather_results(timeout, lost))
+    out.push_back({r.node_rank, r.hostname, std::move(r.record)});
+  return out;
+}
+
 }  // namespace ddprun::launcher

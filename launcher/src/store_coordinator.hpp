@@ -6,6 +6,9 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "agent/coordinator.hpp"
 #include "rendezvous/rendezvous.hpp"
@@ -19,6 +22,9 @@ class StoreCoordinator final : public agent::Coordinator {
   void publish_failure(const core::Failure& f) override { rz_.abort(f); }
   void set_remote_abort_handler(std::function<void(const core::Failure&)> h) override;
   bool exit_barrier(std::chrono::milliseconds timeout) override { return rz_.barrier("exit", timeout); }
+  bool publish_result(const std::string& record) override { return rz_.publish_result(record); }
+  std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
+                                                std::optional<int> lost) override;
 
  private:
   // From the watch thread. Under the lock: once the handler is reset, it is not running.

@@ -28,10 +28,12 @@ TEST_CASE("a worker whose last words are not UTF-8 is still every node's named r
           "[e2e][teardown]") {
   Job job;
   // Rank 3 (node 1, local rank 1) writes invalid UTF-8 to stderr and exits 5; the failure record
-  // that carries its stderr tail to the other nodes must survive those bytes.
+  // that carries its stderr tail to the other nodes must survive those bytes. --verbose: every
+  // node prints its full report (by default only node 0 does).
   job.start(3, 2,
             sh("if [ \"$RANK\" = 3 ]; then printf 'bad utf8: \\377\\376\\n' >&2; exec " + kFake +
-               " sleep 300 exit 5; else exec " + kFake + " hang; fi"));
+               " sleep 300 exit 5; else exec " + kFake + " hang; fi"),
+            {"--verbose"});
   job.wait_all();
   for (auto& a : job.agents) {
     INFO(a.err());

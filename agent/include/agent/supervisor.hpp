@@ -39,6 +39,7 @@ struct AgentOptions {
   int agents = 1;                // ddprun agents in the job (nodes; tasks in per-task mode)
   std::optional<int> task_rank;  // per-task mode: the rank of this agent's one worker
   bool quiet = false;            // no summary table; a failure still gets the brief report (root cause)
+  bool verbose = false;          // several agents: each prints its own report and table, not one line
   // Where ddprun's own messages go as JSON events (--log-format json); null or text mode: the usual
   // text on stderr. In json mode the supervisor writes no text of its own, whatever `quiet` says.
   Events* events = nullptr;
