@@ -1,22 +1,14 @@
 #include "agent/output_relay.hpp"
 
 #include <fcntl.h>
-#include <fmt/format.h>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "agent/error.hpp"
+#include "agent/log_paths.hpp"
 
 namespace ddprun::agent {
-
-std::string attempt_dir(const std::string& log_dir, int attempt) {
-  return fmt::format("{}/attempt_{}", log_dir, attempt);
-}
-
-std::string rank_log_dir(const std::string& log_dir, int attempt, int rank) {
-  return fmt::format("{}/rank_{}", attempt_dir(log_dir, attempt), rank);
-}
 
 OutputRelay::OutputRelay(const AgentOptions& opts, int world_size)
     : opts_(opts),
@@ -36,7 +28,7 @@ void OutputRelay::add(const core::Worker& w, const std::string& host) {
 }
 
 void OutputRelay::open_log_files(Sink& s, int rank) const {
-  const std::string dir = rank_log_dir(*opts_.log_dir, opts_.attempt, rank);
+  const std::string dir = rank_log_dir(*opts_.log_dir, opts_.requeue, opts_.attempt, rank);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("cannot create log directory " + dir + ": " + ec.message(), 1);

@@ -36,20 +36,21 @@ nlohmann::json summary_json(const RunResult& r) {
 
 }  // namespace
 
-std::string error_json_path(const AgentOptions& opts, int node_rank) {
-  if (opts.error_file) return *opts.error_file;
-  if (opts.log_dir)
-    return fmt::format("{}/error_node_{}.json", attempt_dir(*opts.log_dir, opts.attempt), node_rank);
-  return "";
-}
-
-Reporter::Reporter(const AgentOptions& opts)
-    : opts_(opts), json_(opts.events != nullptr && opts.events->json()) {}
+Reporter::Reporter(const AgentOptions& opts, Coordinator& coord)
+    : opts_(opts), coord_(coord), json_(opts.events != nullptr && opts.events->json()) {}
 
 void Reporter::set_node(const std::string& host, int node_rank) {
   host_ = host;
   node_rank_ = node_rank;
   if (opts_.events != nullptr) opts_.events->set_context(host_, node_rank_);
+  const std::string stale = stale_error_file(error_file_spec());
+  std::error_code ec;  // a missing file is the usual case
+  if (!stale.empty()) std::filesystem::remove(stale, ec);
+}
+
+ErrorFileSpec Reporter::error_file_spec() const {
+  return {opts_.error_file, opts_.log_dir, opts_.requeue,  opts_.attempt,
+          node_rank_,       opts_.agents,  opts_.task_rank};
 }
 
 void Reporter::event(const std::string& name, nlohmann::json fields) const {
@@ -116,21 +117,42 @@ void Reporter::spawn_failed(const Failure& f, const std::string& message,
 }
 
 void Reporter::finished(const RunResult& r) const {
+  const ReportRole role = report_role(opts_.agents, opts_.task_rank.value_or(node_rank_));
+  const bool published =
+      role != ReportRole::single && coord_.publish_result(encode_node_record(node_record(r)));
+  const ReportPlan plan = plan_report(role, opts_.verbose, opts_.quiet, json_, r, published);
   if (json_) {
     if (!r.success) event("failure_report", report_to_json(r));
     event("summary", summary_json(r));
-  } else if (!r.spawn_failed) {  // spawn_failed() printed its line already
-    const bool colour = use_colour(2);
-    std::string text;
-    if (!r.success) text += format_report(r, colour, opts_.quiet ? ReportLength::brief : ReportLength::full);
-    if (!opts_.quiet && !r.exits.empty()) text += format_summary(r, colour);
-    write_all(2, text);
+  } else {
+    write_text(r, plan);
   }
   if (!r.success) write_error_json(r);
+  if (plan.gather) job_summary(r);  // last: it may wait for the other nodes
+}
+
+void Reporter::write_text(const RunResult& r, const ReportPlan& plan) const {
+  const bool colour = use_colour(2);
+  std::string text;
+  if (plan.report) text += format_report(r, colour, plan.length);
+  if (plan.node_table) text += format_summary(r, colour);
+  if (plan.member_line) text += format_member_line(r, opts_.task_rank, colour);
+  if (!text.empty()) write_all(2, text);
+}
+
+void Reporter::job_summary(const RunResult& r) const {
+  const auto peers =
+      coord_.gather_results(gather_timeout(r.success, opts_.term_timeout), lost_node(r.root_cause));
+  if (peers.empty()) return;
+  if (json_) {
+    event("job_summary", job_summary_json(r, peers));
+  } else {
+    write_all(2, format_job_summary(r, peers, use_colour(2)));
+  }
 }
 
 void Reporter::write_error_json(const RunResult& r) const {
-  const std::string path = error_json_path(opts_, node_rank_);
+  const std::string path = error_file_path(error_file_spec());
   if (path.empty()) return;
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();

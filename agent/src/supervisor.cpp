@@ -57,7 +57,7 @@ class Supervisor final : ProcListener {
         has_peers_(static_cast<std::size_t>(world_size) > local.size()),
         opts_(opts),
         coord_(coord),
-        reporter_(opts),
+        reporter_(opts, coord),
         relay_(opts, world_size),
         teardown_(io_, procs_, opts.term_timeout),
         grace_(io_, opts.term_timeout),

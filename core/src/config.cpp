@@ -166,6 +166,7 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
   job.user_set_nccl_async = env_get(env, "NCCL_ASYNC_ERROR_HANDLING").has_value() ||
                             env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
   job.cpus_per_task = s.cpus_per_task;
+  job.requeue_count = s.restart_count.value_or(0);
 }
 
 // Inside an srun step: agent mode with one task per node, else per-task mode.

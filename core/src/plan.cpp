@@ -144,6 +144,7 @@ void worker_env(const JobSpec& job, const NodeSpec& n, int world_size, Worker& w
   e["TORCHELASTIC_RUN_ID"] = job.run_id;
   e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
   e["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(job.max_restarts);
+  e["DDPRUN_REQUEUE_COUNT"] = std::to_string(job.requeue_count);
   e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   e["DDPRUN_NODE_RANK"] = std::to_string(n.node_rank);
   e["DDPRUN_NNODES"] = std::to_string(job.nnodes);

@@ -19,7 +19,10 @@ agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& 
   a.log_dir = o.log_dir;
   a.local_ranks_filter = r.local_ranks_filter;
   a.error_file = o.error_file;
+  a.requeue = r.job.requeue_count;
+  if (r.mode == core::Mode::per_task) a.task_rank = r.job.task_rank;
   a.quiet = o.quiet;
+  a.verbose = o.verbose;
   agent::validate_options(a);
   return a;
 }

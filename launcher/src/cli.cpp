@@ -249,6 +249,11 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
   app.add_flag("-q,--quiet", o.quiet,
                "No startup table, progress or summary table; a failure still prints its root cause")
       ->group(g);
+  app.add_flag("--verbose", o.verbose,
+               "Every node prints its own failure report and summary table (default with several nodes: "
+               "node 0 prints the job-wide summary, the others one line each)")
+      ->envname(env("VERBOSE"))
+      ->group(g);
   one_of(app.add_option("--log-format", o.log_format,
                         "ddprun's own messages: text, or json (one event per line on stderr; worker output "
                         "unchanged)"),

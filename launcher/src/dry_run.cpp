@@ -14,10 +14,31 @@ bool has_run_id(const core::Plan& plan) {
   return !plan.run_id.empty() && plan.run_id != core::kNoRunId;
 }
 
+std::string rank_range(int lo, int hi) {
+  return lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi);
+}
+
 }  // namespace
 
 core::Plan dry_run_plan(const core::Resolved& r) {
   return core::build_plan(r.job, r.nodes);
+}
+
+std::string gpus_seen(const std::vector<core::Worker>& ws) {
+  std::string out;
+  bool any = false;
+  for (std::size_t i = 0; i < ws.size();) {
+    std::size_t j = i + 1;  // ranks i..j-1: consecutive, the same GPUs
+    while (j < ws.size() && ws[j].gpus == ws[i].gpus && ws[j].rank == ws[j - 1].rank + 1) ++j;
+    any = any || !ws[i].gpus.empty();
+    // Appended in steps: `"" + string` trips GCC 12's -Wrestrict false positive at -O3.
+    if (!out.empty()) out += ' ';
+    out += rank_range(ws[i].rank, ws[j - 1].rank);
+    out += ':';
+    out += ws[i].gpus.empty() ? std::string("-") : fmt::format("{}", fmt::join(ws[i].gpus, ","));
+    i = j;
+  }
+  return any ? out : "-";
 }
 
 std::string render_startup_table(const core::Plan& plan, int attempt, std::size_t max_rows) {
@@ -28,17 +49,8 @@ std::string render_startup_table(const core::Plan& plan, int attempt, std::size_
   for (int n = 0; n < plan.nnodes; ++n) {
     auto ws = plan.workers_on(n);
     if (ws.empty()) continue;
-    std::string gpus;
-    for (const auto& w : ws) {
-      if (w.gpus.empty()) continue;
-      // Appended in two steps: `"" + string` trips GCC 12's -Wrestrict false positive at -O3.
-      if (!gpus.empty()) gpus += ' ';
-      gpus += fmt::format("{}", fmt::join(w.gpus, ","));
-    }
-    const int lo = ws.front().rank;
-    const int hi = ws.back().rank;
     rows.push_back({std::to_string(n), ws.front().host.value_or("?"),
-                    lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi), gpus.empty() ? "-" : gpus});
+                    rank_range(ws.front().rank, ws.back().rank), gpus_seen(ws)});
   }
   std::size_t hw = 4, rw = 5;
   for (const auto& r : rows) {
@@ -49,7 +61,8 @@ std::string render_startup_table(const core::Plan& plan, int attempt, std::size_
       fmt::format("ddprun: {}attempt {}: {} node{}, world size {}, master {}:{}\n",
                   has_run_id(plan) ? fmt::format("run {} ", plan.run_id) : "", attempt, plan.nnodes,
                   plan.nnodes == 1 ? "" : "s", plan.world_size, plan.master_addr, plan.master_port);
-  out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", "node", "host", hw, "ranks", rw, "gpus");
+  out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", "node", "host", hw, "ranks", rw,
+                     "gpus each rank sees (ranks:CUDA_VISIBLE_DEVICES)");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows.size() > max_rows && i == max_rows / 2) {
       out += fmt::format("  ... {} more nodes ...\n", rows.size() - max_rows);

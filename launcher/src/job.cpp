@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
 
 #include <fmt/format.h>
@@ -21,6 +20,7 @@
 #include "launcher/system.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "store/error.hpp"
+#include "store_coordinator.hpp"
 
 namespace ddprun::launcher {
 
@@ -72,47 +72,6 @@ class LocalSession final : public Session {
  private:
   const core::Resolved& r_;
   agent::LocalCoordinator coord_;
-};
-
-// The supervisor's view of the other nodes, over the rendezvous. The watch (heartbeats and the
-// abort push) starts when the supervisor installs its handler, once per attempt, so an abort cannot
-// arrive before someone listens: one published earlier is pushed at once by the new watch.
-class StoreCoordinator final : public agent::Coordinator {
- public:
-  explicit StoreCoordinator(rdzv::Rendezvous& rz) : rz_(rz) {}
-
-  void publish_failure(const Failure& f) override { rz_.abort(f); }
-
-  void set_remote_abort_handler(std::function<void(const Failure&)> h) override {
-    {
-      std::lock_guard lock(mu_);
-      handler_ = std::move(h);
-      if (!handler_ || watched_attempt_ == rz_.attempt()) return;
-      watched_attempt_ = rz_.attempt();
-    }
-    try {
-      rz_.watch([this](const Failure& f) { on_abort(f); });
-    } catch (...) {
-      std::lock_guard lock(mu_);
-      handler_ = nullptr;  // the supervisor that installed it is going away
-      watched_attempt_ = -1;
-      throw;
-    }
-  }
-
-  bool exit_barrier(milliseconds timeout) override { return rz_.barrier("exit", timeout); }
-
- private:
-  // From the watch thread. Under the lock: once the handler is reset, it is not running.
-  void on_abort(const Failure& f) {
-    std::lock_guard lock(mu_);
-    if (handler_) handler_(f);
-  }
-
-  rdzv::Rendezvous& rz_;
-  std::mutex mu_;
-  std::function<void(const Failure&)> handler_;
-  int watched_attempt_ = -1;
 };
 
 // Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
@@ -354,6 +313,7 @@ int run_attempts(Session& session, const core::Options& o, agent::AgentOptions a
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
     // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).
     agent::hold_stop_signals();
+    ao.agents = round.plan.mode == core::Mode::per_task ? round.plan.world_size : round.plan.nnodes;
     const agent::RunResult res =
         agent::run_workers(round.local, round.plan.world_size, ao, session.coordinator());
     raise_test_signal();

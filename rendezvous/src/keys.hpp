@@ -49,6 +49,11 @@ inline std::string barrier_ack(const std::string& name, int node_rank) {
   return fmt::format("barrier/{}/ack/{}", name, node_rank);
 }
 
+// An agent's end-of-run record (opaque here) for the job-wide summary node rank 0 prints.
+inline std::string result(int node_rank) {
+  return fmt::format("result/{}", node_rank);
+}
+
 // Fields of the record under kPlan.
 namespace plan_record {
 inline constexpr const char* kPlan = "plan";             // the opaque plan
@@ -91,6 +96,11 @@ inline std::optional<int> agent_node_rank(const std::string& label, int attempt)
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+// The short connection an agent publishes its end-of-run record on (bounded, whatever the main
+// connection is doing).
+inline std::string result(int node_rank) {
+  return fmt::format("result/{}", node_rank);
 }
 // The master's connection that publishes lost agents.
 inline std::string monitor(int attempt) {

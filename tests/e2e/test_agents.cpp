@@ -4,59 +4,10 @@
 
 #include <regex>
 
-#include "e2e/procs.hpp"
+#include "e2e/job.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
-
-namespace {
-
-struct Job {
-  TempDir dir;
-  std::string token = "ddprun-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
-  int port = free_port();
-  std::vector<Proc> agents;
-
-  // Starts `nnodes` agents, each running `nproc` workers of `command`.
-  void start(int nnodes, int nproc, const std::vector<std::string>& command,
-             std::vector<std::string> extra = {}) {
-    for (int n = 0; n < nnodes; ++n) {
-      std::vector<std::string> argv = {DDPRUN_EXE,
-                                       "--nnodes",
-                                       std::to_string(nnodes),
-                                       "--node-rank",
-                                       std::to_string(n),
-                                       "--rdzv-endpoint",
-                                       "127.0.0.1:" + std::to_string(port),
-                                       "--nproc-per-node",
-                                       std::to_string(nproc),
-                                       "--rdzv-timeout",
-                                       "60",
-                                       "--term-timeout",
-                                       "3"};
-      argv.insert(argv.end(), extra.begin(), extra.end());
-      argv.push_back("--");
-      argv.insert(argv.end(), command.begin(), command.end());
-      agents.push_back(ddprun::test::start(argv, {{"DDPRUN_TEST_TOKEN", token}, {"DIR", dir.path()}},
-                                           dir.path(), "agent" + std::to_string(n)));
-    }
-  }
-  void wait_all(std::chrono::milliseconds limit = 120s) {
-    for (auto& a : agents) CHECK(wait_for(a, limit));
-  }
-  ~Job() {
-    for (auto& a : agents) wait_for(a, 1ms);
-    leftovers_after(token, 1ms);
-  }
-};
-
-std::vector<std::string> sh(const std::string& script) {
-  return {"/bin/sh", "-c", script};
-}
-
-const std::string kFake = FAKE_WORKER;
-
-}  // namespace
 
 TEST_CASE("a worker failure on one node tears down every node with its exit code", "[e2e][teardown]") {
   Job job;
@@ -77,10 +28,12 @@ TEST_CASE("a worker whose last words are not UTF-8 is still every node's named r
           "[e2e][teardown]") {
   Job job;
   // Rank 3 (node 1, local rank 1) writes invalid UTF-8 to stderr and exits 5; the failure record
-  // that carries its stderr tail to the other nodes must survive those bytes.
+  // that carries its stderr tail to the other nodes must survive those bytes. --verbose: every
+  // node prints its full report (by default only node 0 does).
   job.start(3, 2,
             sh("if [ \"$RANK\" = 3 ]; then printf 'bad utf8: \\377\\376\\n' >&2; exec " + kFake +
-               " sleep 300 exit 5; else exec " + kFake + " hang; fi"));
+               " sleep 300 exit 5; else exec " + kFake + " hang; fi"),
+            {"--verbose"});
   job.wait_all();
   for (auto& a : job.agents) {
     INFO(a.err());

@@ -12,6 +12,11 @@ EOS
 j=$(submit -N2 -o job.out job.sh)
 st=$(wait_job "$j" 120) || fail "job $j was not torn down after the failure (state $st)"
 expect_job "$j" FAILED 7:0
+# One job-wide summary (node 0), one line from the other node, even though srun --kill-on-bad-exit stops node 0
+# once node 1 has exited.
+expect_eq "job summaries" 1 "$(grep -c '^ddprun: job summary (attempt 0): FAILED, exit code 7, root cause rank 3 on node2' job.out)"
+expect_eq "one-line reports" 1 "$(grep -c '^ddprun: node 1 (node2): failed, exit 7, root cause rank 3 on node2; full report on node 0' job.out)"
+expect_eq "full reports" 1 "$(grep -c '^Root cause (first observed failure):' job.out)"
 
 note "srun: a worker killed by SIGKILL gives 128+9"
 timeout 120 srun -N2 --ntasks-per-node=1 "$DDPRUN" --nproc-per-node 2 -- \

@@ -4,6 +4,7 @@
 // so the agent can be built and tested on its own.
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,13 @@
 namespace ddprun::agent {
 
 using core::Failure;
+
+// One agent's end-of-run record as node rank 0 gathers it (job_summary.hpp encodes the record).
+struct PeerRecord {
+  int node_rank = 0;  // the agent's place in the plan
+  std::string host;
+  std::optional<std::string> record;  // nullopt: it did not come in time
+};
 
 class Coordinator {
  public:
@@ -30,6 +38,21 @@ class Coordinator {
   // Called only after every local worker exited 0. Returns true once every node got there, false
   // on timeout or abort. Must return within `timeout` (plus a little).
   virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+  // The job-wide summary (docs/agent.md). Every agent of a multi-agent job publishes its compact
+  // record when its run has ended; false when the lead (node rank 0) could not take it, so that
+  // this agent prints its full report itself. Bounded (a few seconds) whatever the lead's state.
+  virtual bool publish_result(const std::string& record) {
+    (void)record;
+    return false;
+  }
+  // On the lead only: every agent's record of this run in plan order, waiting at most `timeout`
+  // (less once nobody who could still report is left), and not at all for `lost`, a node known to
+  // be gone. Empty: no job-wide view here.
+  virtual std::vector<PeerRecord> gather_results(std::chrono::milliseconds timeout, std::optional<int> lost) {
+    (void)timeout;
+    (void)lost;
+    return {};
+  }
 };
 
 // Installs a remote abort handler for the lifetime of one run; reset() (or the destructor) removes

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/job_summary.hpp"
+#include "agent/log_paths.hpp"
 #include "agent/proc.hpp"
 #include "agent/result.hpp"
 #include "agent/supervisor.hpp"
@@ -16,9 +18,11 @@ namespace ddprun::agent {
 
 class Reporter {
  public:
-  explicit Reporter(const AgentOptions& opts);
+  // `coord` carries this node's end-of-run record to node 0, which prints the job-wide summary.
+  Reporter(const AgentOptions& opts, Coordinator& coord);
 
-  // This node, for the events and the error file's name.
+  // This node, for the events and the error file's name. Called when a run starts: removes the
+  // error file an earlier launch left where this run would write its own (stale_error_file).
   void set_node(const std::string& host, int node_rank);
   bool json() const { return json_; }
 
@@ -34,13 +38,19 @@ class Reporter {
                     const std::vector<std::unique_ptr<Proc>>& started) const;
   // The end of a run: failure report and summary table as text, or as events; the error file of a
   // failed run. --quiet hides the tables, never the failure: a brief report instead of the full one.
+  // With several agents (job_summary.hpp): each publishes its record; node 0 gathers them and prints
+  // the job-wide summary (or a job_summary event), the others print one line unless --verbose.
   void finished(const RunResult& r) const;
 
  private:
   void event(const std::string& name, nlohmann::json fields) const;
   void write_error_json(const RunResult& r) const;
+  void write_text(const RunResult& r, const ReportPlan& plan) const;
+  void job_summary(const RunResult& r) const;
+  ErrorFileSpec error_file_spec() const;
 
   const AgentOptions& opts_;
+  Coordinator& coord_;
   bool json_;  // events instead of ddprun's own text on stderr
   std::string host_;
   int node_rank_ = 0;

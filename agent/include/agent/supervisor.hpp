@@ -30,12 +30,16 @@ struct AgentOptions {
   std::chrono::milliseconds exit_barrier_timeout = kDefaultExitBarrierTimeout;
   std::optional<std::string> prefix_template;  // default "[{rank}]: "; set = prefix on
   bool no_prefix = false;
-  bool tee = false;                    // accepted for torchrun users; needs log_dir
-  std::optional<std::string> log_dir;  // per-rank files DIR/attempt_<n>/rank_<r>/std{out,err}.log
+  bool tee = false;                                 // accepted for torchrun users; needs log_dir
+  std::optional<std::string> log_dir;               // per-rank files, layout in log_paths.hpp
   std::optional<std::set<int>> local_ranks_filter;  // local ranks shown on the console
-  std::optional<std::string> error_file;            // JSON report of a failed run
-  int attempt = 0;
-  bool quiet = false;  // no summary table; a failure still gets the brief report (root cause)
+  std::optional<std::string> error_file;            // JSON report of a failed run; may hold {node_rank}
+  int attempt = 0;                                  // restarts of this launch (--max-restarts)
+  int requeue = 0;                                  // SLURM_RESTART_COUNT: Slurm requeues of the job
+  int agents = 1;                // ddprun agents in the job (nodes; tasks in per-task mode)
+  std::optional<int> task_rank;  // per-task mode: the rank of this agent's one worker
+  bool quiet = false;            // no summary table; a failure still gets the brief report (root cause)
+  bool verbose = false;          // several agents: each prints its own report and table, not one line
   // Where ddprun's own messages go as JSON events (--log-format json); null or text mode: the usual
   // text on stderr. In json mode the supervisor writes no text of its own, whatever `quiet` says.
   Events* events = nullptr;
@@ -45,11 +49,6 @@ struct AgentOptions {
 // command). Throws Error with a one-line message. run_workers calls it too; the CLI may call it
 // early to fail before the rendezvous.
 void validate_options(const AgentOptions& opts);
-
-// Paths of the per-run log files.
-std::string attempt_dir(const std::string& log_dir, int attempt);
-std::string rank_log_dir(const std::string& log_dir, int attempt, int rank);
-std::string error_json_path(const AgentOptions& opts, int node_rank);  // "" when none
 
 // Spawns `local` (this node's workers), relays their output, supervises them, tears down on the
 // first failure, a remote abort or a stopping signal, and returns how it ended. Prints the failure

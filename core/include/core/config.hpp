@@ -50,6 +50,7 @@ struct Options {
   std::optional<std::string> local_ranks_filter;
   std::optional<std::string> error_file;
   bool quiet = false;
+  bool verbose = false;             // several nodes: every node prints its own report, not node 0 alone
   std::string log_format = "text";  // ddprun's own messages: text or json (one event per line)
 
   // Modes of the CLI itself.

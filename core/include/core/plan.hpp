@@ -42,7 +42,8 @@ struct JobSpec {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string run_id = kNoRunId;
-  int restart_count = 0;
+  int restart_count = 0;  // restarts of this launch (--max-restarts): TORCHELASTIC_RESTART_COUNT
+  int requeue_count = 0;  // SLURM_RESTART_COUNT: how often Slurm requeued the job (DDPRUN_REQUEUE_COUNT)
   int max_restarts = 0;
   std::string role = "default";
   std::optional<std::string> user_omp_num_threads;  // the user's OMP_NUM_THREADS, kept as is

@@ -44,6 +44,14 @@ struct JoinInfo {
 // A plain record: nlohmann's macro writes its codec (every field required when reading).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinInfo, node_rank, hostname, addr, local_world_size, gpus)
 
+// One agent's end-of-run record as the master gathers it (index in the plan, host, the record or
+// nullopt when it did not come in time).
+struct ResultRecord {
+  int node_rank = 0;
+  std::string hostname;
+  std::optional<std::string> record;
+};
+
 struct RendezvousOptions {
   std::string host;        // the master's address as the other agents reach it
   std::uint16_t port = 0;  // store port; on the master 0 = ephemeral (then port() tells)
@@ -122,6 +130,16 @@ class Rendezvous {
 
   // Restarts: stops the watch, moves to namespace "/attempt_<n+1>/" for a fresh join round.
   void next_attempt();
+
+  // The end of an attempt (results.cpp): every agent publishes a compact record (opaque bytes) on a
+  // short connection of its own, bounded by about 2 s whatever state the master is in; false when
+  // the master did not take it. The master then gathers every joined agent's record, in plan order,
+  // waiting at most `timeout`, and less once no other agent is connected any more (a record that
+  // has not come by then never will); it does not wait for `lost` (a plan rank known to be gone).
+  // Empty on any other agent, or before a join.
+  bool publish_result(const std::string& record);
+  std::vector<ResultRecord> gather_results(std::chrono::milliseconds timeout,
+                                           std::optional<int> lost = std::nullopt);
 
   // Master: after an abort, keeps serving until the other agents have disconnected (at most
   // `limit`), so that each of them reads the root cause instead of seeing a lost master. Agents

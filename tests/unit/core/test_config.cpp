@@ -375,3 +375,18 @@ TEST_CASE("config: a given --master-port travels as master_port_given, the defau
   CHECK(r.master_port_given);
   CHECK(r.job.master_port == 29600);
 }
+
+TEST_CASE("a requeued job: SLURM_RESTART_COUNT is the requeue count, restarts of this launch start at 0",
+          "[config][slurm]") {
+  CHECK(resolve(cmd(), step_env(0), sys()).job.requeue_count == 0);  // the first run has no variable
+  auto env = step_env(0);
+  env["SLURM_RESTART_COUNT"] = "2";
+  const auto r = resolve(cmd(), env, sys());
+  CHECK(r.job.requeue_count == 2);
+  CHECK(r.job.restart_count == 0);  // TORCHELASTIC_RESTART_COUNT counts restarts of this launch only
+  const Plan p = build_plan(r.job, r.nodes);
+  CHECK(p.workers.front().env.at("DDPRUN_REQUEUE_COUNT") == "2");
+  CHECK(p.workers.front().env.at("TORCHELASTIC_RESTART_COUNT") == "0");
+  env["SLURM_RESTART_COUNT"] = "x";
+  CHECK_THROWS_WITH(resolve(cmd(), env, sys()), Catch::Contains("SLURM_RESTART_COUNT='x'"));
+}

@@ -8,6 +8,7 @@
 #include "launcher/dry_run.hpp"
 
 using namespace ddprun::core;
+using ddprun::launcher::gpus_seen;
 using ddprun::launcher::render_startup_table;
 
 namespace {
@@ -33,7 +34,8 @@ TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[p
   Plan p = build_plan(job, nodes({2, 2}, {"0", "1"}));
   std::string t = render_startup_table(p, 0);
   CHECK_THAT(t, Catch::Contains("run 99 attempt 0: 2 nodes, world size 4, master node1:20001"));
-  CHECK_THAT(t, Catch::Contains("node2") && Catch::Contains("2-3") && Catch::Contains("0 1"));
+  CHECK_THAT(t, Catch::Contains("node2") && Catch::Contains("2-3") && Catch::Contains("2:0 3:1"));
+  CHECK_THAT(t, Catch::Contains("gpus each rank sees (ranks:CUDA_VISIBLE_DEVICES)"));
   JobSpec big;
   big.mode = Mode::agent;
   big.nnodes = 40;
@@ -69,4 +71,31 @@ TEST_CASE("startup line and dry-run header name a run id only when there is one"
   CHECK_THAT(render_startup_table(p, 1), Catch::StartsWith("ddprun: run 4242 attempt 1: 1 node"));
   r.job = job;
   CHECK_THAT(ddprun::launcher::render_plan_text(r, p), Catch::Contains(", run id 4242\n"));
+}
+
+TEST_CASE("startup table: the GPU column says what each rank sees", "[plan][table]") {
+  struct Row {
+    int gpus_per_proc;
+    int nproc;
+    std::vector<std::string> gpus;
+    std::string node0, node1;
+  };
+  const std::vector<Row> table = {
+      {0, 4, {"0", "1", "2", "3"}, "0-3:0,1,2,3", "4-7:0,1,2,3"},  // all see the node's GPUs
+      {1, 4, {"0", "1", "2", "3"}, "0:0 1:1 2:2 3:3", "4:0 5:1 6:2 7:3"},
+      {2, 2, {"4", "5", "6", "7"}, "0:4,5 1:6,7", "2:4,5 3:6,7"},  // Slurm's ids, as given
+      {0, 2, {}, "-", "-"},                                        // no GPUs
+      {0, 1, {"0"}, "0:0", "1:0"},
+  };
+  for (const auto& r : table) {
+    JobSpec job;
+    job.mode = Mode::agent;
+    job.nnodes = 2;
+    job.gpus_per_proc = r.gpus_per_proc;
+    const Plan p = build_plan(job, nodes({r.nproc, r.nproc}, r.gpus));
+    INFO(r.node0);
+    CHECK(gpus_seen(p.workers_on(0)) == r.node0);
+    CHECK(gpus_seen(p.workers_on(1)) == r.node1);
+    CHECK_THAT(render_startup_table(p, 0), Catch::Contains(" " + r.node1 + "\n"));
+  }
 }

@@ -511,3 +511,56 @@ TEST_CASE("rendezvous: while waiting, progress names the nodes still missing", "
   REQUIRE_FALSE(agent_msgs.empty());
   CHECK_THAT(agent_msgs.front(), Catch::Contains("for the master"));
 }
+
+TEST_CASE("rendezvous: the master gathers every agent's end-of-run record, in plan order", "[rendezvous]") {
+  Job job(3);
+  CHECK(job.agents[1]->gather_results(100ms).empty());  // only the master gathers
+  for (int r : {2, 0, 1})
+    CHECK(job.agents[static_cast<std::size_t>(r)]->publish_result(fmt::format("rec {}", r)));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto got = job.agents[0]->gather_results(20s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  REQUIRE(got.size() == 3);
+  for (int r = 0; r < 3; ++r) {
+    const auto& g = got[static_cast<std::size_t>(r)];
+    CHECK(g.node_rank == r);
+    CHECK(g.hostname == fmt::format("host-{}", r));
+    CHECK(g.record == fmt::format("rec {}", r));
+  }
+}
+
+TEST_CASE("rendezvous: gathering is bounded, and stops once nobody who could still report is left",
+          "[rendezvous]") {
+  Job job(3);
+  CHECK(job.agents[0]->publish_result("rec 0"));
+  CHECK(job.agents[1]->publish_result("rec 1"));
+  // Agent 2 is still connected but never reports: the timeout bounds the wait.
+  auto t0 = std::chrono::steady_clock::now();
+  auto got = job.agents[0]->gather_results(600ms);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 500ms);
+  REQUIRE(got.size() == 3);
+  CHECK(got[1].record == "rec 1");
+  CHECK_FALSE(got[2].record.has_value());
+  // Agent 2 is known to be lost (the root cause says so): nobody waits for it.
+  t0 = std::chrono::steady_clock::now();
+  got = job.agents[0]->gather_results(20s, 2);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(got[1].record == "rec 1");
+  // Every other agent is gone (one reported, one died): no point waiting for the rest.
+  job.agents[2].reset();
+  job.agents[1].reset();
+  t0 = std::chrono::steady_clock::now();
+  got = job.agents[0]->gather_results(20s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(got[1].record == "rec 1");
+  CHECK_FALSE(got[2].record.has_value());
+}
+
+TEST_CASE("rendezvous: an agent whose master is gone cannot publish its record, and says so quickly",
+          "[rendezvous]") {
+  Job job(2);
+  job.agents[0].reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(job.agents[1]->publish_result("rec 1"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}

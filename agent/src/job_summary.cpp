@@ -1,0 +1,153 @@
+// Each agent's end-of-run record, its codec, the member's one line and who prints what. The lead's
+// table is in job_table.cpp.
+#include <fmt/format.h>
+#include <algorithm>
+
+#include "agent/events.hpp"
+#include "agent/job_summary.hpp"
+#include "core/json.hpp"
+
+namespace ddprun::agent {
+
+namespace {
+
+std::string rank_range(int lo, int hi) {
+  return lo == hi ? fmt::format("rank {}", lo) : fmt::format("ranks {}-{}", lo, hi);
+}
+
+// The first local worker that failed by itself; the root cause when it is one of them.
+const WorkerExit* own_failure(const RunResult& r) {
+  const WorkerExit* first = nullptr;
+  for (const auto& e : r.exits) {
+    if (!e.status.failed() || e.stopped_by_ddprun) continue;
+    if (r.root_cause && r.root_cause->rank == e.rank && r.root_cause->pid == e.pid) return &e;
+    if (first == nullptr || e.end_time < first->end_time) first = &e;
+  }
+  return first;
+}
+
+}  // namespace
+
+NodeRecord node_record(const RunResult& r) {
+  NodeRecord n;
+  n.node_rank = r.node_rank;
+  n.host = r.host;
+  n.workers = static_cast<int>(r.exits.size());
+  n.success = r.success;
+  n.exit_code = r.exit_code;
+  n.spawn_failed = r.spawn_failed;
+  n.agent_signal = r.stopped_by_signal ? r.signal : 0;
+  for (const auto& e : r.exits) {
+    n.first_rank = n.first_rank < 0 ? e.rank : std::min(n.first_rank, e.rank);
+    n.last_rank = std::max(n.last_rank, e.rank);
+    if (e.stopped_by_ddprun) ++n.stopped;
+    n.duration_s = std::max(n.duration_s, static_cast<double>(e.duration.count()) / 1000.0);
+  }
+  if (const WorkerExit* f = own_failure(r)) {
+    n.failed_rank = f->rank;
+    n.failed_exit = f->status.exit_code;
+    n.failed_signal = f->status.signal;
+  } else if (r.spawn_failed && r.root_cause) {
+    n.failed_rank = r.root_cause->rank;
+    n.failed_exit = r.root_cause->exit_code;
+  }
+  return n;
+}
+
+std::string encode_node_record(const NodeRecord& n) {
+  return core::dump_json({{"node_rank", n.node_rank},
+                          {"host", n.host},
+                          {"first_rank", n.first_rank},
+                          {"last_rank", n.last_rank},
+                          {"workers", n.workers},
+                          {"success", n.success},
+                          {"exit_code", n.exit_code},
+                          {"failed_rank", n.failed_rank},
+                          {"failed_exit", n.failed_exit},
+                          {"failed_signal", n.failed_signal},
+                          {"spawn_failed", n.spawn_failed},
+                          {"stopped", n.stopped},
+                          {"agent_signal", n.agent_signal},
+                          {"duration_s", n.duration_s}});
+}
+
+std::optional<NodeRecord> decode_node_record(std::string_view text) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    NodeRecord n;
+    n.node_rank = j.at("node_rank").get<int>();
+    n.host = j.at("host").get<std::string>();
+    n.first_rank = j.at("first_rank").get<int>();
+    n.last_rank = j.at("last_rank").get<int>();
+    n.workers = j.at("workers").get<int>();
+    n.success = j.at("success").get<bool>();
+    n.exit_code = j.at("exit_code").get<int>();
+    n.failed_rank = j.at("failed_rank").get<int>();
+    n.failed_exit = j.at("failed_exit").get<int>();
+    n.failed_signal = j.at("failed_signal").get<int>();
+    n.spawn_failed = j.at("spawn_failed").get<bool>();
+    n.stopped = j.at("stopped").get<int>();
+    n.agent_signal = j.at("agent_signal").get<int>();
+    n.duration_s = j.at("duration_s").get<double>();
+    return n;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+ReportRole report_role(int agents, int agent_id) {
+  if (agents <= 1) return ReportRole::single;
+  return agent_id == 0 ? ReportRole::lead : ReportRole::member;
+}
+
+ReportPlan plan_report(ReportRole role, bool verbose, bool quiet, bool json, const RunResult& r,
+                       bool published) {
+  ReportPlan p;
+  // A command that could not start has had its one error line already.
+  p.report = !r.success && !r.spawn_failed;
+  p.length = quiet ? ReportLength::brief : ReportLength::full;
+  p.node_table = !quiet && !r.exits.empty() && !r.spawn_failed;
+  if (role == ReportRole::lead) {
+    p.node_table = p.node_table && verbose;
+    p.gather = json || !quiet;
+  } else if (role == ReportRole::member && !verbose && published) {
+    p.report = false;
+    p.node_table = false;
+    p.member_line = !r.spawn_failed && !(quiet && r.success);
+  }
+  return p;
+}
+
+std::optional<int> lost_node(const std::optional<Failure>& root) {
+  if (!root || root->rank >= 0 || root->signal != 0) return std::nullopt;
+  return root->node_rank;
+}
+
+std::chrono::milliseconds gather_timeout(bool success, std::chrono::milliseconds term_timeout) {
+  if (success) return std::chrono::milliseconds{5000};
+  return term_timeout + std::chrono::milliseconds{3000};
+}
+
+std::string format_member_line(const RunResult& r, std::optional<int> task_rank, bool colour) {
+  const std::string who = task_rank ? fmt::format("rank {} on node {} ({})", *task_rank, r.node_rank, r.host)
+                                    : fmt::format("node {} ({})", r.node_rank, r.host);
+  if (r.success) {
+    std::string ranks = "no workers";
+    if (!r.exits.empty()) {
+      const auto [lo, hi] = std::minmax_element(r.exits.begin(), r.exits.end(),
+                                                [](const auto& a, const auto& b) { return a.rank < b.rank; });
+      ranks = rank_range(lo->rank, hi->rank) + " exited 0";
+    }
+    return fmt::format("ddprun: {}: {}, {}; job summary on node 0\n", who,
+                       paint("success", Style::green, colour), ranks);
+  }
+  std::string cause = "no root cause known";
+  if (const auto& f = r.root_cause) {
+    cause = f->rank >= 0 ? fmt::format("root cause rank {} on {}", f->rank, f->host)
+                         : fmt::format("root cause: {}", f->reason);
+  }
+  return fmt::format("ddprun: {}: {}, exit {}, {}; full report on node 0\n", who,
+                     paint("failed", Style::bold_red, colour), r.exit_code, cause);
+}
+
+}  // namespace ddprun::agent

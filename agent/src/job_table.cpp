@@ -1,0 +1,179 @@
+// The lead's job-wide summary: one row per node from the gathered records (text and JSON).
+#include <fmt/format.h>
+#include <algorithm>
+#include <map>
+
+#include "agent/events.hpp"
+#include "agent/job_summary.hpp"
+
+namespace ddprun::agent {
+
+namespace {
+
+struct Row {
+  std::string node, host, ranks, result, duration;
+  bool notable = false;  // explains the outcome: shown first when rows are cut
+  bool stopped = false;  // only stopped by ddprun: the "*" footnote
+  bool missing = false;
+  std::string kind;  // what a hidden row is counted as
+};
+
+// Whether this node holds the root cause: its failed worker, or its agent stopped by a signal.
+bool holds_root(const NodeRecord& n, const std::optional<Failure>& root) {
+  if (!root || root->node_rank != n.node_rank) return false;
+  if (root->rank >= 0) return n.failed_rank == root->rank;
+  return n.agent_signal != 0 && root->signal == n.agent_signal;
+}
+
+std::string result_text(const NodeRecord& n) {
+  if (n.success) return "ok";
+  if (n.failed_rank >= 0) {
+    if (n.spawn_failed) return fmt::format("rank {}: cannot start ({})", n.failed_rank, n.failed_exit);
+    if (n.failed_signal != 0)
+      return fmt::format("rank {}: {} ({})", n.failed_rank, signal_name(n.failed_signal), n.failed_exit);
+    return fmt::format("rank {}: exit {}", n.failed_rank, n.failed_exit);
+  }
+  if (n.agent_signal != 0) return fmt::format("ddprun got {}", signal_name(n.agent_signal));
+  return n.stopped > 0 ? "stopped *" : "stopped";
+}
+
+Row missing_row(const PeerRecord& p, const std::optional<Failure>& root) {
+  Row row;
+  row.node = std::to_string(p.node_rank);
+  row.host = p.host;
+  row.ranks = "?";
+  row.result = p.record ? "unreadable report" : "no report";
+  if (lost_node(root) == p.node_rank) row.result += " <- root cause";
+  row.duration = "-";
+  row.notable = true;
+  row.missing = true;
+  row.kind = "no report";
+  return row;
+}
+
+Row make_row(const PeerRecord& p, const std::optional<Failure>& root) {
+  const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt;
+  if (!rec) return missing_row(p, root);
+  Row row;
+  row.node = std::to_string(rec->node_rank);
+  row.host = rec->host;
+  row.ranks = rec->first_rank < 0                 ? "-"
+              : rec->first_rank == rec->last_rank ? std::to_string(rec->first_rank)
+                                                  : fmt::format("{}-{}", rec->first_rank, rec->last_rank);
+  row.result = result_text(*rec);
+  row.stopped = row.result == "stopped *";
+  if (holds_root(*rec, root)) row.result += " <- root cause";
+  row.duration = fmt::format("{:.2f}s", rec->duration_s);
+  row.notable = !rec->success && (rec->failed_rank >= 0 || rec->agent_signal != 0);
+  row.kind = rec->success ? "ok" : row.notable ? "failed" : "stopped by ddprun";
+  return row;
+}
+
+// Which rows to print: all of them, or past `max_rows` the notable ones first, then the first others.
+std::vector<bool> rows_shown(const std::vector<Row>& rows, std::size_t max_rows) {
+  std::vector<bool> shown(rows.size(), rows.size() <= max_rows);
+  if (rows.size() <= max_rows) return shown;
+  std::size_t budget = max_rows;
+  for (const bool notable : {true, false}) {
+    for (std::size_t i = 0; i < rows.size() && budget > 0; ++i) {
+      if (rows[i].notable == notable && !shown[i]) {
+        shown[i] = true;
+        --budget;
+      }
+    }
+  }
+  return shown;
+}
+
+std::string header(const RunResult& lead, std::size_t nodes, int workers, bool colour) {
+  const std::string head = fmt::format("ddprun: job summary (attempt {}): ", lead.attempt);
+  if (lead.success) {
+    return head + fmt::format("{}, {} node{}, {} workers exited 0\n", paint("success", Style::green, colour),
+                              nodes, nodes == 1 ? "" : "s", workers);
+  }
+  std::string cause;
+  if (const auto& f = lead.root_cause) {
+    cause = f->rank >= 0 ? fmt::format(", root cause rank {} on {} ({})", f->rank, f->host, f->reason)
+                         : fmt::format(", root cause: {}", f->reason);
+  }
+  return head +
+         fmt::format("{}, exit code {}{}\n", paint("FAILED", Style::bold_red, colour), lead.exit_code, cause);
+}
+
+std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown) {
+  std::map<std::string, int> hidden;
+  bool stopped = false, missing = false;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (!shown[i]) ++hidden[rows[i].kind];
+    stopped = stopped || (shown[i] && rows[i].stopped);
+    missing = missing || (shown[i] && rows[i].missing);
+  }
+  std::string out;
+  if (!hidden.empty()) {
+    int n = 0;
+    std::string kinds;
+    for (const auto& [kind, count] : hidden) {
+      n += count;
+      kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", count, kind);
+    }
+    out += fmt::format("  ... {} more node{}: {}\n", n, n == 1 ? "" : "s", kinds);
+  }
+  if (stopped) out += "  * stopped by ddprun during teardown\n";
+  if (missing)
+    out += "  no report: that agent was lost, hung, or still stopping when node 0 stopped waiting\n";
+  return out;
+}
+
+}  // namespace
+
+std::string format_job_summary(const RunResult& lead, const std::vector<PeerRecord>& peers, bool colour,
+                               std::size_t max_rows) {
+  std::vector<Row> rows;
+  int workers = 0;
+  for (const auto& p : peers) {
+    rows.push_back(make_row(p, lead.root_cause));
+    if (const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt) workers += rec->workers;
+  }
+  std::size_t hw = 4, rw = 5, resw = 6;
+  for (const auto& r : rows) {
+    hw = std::max(hw, r.host.size());
+    rw = std::max(rw, r.ranks.size());
+    resw = std::max(resw, r.result.size());
+  }
+  const auto shown = rows_shown(rows, max_rows);
+  std::string out = header(lead, peers.size(), workers, colour);
+  const auto line = [&](const std::string& node, const std::string& host, const std::string& ranks,
+                        const std::string& result, const std::string& duration) {
+    return fmt::format("  {:>5}  {:<{}}  {:<{}}  {:<{}}  {:>9}\n", node, host, hw, ranks, rw, result, resw,
+                       duration);
+  };
+  out += line("node", "host", "ranks", "result", "duration");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (shown[i]) out += line(rows[i].node, rows[i].host, rows[i].ranks, rows[i].result, rows[i].duration);
+  }
+  return out + footer(rows, shown);
+}
+
+nlohmann::json job_summary_json(const RunResult& lead, const std::vector<PeerRecord>& peers) {
+  nlohmann::json nodes = nlohmann::json::array();
+  int reported = 0;
+  for (const auto& p : peers) {
+    const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt;
+    if (!rec) {
+      nodes.push_back({{"node_rank", p.node_rank}, {"host", p.host}, {"reported", false}});
+      continue;
+    }
+    ++reported;
+    nlohmann::json n = nlohmann::json::parse(encode_node_record(*rec));
+    n["reported"] = true;
+    nodes.push_back(std::move(n));
+  }
+  return {{"attempt", lead.attempt},
+          {"success", lead.success},
+          {"exit_code", lead.exit_code},
+          {"root_cause", lead.root_cause ? failure_to_json(*lead.root_cause) : nlohmann::json(nullptr)},
+          {"nodes_reported", reported},
+          {"nodes", std::move(nodes)}};
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,39 @@
+#pragma once
+// The supervisor's view of the other nodes, over the rendezvous (the agent and per-task modes).
+// Private to the launcher. The watch (heartbeats and the abort push) starts when the supervisor
+// installs its handler, once per attempt, so an abort cannot arrive before someone listens: one
+// published earlier is pushed at once by the new watch.
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/coordinator.hpp"
+#include "rendezvous/rendezvous.hpp"
+
+namespace ddprun::launcher {
+
+class StoreCoordinator final : public agent::Coordinator {
+ public:
+  explicit StoreCoordinator(rdzv::Rendezvous& rz) : rz_(rz) {}
+
+  void publish_failure(const core::Failure& f) override { rz_.abort(f); }
+  void set_remote_abort_handler(std::function<void(const core::Failure&)> h) override;
+  bool exit_barrier(std::chrono::milliseconds timeout) override { return rz_.barrier("exit", timeout); }
+  bool publish_result(const std::string& record) override { return rz_.publish_result(record); }
+  std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
+                                                std::optional<int> lost) override;
+
+ private:
+  // From the watch thread. Under the lock: once the handler is reset, it is not running.
+  void on_abort(const core::Failure& f);
+
+  rdzv::Rendezvous& rz_;
+  std::mutex mu_;
+  std::function<void(const core::Failure&)> handler_;
+  int watched_attempt_ = -1;
+};
+
+}  // namespace ddprun::launcher

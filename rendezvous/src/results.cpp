@@ -1,0 +1,60 @@
+// The end of an attempt: every agent's compact record, gathered by the master for the job-wide
+// summary (docs/agent.md). Bounded everywhere: a lost or hung agent costs the master at most the
+// gather's timeout, a lost master costs an agent about kPublishTimeout.
+#include <algorithm>
+
+#include "deadline.hpp"
+#include "keys.hpp"
+#include "rendezvous/rendezvous.hpp"
+#include "store/client.hpp"
+#include "store/store.hpp"
+
+namespace ddprun::rdzv {
+
+using detail::Clock;
+using detail::left_until;
+
+namespace {
+constexpr Millis kPublishTimeout{2000};  // connect and answer, each
+constexpr Millis kGatherPoll{100};       // how often the master looks whether anyone is left
+}  // namespace
+
+bool Rendezvous::publish_result(const std::string& record) {
+  if (!joined_) return false;
+  try {
+    // Its own connection: the main one may be blocked, or stuck on a hung master for its long
+    // op timeout.
+    auto conn = connect_client(labels::result(opts_.node_rank), Millis{0}, kPublishTimeout, kPublishTimeout);
+    PrefixStore s(key_prefix(), conn);
+    s.set(keys::result(opts_.node_rank), record);
+    conn->flush();  // the master has it
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::optional<int> lost) {
+  std::vector<ResultRecord> out;
+  if (!server_ || !joined_) return out;
+  std::vector<std::string> all, awaited;
+  for (const auto& p : participants_) {
+    const int rank = static_cast<int>(out.size());
+    out.push_back({rank, p.hostname, std::nullopt});
+    all.push_back(keys::result(p.orig_rank));
+    if (rank != lost) awaited.push_back(all.back());
+  }
+  const auto deadline = Clock::now() + timeout;
+  try {
+    PrefixStore s = store();
+    while (!s.wait(awaited, std::min(left_until(deadline), kGatherPoll))) {
+      if (left_until(deadline) == Millis{0} || !others_connected()) break;
+    }
+    for (std::size_t i = 0; i < all.size(); ++i) out[i].record = s.get(all[i], Millis{0});
+  } catch (const Error&) {
+    // Our own store failed: what was read so far is all there is.
+  }
+  return out;
+}
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,58 @@
+#pragma once
+// Several ddprun agents on loopback acting as the nodes of one job (shared by the e2e tests).
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "e2e/procs.hpp"
+
+namespace ddprun::test {
+
+using namespace std::chrono_literals;
+
+struct Job {
+  TempDir dir;
+  std::string token = "ddprun-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
+  int port = free_port();
+  std::vector<Proc> agents;
+
+  // Starts `nnodes` agents, each running `nproc` workers of `command`.
+  void start(int nnodes, int nproc, const std::vector<std::string>& command,
+             std::vector<std::string> extra = {}) {
+    for (int n = 0; n < nnodes; ++n) {
+      std::vector<std::string> argv = {DDPRUN_EXE,
+                                       "--nnodes",
+                                       std::to_string(nnodes),
+                                       "--node-rank",
+                                       std::to_string(n),
+                                       "--rdzv-endpoint",
+                                       "127.0.0.1:" + std::to_string(port),
+                                       "--nproc-per-node",
+                                       std::to_string(nproc),
+                                       "--rdzv-timeout",
+                                       "60",
+                                       "--term-timeout",
+                                       "3"};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      argv.push_back("--");
+      argv.insert(argv.end(), command.begin(), command.end());
+      agents.push_back(ddprun::test::start(argv, {{"DDPRUN_TEST_TOKEN", token}, {"DIR", dir.path()}},
+                                           dir.path(), "agent" + std::to_string(n)));
+    }
+  }
+  void wait_all(std::chrono::milliseconds limit = 120s) {
+    for (auto& a : agents) CHECK(wait_for(a, limit));
+  }
+  ~Job() {
+    for (auto& a : agents) wait_for(a, 1ms);
+    leftovers_after(token, 1ms);
+  }
+};
+
+inline std::vector<std::string> sh(const std::string& script) {
+  return {"/bin/sh", "-c", script};
+}
+
+inline const std::string kFake = FAKE_WORKER;
+
+}  // namespace ddprun::test
