@@ -146,6 +146,15 @@ std::string format_member_line(const RunResult& r, std::optional<int> task_rank,
     cause = f->rank >= 0 ? fmt::format("root cause rank {} on {}", f->rank, f->host)
                          : fmt::format("root cause: {}", f->reason);
   }
+  // Ranks that exited after a checkpoint signal stopped on request: the same words as the report.
+  const int after = r.root_cause ? r.root_cause->after_signal : 0;
+  if (after != 0) {
+    return fmt::format(
+        "ddprun: {}: {}, {}; full report on node 0\n", who,
+        paint(fmt::format("stopped after {} with exit code {}", signal_name(after), r.exit_code),
+              Style::yellow, colour),
+        cause);
+  }
   return fmt::format("ddprun: {}: {}, exit {}, {}; full report on node 0\n", who,
                      paint("failed", Style::bold_red, colour), r.exit_code, cause);
 }

@@ -2,6 +2,8 @@
 // line of the other nodes.
 #include <catch2/catch.hpp>
 
+#include <csignal>
+
 #include "agent/job_summary.hpp"
 
 using namespace ddprun::agent;
@@ -177,6 +179,14 @@ TEST_CASE("the one line of a node other than 0", "[summary]") {
   CHECK(format_member_line(task, 2, false) ==
         "ddprun: rank 2 on node 1 (h1): success, rank 2 exited 0; job summary on node 0\n");
   CHECK_THAT(format_member_line(failed_node(2), std::nullopt, true), Catch::Contains("\x1b["));
+  // A stop on request (ranks exiting after a checkpoint signal) is not called a failure.
+  RunResult stopped = failed_node(2);
+  stopped.exit_code = 140;
+  stopped.root_cause->after_signal = SIGUSR2;
+  CHECK(
+      format_member_line(stopped, std::nullopt, false) ==
+      "ddprun: node 2 (host-c): stopped after SIGUSR2 with exit code 140, root cause rank 3 on host-b; full "
+      "report on node 0\n");
 }
 
 TEST_CASE("job summary: one row per node, the root cause marked", "[summary]") {
