@@ -1,7 +1,7 @@
 // Minimal worker: prints what the launcher gave it. Used by the demo before the trainer and in tests.
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 
 static const char* env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
