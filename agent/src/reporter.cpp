@@ -1,4 +1,5 @@
 #include "agent/reporter.hpp"
+#include "core/duration.hpp"
 
 #include <fmt/format.h>
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include "agent/events.hpp"
 #include "agent/io.hpp"
 #include "agent/report.hpp"
+#include "core/duration.hpp"
 
 namespace ddprun::agent {
 
@@ -14,10 +16,6 @@ namespace {
 
 nlohmann::json signal_json(int sig) {
   return sig != 0 ? nlohmann::json(signal_name(sig)) : nlohmann::json(nullptr);
-}
-
-double seconds(std::chrono::milliseconds d) {
-  return static_cast<double>(d.count()) / 1000.0;
 }
 
 nlohmann::json summary_json(const RunResult& r) {
@@ -28,7 +26,7 @@ nlohmann::json summary_json(const RunResult& r) {
                        {"host", e.host},
                        {"exit", e.status.exit_code},
                        {"signal", signal_json(e.status.signal)},
-                       {"duration_s", seconds(e.duration)},
+                       {"duration_s", core::seconds(e.duration)},
                        {"stopped_by_ddprun", e.stopped_by_ddprun}});
   }
   return {{"success", r.success}, {"exit_code", r.exit_code}, {"attempt", r.attempt}, {"workers", workers}};
@@ -78,7 +76,7 @@ void Reporter::worker_exited(const Proc& p) const {
                           {"exit_code", p.end.status.exit_code},
                           {"signal", signal_json(p.end.status.signal)},
                           {"reason", exit_reason(p.end.status, p.end.stopped_by_ddprun)},
-                          {"duration_s", seconds(p.end.duration)},
+                          {"duration_s", core::seconds(p.end.duration)},
                           {"stopped_by_ddprun", p.end.stopped_by_ddprun}});
 }
 
@@ -93,7 +91,7 @@ void Reporter::remote_abort(const Failure& root) const {
 void Reporter::teardown(std::string_view reason, int sig, const Failure& root) const {
   event("teardown", {{"reason", reason},
                      {"signal", signal_name(sig)},
-                     {"grace_s", seconds(opts_.term_timeout)},
+                     {"grace_s", core::seconds(opts_.term_timeout)},
                      {"root_cause", failure_to_json(root)}});
 }
 

@@ -2,6 +2,8 @@
 // Deadlines of the rendezvous's waits.
 #include <chrono>
 
+#include "core/duration.hpp"
+
 #include "store/store.hpp"
 
 namespace ddprun::rdzv::detail {
@@ -14,8 +16,6 @@ inline Millis left_until(Clock::time_point deadline) {
   return d.count() > 0 ? d : Millis{0};
 }
 
-inline double seconds(Millis m) {
-  return static_cast<double>(m.count()) / 1000.0;
-}
+using core::seconds;
 
 }  // namespace ddprun::rdzv::detail
