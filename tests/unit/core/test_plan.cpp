@@ -4,20 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plan.hpp"
+#include "support/plan_nodes.hpp"
 
 using namespace ddprun::core;
 
-namespace {
-
-std::vector<NodeSpec> nodes(std::vector<int> lws, std::vector<std::string> gpus = {}) {
-  std::vector<NodeSpec> out;
-  for (std::size_t i = 0; i < lws.size(); ++i) {
-    out.push_back({static_cast<int>(i), "node" + std::to_string(i + 1), lws[i], gpus});
-  }
-  return out;
-}
-
-}  // namespace
+using ddprun::test::nodes;
 
 TEST_CASE("agent mode: ranks ordered by node rank then local rank", "[plan]") {
   JobSpec job;

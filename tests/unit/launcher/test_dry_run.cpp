@@ -6,22 +6,13 @@
 #include "core/config.hpp"
 #include "core/plan.hpp"
 #include "launcher/dry_run.hpp"
+#include "support/plan_nodes.hpp"
 
 using namespace ddprun::core;
 using ddprun::launcher::gpus_seen;
 using ddprun::launcher::render_startup_table;
 
-namespace {
-
-std::vector<NodeSpec> nodes(std::vector<int> lws, std::vector<std::string> gpus = {}) {
-  std::vector<NodeSpec> out;
-  for (std::size_t i = 0; i < lws.size(); ++i) {
-    out.push_back({static_cast<int>(i), "node" + std::to_string(i + 1), lws[i], gpus});
-  }
-  return out;
-}
-
-}  // namespace
+using ddprun::test::nodes;
 
 TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[plan][table]") {
   JobSpec job;
