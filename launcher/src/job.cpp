@@ -18,7 +18,9 @@
 #include "core/json.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/system.hpp"
+#include "per_task_session.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "session.hpp"
 #include "store/error.hpp"
 #include "store_coordinator.hpp"
 
@@ -27,30 +29,8 @@ namespace ddprun::launcher {
 namespace {
 
 using core::Failure;
-using std::chrono::milliseconds;
 
-milliseconds to_ms(double seconds) {
-  return milliseconds(static_cast<long>(seconds * 1000.0));
-}
-
-// One attempt's membership: the agreed plan and the workers this node runs.
-struct Round {
-  core::Plan plan;
-  std::vector<core::Worker> local;
-  bool announce = false;  // this node prints the startup table
-};
-
-// How this node meets the others for each attempt. Standalone is the one-node case.
-class Session {
- public:
-  virtual ~Session() = default;
-  virtual Round join(int attempt) = 0;
-  virtual agent::Coordinator& coordinator() = 0;
-  // The job's root cause as every node sees it (the first one published), if any.
-  virtual std::optional<Failure> published_root() = 0;
-  virtual void next_attempt() = 0;
-};
-
+// Standalone: the one-node case.
 class LocalSession final : public Session {
  public:
   explicit LocalSession(const core::Resolved& r) : r_(r) {}
@@ -118,19 +98,16 @@ std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>&
   return nodes;
 }
 
+// Agent mode: one agent per node, every agent a participant of the master's round.
 class RendezvousSession final : public Session {
  public:
   RendezvousSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
                     agent::Events& ev)
-      : r_(r),
-        per_task_(r.mode == core::Mode::per_task),
-        my_id_(per_task_ ? *r.job.task_rank : r.job.node_rank),
-        rz_(options(o, r, std::move(auth), ev)),
-        coord_(rz_) {
-    me_.node_rank = my_id_;
+      : r_(r), rz_(options(o, r, std::move(auth), ev)), coord_(rz_) {
+    me_.node_rank = r.job.node_rank;
     me_.hostname = r.self.host.value_or("localhost");
     me_.addr = me_.hostname;
-    me_.local_world_size = per_task_ ? 1 : r.self.local_world_size;
+    me_.local_world_size = r.self.local_world_size;
     me_.gpus = r.self.gpus;
   }
 
@@ -139,17 +116,10 @@ class RendezvousSession final : public Session {
       return core::dump_json(core::plan_to_json(master_plan(nodes, attempt)));
     });
     Round round;
-    try {
-      round.plan = core::plan_from_json(nlohmann::json::parse(joined.plan));
-    } catch (const std::exception& e) {
-      throw rdzv::Error(
-          rdzv::Error::Kind::protocol,
-          fmt::format("rendezvous {}: the published plan is malformed: {}", rz_.endpoint(), e.what()), "join",
-          rz_.endpoint());
-    }
+    round.plan = parse_published_plan(joined.plan, rz_.endpoint());
     round.plan.node_rank = joined.node_rank;
-    round.local = local_workers(round.plan, attempt);
-    round.announce = my_id_ == 0;
+    round.local = round.plan.workers_on(round.plan.node_rank);
+    round.announce = r_.job.node_rank == 0;
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
@@ -157,56 +127,45 @@ class RendezvousSession final : public Session {
   void next_attempt() override { rz_.next_attempt(); }
 
  private:
-  rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
-                                  agent::Events& ev) const;
+  static rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r,
+                                         rdzv::auth::Config auth, agent::Events& ev);
 
   // On the master: the plan from the nodes that joined, with MASTER_PORT checked by binding it
   // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
   core::Plan master_plan(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    core::Plan plan;
-    if (per_task_) {
-      plan = core::build_plan(job, r_.nodes);  // Slurm fixed the layout; agree on port and run
-    } else {
-      job.nnodes = static_cast<int>(nodes.size());
-      job.node_rank = 0;
-      plan = core::build_plan(job, nodes_from_joined(nodes));
-    }
+    job.nnodes = static_cast<int>(nodes.size());
+    job.node_rank = 0;
+    core::Plan plan = core::build_plan(job, nodes_from_joined(nodes));
     core::set_master_port(plan, choose_master_port(plan.master_port, rz_.port(), r_.master_port_given));
     return plan;
   }
 
-  std::vector<core::Worker> local_workers(const core::Plan& plan, int attempt) const {
-    if (!per_task_) return plan.workers_on(plan.node_rank);
-    // This task's own worker, from its own view of Slurm (its GPUs may differ from task 0's).
-    core::JobSpec job = r_.job;
-    job.restart_count = attempt;
-    job.master_port = plan.master_port;
-    std::vector<core::Worker> local;
-    for (auto& w : core::build_plan(job, r_.nodes).workers) {
-      if (w.rank == *r_.job.task_rank) local.push_back(w);
-    }
-    return local;
-  }
-
   const core::Resolved& r_;
-  bool per_task_;
-  int my_id_;
   rdzv::JoinInfo me_;
   rdzv::Rendezvous rz_;
   StoreCoordinator coord_;
 };
 
 rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const core::Resolved& r,
-                                                   rdzv::auth::Config auth, agent::Events& ev) const {
-  // In per-task mode every task is a participant; otherwise every node.
-  const int participants = per_task_ ? core::build_plan(r.job, r.nodes).world_size : r.nnodes_max;
-  rdzv::RendezvousOptions ro;
+                                                   rdzv::auth::Config auth, agent::Events& ev) {
+  rdzv::RendezvousOptions ro = common_rdzv_options(o, r, std::move(auth), ev);
   ro.host = r.rdzv_host;
   ro.port = r.rdzv_port;
+  ro.node_rank = r.job.node_rank;
+  ro.nnodes_min = r.nnodes_min;
+  ro.nnodes_max = r.nnodes_max;
+  for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));
+  return ro;
+}
+
+}  // namespace
+
+rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,
+                                            rdzv::auth::Config auth, agent::Events& ev) {
+  rdzv::RendezvousOptions ro;
   ro.run_id = r.job.run_id;
-  ro.node_rank = my_id_;
   ro.auth = std::move(auth);
   ro.log = [&ev](const std::string& line) {
     if (ev.json()) {
@@ -215,8 +174,6 @@ rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const
       fmt::print(stderr, "{}\n", line);
     }
   };
-  ro.nnodes_min = per_task_ ? participants : r.nnodes_min;
-  ro.nnodes_max = participants;
   ro.join_timeout = to_ms(r.rdzv_timeout);
   ro.last_call = to_ms(r.last_call);
   // Every 10 s of waiting, say who is still missing.
@@ -227,14 +184,20 @@ rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const
       fmt::print(stderr, "ddprun: {}\n", m);
     }
   };
-  if (per_task_) {
-    for (const auto& w : core::build_plan(r.job, r.nodes).workers)
-      ro.expected_hosts.push_back(w.host.value_or(""));
-  } else {
-    for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));
-  }
   return ro;
 }
+
+core::Plan parse_published_plan(const std::string& text, const std::string& endpoint) {
+  try {
+    return core::plan_from_json(nlohmann::json::parse(text));
+  } catch (const std::exception& e) {
+    throw rdzv::Error(rdzv::Error::Kind::protocol,
+                      fmt::format("rendezvous {}: the published plan is malformed: {}", endpoint, e.what()),
+                      "join", endpoint);
+  }
+}
+
+namespace {
 
 nlohmann::json plan_event(const core::Plan& plan, int attempt) {
   return {{"attempt", attempt},
@@ -346,6 +309,8 @@ int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions
     std::unique_ptr<Session> session;
     if (r.mode == core::Mode::standalone) {
       session = std::make_unique<LocalSession>(r);
+    } else if (r.mode == core::Mode::per_task) {
+      session = make_per_task_session(o, r, std::move(auth), ev);
     } else {
       session = std::make_unique<RendezvousSession>(o, r, std::move(auth), ev);
     }

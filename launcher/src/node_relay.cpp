@@ -1,0 +1,221 @@
+#include "node_relay.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "store/client.hpp"
+#include "store/error.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kLocalGather{3000};  // the node's records, before the master's gather ends (5 s)
+constexpr milliseconds kRootWait{3000};     // a member waits this long for the root its relay passes down
+constexpr milliseconds kPoll{100};          // the relay looks for an abort while the node arrives
+
+milliseconds left_until(Clock::time_point deadline) {
+  return std::max(milliseconds{0}, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+}  // namespace
+
+// ---- the bundle: per record "-" (missing) or "<length>:<bytes>"; binary-safe, no re-encoding
+
+std::string encode_bundle(const std::vector<std::optional<std::string>>& records) {
+  std::string out;
+  for (const auto& r : records) out += r ? fmt::format("{}:{}", r->size(), *r) : std::string("-");
+  return out;
+}
+
+std::vector<std::optional<std::string>> decode_bundle(const std::string& bundle) {
+  std::vector<std::optional<std::string>> out;
+  std::size_t i = 0;
+  while (i < bundle.size()) {
+    if (bundle[i] == '-') {
+      out.emplace_back(std::nullopt);
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    const char* begin = bundle.data() + i;
+    const auto [ptr, ec] = std::from_chars(begin, bundle.data() + bundle.size(), len);
+    const auto colon = static_cast<std::size_t>(ptr - bundle.data());
+    if (ec != std::errc() || ptr == begin || colon >= bundle.size() || bundle[colon] != ':' ||
+        len > bundle.size() - colon - 1) {
+      throw rdzv::Error(rdzv::Error::Kind::protocol, fmt::format("malformed node bundle at byte {}", i), "bundle");
+    }
+    out.emplace_back(bundle.substr(colon + 1, len));
+    i = colon + 1 + len;
+  }
+  return out;
+}
+
+std::vector<agent::PeerRecord> unpack_bundles(const std::vector<rdzv::ResultRecord>& nodes,
+                                              const std::vector<std::vector<int>>& node_ranks) {
+  std::vector<agent::PeerRecord> out;
+  for (const auto& n : nodes) {
+    const auto k = static_cast<std::size_t>(n.node_rank);
+    if (n.node_rank < 0 || k >= node_ranks.size()) continue;
+    std::vector<std::optional<std::string>> records;
+    try {
+      if (n.record) records = decode_bundle(*n.record);
+    } catch (const rdzv::Error&) {
+      records.clear();  // a garbled bundle reads as a node whose records did not come
+    }
+    for (std::size_t i = 0; i < node_ranks[k].size(); ++i) {
+      out.push_back({node_ranks[k][i], n.hostname, i < records.size() ? records[i] : std::nullopt});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
+  return out;
+}
+
+// ---- PerTaskCoordinator
+
+std::string PerTaskCoordinator::key(const std::string& name) const {
+  return fmt::format("/pertask/attempt_{}/{}", attempt(), name);
+}
+
+void PerTaskCoordinator::publish_failure(const core::Failure& f) {
+  if (!relay()) {
+    s_.down->abort(f);  // the relay's watch takes it up
+    return;
+  }
+  const core::Failure root = s_.up->abort(f);
+  tell_node(root);
+}
+
+void PerTaskCoordinator::set_remote_abort_handler(std::function<void(const core::Failure&)> h) {
+  {
+    std::lock_guard lock(mu_);
+    handler_ = std::move(h);
+    if (!handler_ || watched_attempt_ == attempt()) return;
+    watched_attempt_ = attempt();
+    delivered_ = false;
+  }
+  try {
+    if (relay()) {
+      s_.up->watch([this](const core::Failure& f) { on_up(f); });
+      if (s_.down) s_.down->watch([this](const core::Failure& f) { on_down(f); });
+    } else {
+      s_.down->watch([this](const core::Failure& f) { deliver(f); });
+    }
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    handler_ = nullptr;  // the supervisor that installed it is going away
+    watched_attempt_ = -1;
+    throw;
+  }
+}
+
+// The job's root cause (or a lost master): down to the node's tasks, then to our supervisor.
+void PerTaskCoordinator::on_up(const core::Failure& root) {
+  tell_node(root);
+  deliver(root);
+}
+
+// A failure on this node (a task's, or a local task lost): up to the job; the winner comes back.
+void PerTaskCoordinator::on_down(const core::Failure& local) {
+  const core::Failure root = s_.up->abort(local);
+  tell_node(root);
+  deliver(root);
+}
+
+// The root key first, so that a member that reads the abort finds the job's root beside it.
+void PerTaskCoordinator::tell_node(const core::Failure& root) {
+  if (!s_.down) return;
+  try {
+    auto c = s_.connect_local();
+    c->set(key("root"), core::encode_failure(root));
+    c->flush();
+  } catch (const rdzv::Error&) {
+    // Our own node-local store is gone: nobody left to tell.
+  }
+  s_.down->abort(root);
+}
+
+void PerTaskCoordinator::deliver(const core::Failure& root) {
+  std::lock_guard lock(mu_);
+  if (!handler_ || delivered_) return;
+  delivered_ = true;
+  handler_(root);
+}
+
+std::optional<core::Failure> PerTaskCoordinator::published_root() {
+  if (relay()) return s_.up->aborted();
+  auto local = s_.down->aborted();
+  if (!local) return std::nullopt;
+  try {
+    auto c = s_.connect_local();
+    if (auto v = c->get(key("root"), kRootWait)) return core::decode_failure(*v);
+  } catch (const std::exception&) {
+    // The relay is gone (that is the local root then) or its record is unreadable.
+  }
+  return local;
+}
+
+// ---- the exit barrier: the node's tasks arrive at the relay, then the relay meets the job
+
+bool PerTaskCoordinator::exit_barrier(milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  if (!relay()) {
+    try {
+      auto c = s_.connect_local();
+      c->set(key(fmt::format("exit/{}", s_.local)), "1");
+      c->flush();
+    } catch (const rdzv::Error&) {
+      return false;  // the relay is gone: the watch says so
+    }
+    return s_.down->barrier("exit", left_until(deadline));
+  }
+  if (s_.down && !wait_local_arrivals(deadline)) return false;
+  if (!s_.up->barrier("exit", left_until(deadline))) return false;
+  // Every task of the job is through: release ours (they are waiting already).
+  return !s_.down || s_.down->barrier("exit", std::max(left_until(deadline), milliseconds{2000}));
+}
+
+// True once every other task of the node reached the exit barrier; false on abort or timeout.
+bool PerTaskCoordinator::wait_local_arrivals(Clock::time_point deadline) {
+  std::vector<std::string> keys;
+  for (int i = 1; i < s_.local_tasks; ++i) keys.push_back(key(fmt::format("exit/{}", i)));
+  try {
+    auto c = s_.connect_local();
+    while (!c->wait(keys, std::min(left_until(deadline), kPoll))) {
+      if (left_until(deadline) == milliseconds{0} || s_.down->aborted()) return false;
+    }
+    return true;
+  } catch (const rdzv::Error&) {
+    return false;
+  }
+}
+
+// ---- end-of-run records: members to their relay, one bundle per node to the master
+
+bool PerTaskCoordinator::publish_result(const std::string& record) {
+  if (!relay()) return s_.down->publish_result(record);
+  std::vector<std::optional<std::string>> records{record};
+  if (s_.down && s_.down->publish_result(record)) {
+    records.clear();
+    for (auto& r : s_.down->gather_results(kLocalGather)) records.push_back(std::move(r.record));
+  }
+  return s_.up->publish_result(encode_bundle(records));
+}
+
+std::vector<agent::PeerRecord> PerTaskCoordinator::gather_results(milliseconds timeout, std::optional<int> lost) {
+  // `lost` names a task or a node depending on who reported it: the master waits for every node's
+  // bundle instead, which ends early once no other relay is connected.
+  (void)lost;
+  if (!relay()) return {};
+  const auto nodes = s_.up->gather_results(timeout);
+  if (nodes.empty()) return {};
+  return unpack_bundles(nodes, s_.node_ranks);
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,79 @@
+#pragma once
+// Per-task mode's coordinator (docs/rendezvous.md, "Per-task mode"). Private to the launcher.
+//
+// Local task 0 of each node (the relay) holds the node's one agent place in the job's rendezvous
+// (`up`) and serves a node-local store on 127.0.0.1 (`down`) that the node's other tasks (members)
+// join instead of the master's. The relay passes aborts both ways (a local failure goes up, the
+// job's root cause comes down), holds the node's exit barrier until every local task arrived, and
+// sends its node's end-of-run records up as one bundle. A node with one task has no `down`.
+//
+// Besides the rendezvous keys, the node-local store holds a few of the relay's own, under
+// "/pertask/attempt_<n>/": "root" (the job's root cause as the master decided it) and "exit/<local>"
+// (that local task reached the exit barrier).
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/coordinator.hpp"
+#include "core/failure.hpp"
+#include "rendezvous/rendezvous.hpp"
+
+namespace ddprun::rdzv {
+class TcpStore;
+}
+
+namespace ddprun::launcher {
+
+struct RelaySetup {
+  rdzv::Rendezvous* up = nullptr;    // the relay's place in the job (null on a member)
+  rdzv::Rendezvous* down = nullptr;  // the node-local rendezvous (null when alone on the node)
+  int local = 0;                     // SLURM_LOCALID
+  int local_tasks = 1;
+  // Connects a short extra client to the node-local store (its own keys, above).
+  std::function<std::shared_ptr<rdzv::TcpStore>()> connect_local;
+  // The master: the plan ranks of each node's tasks, in local order (to unpack the bundles).
+  std::vector<std::vector<int>> node_ranks;
+};
+
+// The bundle a relay sends up: its node's records in local order (nullopt: did not come in time).
+std::string encode_bundle(const std::vector<std::optional<std::string>>& records);
+std::vector<std::optional<std::string>> decode_bundle(const std::string& bundle);
+// The master's per-task view from the per-node bundles: one record per task, in plan-rank order.
+std::vector<agent::PeerRecord> unpack_bundles(const std::vector<rdzv::ResultRecord>& nodes,
+                                              const std::vector<std::vector<int>>& node_ranks);
+
+class PerTaskCoordinator final : public agent::Coordinator {
+ public:
+  explicit PerTaskCoordinator(RelaySetup s) : s_(std::move(s)) {}
+
+  void publish_failure(const core::Failure& f) override;
+  void set_remote_abort_handler(std::function<void(const core::Failure&)> h) override;
+  bool exit_barrier(std::chrono::milliseconds timeout) override;
+  bool publish_result(const std::string& record) override;
+  std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
+                                                std::optional<int> lost) override;
+  // The job's root cause as the master decided it (for the exit code), if any.
+  std::optional<core::Failure> published_root();
+
+ private:
+  bool relay() const { return s_.up != nullptr; }
+  int attempt() const { return relay() ? s_.up->attempt() : s_.down->attempt(); }
+  std::string key(const std::string& name) const;
+  void on_up(const core::Failure& root);
+  void on_down(const core::Failure& local);
+  void tell_node(const core::Failure& root);
+  void deliver(const core::Failure& root);
+  bool wait_local_arrivals(std::chrono::steady_clock::time_point deadline);
+
+  RelaySetup s_;
+  std::mutex mu_;
+  std::function<void(const core::Failure&)> handler_;
+  int watched_attempt_ = -1;
+  bool delivered_ = false;  // one root cause per attempt reaches the supervisor
+};
+
+}  // namespace ddprun::launcher

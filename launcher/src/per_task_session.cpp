@@ -1,0 +1,174 @@
+#include "per_task_session.hpp"
+
+#include <fmt/format.h>
+
+#include "core/json.hpp"
+#include "core/per_task.hpp"
+#include "launcher/system.hpp"
+#include "node_relay.hpp"
+#include "store/client.hpp"
+#include "store/error.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// The plan ranks of each node's tasks, in local order (Slurm fixed the layout).
+std::vector<std::vector<int>> ranks_by_node(const core::Plan& plan) {
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(plan.nnodes));
+  for (const auto& w : plan.workers) {
+    const auto k = static_cast<std::size_t>(w.node_rank);
+    if (k < out.size()) out[k].push_back(w.rank);
+  }
+  return out;
+}
+
+class PerTaskSession final : public Session {
+ public:
+  PerTaskSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth, agent::Events& ev);
+
+  Round join(int attempt) override;
+  agent::Coordinator& coordinator() override { return *coord_; }
+  std::optional<core::Failure> published_root() override { return coord_->published_root(); }
+  void next_attempt() override {
+    if (up_) up_->next_attempt();
+    if (down_) down_->next_attempt();
+  }
+
+ private:
+  rdzv::JoinInfo join_info(int node_rank, int local_world_size) const;
+  std::string master_plan(int attempt);
+  std::shared_ptr<rdzv::TcpStore> connect_local() const;
+
+  const core::Resolved& r_;
+  core::TaskPlace place_;
+  rdzv::auth::Config auth_;
+  std::string local_run_id_;
+  std::uint16_t local_port_ = 0;
+  std::unique_ptr<rdzv::Rendezvous> up_;    // relay: the node's place in the job
+  std::unique_ptr<rdzv::Rendezvous> down_;  // the node-local store (served by the relay)
+  std::unique_ptr<PerTaskCoordinator> coord_;
+};
+
+std::vector<int> tasks_per_node(const core::Resolved& r) {
+  std::vector<int> tasks;
+  for (const auto& n : r.nodes) tasks.push_back(n.local_world_size);
+  return tasks;
+}
+
+PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
+                               agent::Events& ev)
+    : r_(r),
+      place_(core::task_place(tasks_per_node(r), r.job.node_rank, r.job.task_local_rank.value_or(0))),
+      auth_(auth),
+      local_run_id_(fmt::format("{}/node/{}", r.job.run_id, place_.node)),
+      local_port_(core::node_store_port(r.job.run_id, place_.node, r.rdzv_port,
+                                        static_cast<std::uint16_t>(r.job.master_port))) {
+  if (place_.relay) {
+    rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth, ev);
+    ro.host = r.rdzv_host;
+    ro.port = r.rdzv_port;
+    ro.node_rank = place_.node;
+    ro.nnodes_min = ro.nnodes_max = static_cast<int>(r.nodes.size());
+    for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));
+    up_ = std::make_unique<rdzv::Rendezvous>(std::move(ro));
+  }
+  if (place_.node_store) {
+    rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth, ev);
+    ro.host = ro.listen_host = "127.0.0.1";
+    ro.port = local_port_;
+    ro.run_id = local_run_id_;
+    ro.node_rank = place_.local;
+    ro.nnodes_min = ro.nnodes_max = place_.local_tasks;
+    ro.expected_hosts.assign(static_cast<std::size_t>(place_.local_tasks), r.self.host.value_or("localhost"));
+    try {
+      down_ = std::make_unique<rdzv::Rendezvous>(std::move(ro));
+    } catch (const rdzv::Error& e) {
+      throw rdzv::Error(e.kind(),
+                        fmt::format("per-task mode: cannot serve this node's local store on 127.0.0.1:{} "
+                                    "(derived from the run id '{}'): {}; another program holds the port: "
+                                    "run the step again, or give --rdzv-id another value",
+                                    local_port_, r.job.run_id, e.what()),
+                        e.op(), e.endpoint());
+    }
+  }
+  RelaySetup s;
+  s.up = up_.get();
+  s.down = down_.get();
+  s.local = place_.local;
+  s.local_tasks = place_.local_tasks;
+  s.connect_local = [this] { return connect_local(); };
+  s.node_ranks = ranks_by_node(core::build_plan(r.job, r.nodes));
+  coord_ = std::make_unique<PerTaskCoordinator>(std::move(s));
+}
+
+rdzv::JoinInfo PerTaskSession::join_info(int node_rank, int local_world_size) const {
+  rdzv::JoinInfo me;
+  me.node_rank = node_rank;
+  me.hostname = r_.self.host.value_or("localhost");
+  me.addr = me.hostname;
+  me.local_world_size = local_world_size;
+  me.gpus = r_.self.gpus;
+  return me;
+}
+
+// On the master: Slurm fixed the layout; the round agrees on the attempt and MASTER_PORT, checked
+// by binding it (it is for worker rank 0's own store, never one of ours).
+std::string PerTaskSession::master_plan(int attempt) {
+  core::JobSpec job = r_.job;
+  job.restart_count = attempt;
+  core::Plan plan = core::build_plan(job, r_.nodes);
+  core::set_master_port(plan, choose_master_port(plan.master_port, up_->port(), r_.master_port_given));
+  return core::dump_json(core::plan_to_json(plan));
+}
+
+Round PerTaskSession::join(int attempt) {
+  std::string text;
+  std::string from;
+  if (up_) {
+    text = up_->join(join_info(place_.node, place_.local_tasks),
+                     [&](const std::vector<rdzv::JoinInfo>&) { return master_plan(attempt); })
+               .plan;
+    from = up_->endpoint();
+  }
+  if (down_) {
+    // The relay publishes the job's plan to its node as it is; a member reads it here.
+    text = down_->join(join_info(place_.local, 1), [&](const std::vector<rdzv::JoinInfo>&) { return text; }).plan;
+    if (from.empty()) from = down_->endpoint();
+  }
+  Round round;
+  round.plan = parse_published_plan(text, from);
+  round.plan.node_rank = *r_.job.task_rank;
+  // This task's own worker, from its own view of Slurm (its GPUs may differ from task 0's).
+  core::JobSpec job = r_.job;
+  job.restart_count = attempt;
+  job.master_port = round.plan.master_port;
+  for (auto& w : core::build_plan(job, r_.nodes).workers) {
+    if (w.rank == *r_.job.task_rank) round.local.push_back(std::move(w));
+  }
+  round.announce = *r_.job.task_rank == 0;
+  return round;
+}
+
+std::shared_ptr<rdzv::TcpStore> PerTaskSession::connect_local() const {
+  rdzv::ClientOptions co;
+  co.host = "127.0.0.1";
+  co.port = local_port_;
+  co.run_id = local_run_id_;
+  co.auth = auth_;
+  co.label = fmt::format("pertask/{}", place_.local);
+  co.connect_timeout = milliseconds{2000};
+  co.op_timeout = milliseconds{2000};
+  return std::make_shared<rdzv::TcpStore>(std::move(co));
+}
+
+}  // namespace
+
+std::unique_ptr<Session> make_per_task_session(const core::Options& o, const core::Resolved& r,
+                                               rdzv::auth::Config auth, agent::Events& ev) {
+  return std::make_unique<PerTaskSession>(o, r, std::move(auth), ev);
+}
+
+}  // namespace ddprun::launcher
