@@ -20,6 +20,7 @@
 
 #include "agent/coordinator.hpp"
 #include "core/failure.hpp"
+#include "launcher/relay_bundle.hpp"
 #include "rendezvous/rendezvous.hpp"
 
 namespace ddprun::rdzv {
@@ -38,13 +39,6 @@ struct RelaySetup {
   // The master: the plan ranks of each node's tasks, in local order (to unpack the bundles).
   std::vector<std::vector<int>> node_ranks;
 };
-
-// The bundle a relay sends up: its node's records in local order (nullopt: did not come in time).
-std::string encode_bundle(const std::vector<std::optional<std::string>>& records);
-std::vector<std::optional<std::string>> decode_bundle(const std::string& bundle);
-// The master's per-task view from the per-node bundles: one record per task, in plan-rank order.
-std::vector<agent::PeerRecord> unpack_bundles(const std::vector<rdzv::ResultRecord>& nodes,
-                                              const std::vector<std::vector<int>>& node_ranks);
 
 class PerTaskCoordinator final : public agent::Coordinator {
  public:
