@@ -9,12 +9,13 @@ namespace ddprun::core {
 TaskPlace task_place(const std::vector<int>& tasks_per_node, int node, int local) {
   const int nnodes = static_cast<int>(tasks_per_node.size());
   if (node < 0 || node >= nnodes) {
-    throw Error(fmt::format("SLURM_NODEID={} is outside the step's {} nodes; run ddprun under srun", node, nnodes));
+    throw Error(
+        fmt::format("SLURM_NODEID={} is outside the step's {} nodes; run ddprun under srun", node, nnodes));
   }
   const int tasks = tasks_per_node[static_cast<std::size_t>(node)];
   if (local < 0 || local >= tasks) {
-    throw Error(fmt::format("SLURM_LOCALID={} is outside the {} tasks of node {}; run ddprun under srun", local,
-                            tasks, node));
+    throw Error(fmt::format("SLURM_LOCALID={} is outside the {} tasks of node {}; run ddprun under srun",
+                            local, tasks, node));
   }
   TaskPlace p;
   p.node = node;

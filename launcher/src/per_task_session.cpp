@@ -135,7 +135,8 @@ Round PerTaskSession::join(int attempt) {
   }
   if (down_) {
     // The relay publishes the job's plan to its node as it is; a member reads it here.
-    text = down_->join(join_info(place_.local, 1), [&](const std::vector<rdzv::JoinInfo>&) { return text; }).plan;
+    text = down_->join(join_info(place_.local, 1), [&](const std::vector<rdzv::JoinInfo>&) { return text; })
+               .plan;
     if (from.empty()) from = down_->endpoint();
   }
   Round round;

@@ -10,11 +10,11 @@ namespace ddprun::core {
 
 // One task's place in a per-task step.
 struct TaskPlace {
-  int node = 0;          // SLURM_NODEID: the node's rank among the step's nodes
-  int local = 0;         // SLURM_LOCALID
-  int local_tasks = 1;   // tasks on this node
-  bool relay = false;    // local task 0: joins the master's store for the whole node
-  bool master = false;   // the relay of node 0: serves the job's store
+  int node = 0;             // SLURM_NODEID: the node's rank among the step's nodes
+  int local = 0;            // SLURM_LOCALID
+  int local_tasks = 1;      // tasks on this node
+  bool relay = false;       // local task 0: joins the master's store for the whole node
+  bool master = false;      // the relay of node 0: serves the job's store
   bool node_store = false;  // the node has other tasks, so a node-local store is served (by the relay)
 };
 

@@ -17,11 +17,11 @@ TEST_CASE("task_place: local task 0 relays for its node, node 0's relay is the m
     int local_tasks;
   };
   const std::vector<Row> rows = {
-      {{4, 4}, 0, 0, true, true, true, 4},     // the master
-      {{4, 4}, 0, 3, false, false, true, 4},   // a task beside the master
-      {{4, 4}, 1, 0, true, false, true, 4},    // another node's relay
+      {{4, 4}, 0, 0, true, true, true, 4},    // the master
+      {{4, 4}, 0, 3, false, false, true, 4},  // a task beside the master
+      {{4, 4}, 1, 0, true, false, true, 4},   // another node's relay
       {{4, 4}, 1, 2, false, false, true, 4},
-      {{2, 1}, 1, 0, true, false, false, 1},   // alone on its node: no node-local store
+      {{2, 1}, 1, 0, true, false, false, 1},  // alone on its node: no node-local store
       {{1}, 0, 0, true, true, false, 1},
   };
   for (const auto& r : rows) {
