@@ -15,6 +15,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
+constexpr milliseconds kNodeJoinMargin{10000};
+
 // The plan ranks of each node's tasks, in local order (Slurm fixed the layout).
 std::vector<std::vector<int>> ranks_by_node(const core::Plan& plan) {
   std::vector<std::vector<int>> out(static_cast<std::size_t>(plan.nnodes));
@@ -40,6 +42,7 @@ class PerTaskSession final : public Session {
  private:
   rdzv::JoinInfo join_info(int node_rank, int local_world_size) const;
   std::string master_plan(int attempt);
+  void pass_down_join_error(const std::string& message);
   std::shared_ptr<rdzv::TcpStore> connect_local() const;
 
   const core::Resolved& r_;
@@ -82,6 +85,9 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
     ro.run_id = local_run_id_;
     ro.node_rank = place_.local;
     ro.nnodes_min = ro.nnodes_max = place_.local_tasks;
+    // The node's round ends after the job's (the relay joins the job first): a failed job round
+    // reaches the node's tasks before their own wait ends.
+    ro.join_timeout += kNodeJoinMargin;
     ro.expected_hosts.assign(static_cast<std::size_t>(place_.local_tasks), r.self.host.value_or("localhost"));
     try {
       down_ = std::make_unique<rdzv::Rendezvous>(std::move(ro));
@@ -128,9 +134,14 @@ Round PerTaskSession::join(int attempt) {
   std::string text;
   std::string from;
   if (up_) {
-    text = up_->join(join_info(place_.node, place_.local_tasks),
-                     [&](const std::vector<rdzv::JoinInfo>&) { return master_plan(attempt); })
-               .plan;
+    try {
+      text = up_->join(join_info(place_.node, place_.local_tasks),
+                       [&](const std::vector<rdzv::JoinInfo>&) { return master_plan(attempt); })
+                 .plan;
+    } catch (const std::exception& e) {
+      pass_down_join_error(e.what());
+      throw;
+    }
     from = up_->endpoint();
   }
   if (down_) {
@@ -151,6 +162,19 @@ Round PerTaskSession::join(int attempt) {
   }
   round.announce = *r_.job.task_rank == 0;
   return round;
+}
+
+// The node's tasks fail with the relay's own message (a missing node, a busy port) rather than a
+// timeout of their own: their round on the node-local store ends with it.
+void PerTaskSession::pass_down_join_error(const std::string& message) {
+  if (!down_) return;
+  try {
+    down_->join(join_info(place_.local, 1), [&](const std::vector<rdzv::JoinInfo>&) -> std::string {
+      throw rdzv::Error(rdzv::Error::Kind::join, message, "join");
+    });
+  } catch (const std::exception&) {
+    // Expected: the round failed with our message.
+  }
 }
 
 std::shared_ptr<rdzv::TcpStore> PerTaskSession::connect_local() const {
