@@ -53,7 +53,8 @@ void PerTaskCoordinator::set_remote_abort_handler(std::function<void(const core:
       s_.up->watch([this](const core::Failure& f) { on_up(f); });
       if (s_.down) s_.down->watch([this](const core::Failure& f) { on_down(f); });
     } else {
-      s_.down->watch([this](const core::Failure& f) { deliver(f); });
+      // The node-local abort is the node's first failure; the job's root comes right behind it.
+      s_.down->watch([this](const core::Failure& f) { deliver(job_root_or(f)); });
     }
   } catch (...) {
     std::lock_guard lock(mu_);
@@ -100,11 +101,16 @@ std::optional<core::Failure> PerTaskCoordinator::published_root() {
   if (relay()) return s_.up->aborted();
   auto local = s_.down->aborted();
   if (!local) return std::nullopt;
+  return job_root_or(*local);
+}
+
+// A member: the job's root cause as the relay passed it down, waiting a little for it; `local`
+// when the relay is gone (that is the root then) or its record is unreadable.
+core::Failure PerTaskCoordinator::job_root_or(const core::Failure& local) {
   try {
     auto c = s_.connect_local();
     if (auto v = c->get(key("root"), kRootWait)) return core::decode_failure(*v);
   } catch (const std::exception&) {
-    // The relay is gone (that is the local root then) or its record is unreadable.
   }
   return local;
 }

@@ -61,6 +61,7 @@ class PerTaskCoordinator final : public agent::Coordinator {
   void on_down(const core::Failure& local);
   void tell_node(const core::Failure& root);
   void deliver(const core::Failure& root);
+  core::Failure job_root_or(const core::Failure& local);
   bool wait_local_arrivals(std::chrono::steady_clock::time_point deadline);
 
   RelaySetup s_;
