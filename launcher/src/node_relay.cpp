@@ -54,7 +54,10 @@ void PerTaskCoordinator::set_remote_abort_handler(std::function<void(const core:
       if (s_.down) s_.down->watch([this](const core::Failure& f) { on_down(f); });
     } else {
       // The node-local abort is the node's first failure; the job's root comes right behind it.
-      s_.down->watch([this](const core::Failure& f) { deliver(job_root_or(f)); });
+      s_.down->watch([this](const core::Failure& f) {
+        std::lock_guard life(life_mu_);
+        if (!closed_) deliver(job_root_or(f));
+      });
     }
   } catch (...) {
     std::lock_guard lock(mu_);
@@ -66,12 +69,16 @@ void PerTaskCoordinator::set_remote_abort_handler(std::function<void(const core:
 
 // The job's root cause (or a lost master): down to the node's tasks, then to our supervisor.
 void PerTaskCoordinator::on_up(const core::Failure& root) {
+  std::lock_guard life(life_mu_);
+  if (closed_) return;
   tell_node(root);
   deliver(root);
 }
 
 // A failure on this node (a task's, or a local task lost): up to the job; the winner comes back.
 void PerTaskCoordinator::on_down(const core::Failure& local) {
+  std::lock_guard life(life_mu_);
+  if (closed_) return;
   const core::Failure root = s_.up->abort(local);
   tell_node(root);
   deliver(root);
@@ -88,6 +95,11 @@ void PerTaskCoordinator::tell_node(const core::Failure& root) {
     // Our own node-local store is gone: nobody left to tell.
   }
   s_.down->abort(root);
+}
+
+void PerTaskCoordinator::close() {
+  std::lock_guard life(life_mu_);
+  closed_ = true;
 }
 
 void PerTaskCoordinator::deliver(const core::Failure& root) {

@@ -52,6 +52,9 @@ class PerTaskCoordinator final : public agent::Coordinator {
                                                 std::optional<int> lost) override;
   // The job's root cause as the master decided it (for the exit code), if any.
   std::optional<core::Failure> published_root();
+  // Before the rendezvous go: from now on the watches' callbacks do nothing (they use both
+  // rendezvous, so neither may go while one runs). Waits for one that is running.
+  void close();
 
  private:
   bool relay() const { return s_.up != nullptr; }
@@ -65,6 +68,8 @@ class PerTaskCoordinator final : public agent::Coordinator {
   bool wait_local_arrivals(std::chrono::steady_clock::time_point deadline);
 
   RelaySetup s_;
+  std::mutex life_mu_;  // held by a running watch callback; close() takes it
+  bool closed_ = false;
   std::mutex mu_;
   std::function<void(const core::Failure&)> handler_;
   int watched_attempt_ = -1;

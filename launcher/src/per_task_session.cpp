@@ -30,6 +30,11 @@ std::vector<std::vector<int>> ranks_by_node(const core::Plan& plan) {
 class PerTaskSession final : public Session {
  public:
   PerTaskSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth, agent::Events& ev);
+  ~PerTaskSession() override {
+    if (coord_) coord_->close();  // the watches call across both rendezvous: quiet them first
+  }
+  PerTaskSession(const PerTaskSession&) = delete;
+  PerTaskSession& operator=(const PerTaskSession&) = delete;
 
   Round join(int attempt) override;
   agent::Coordinator& coordinator() override { return *coord_; }
@@ -50,9 +55,10 @@ class PerTaskSession final : public Session {
   rdzv::auth::Config auth_;
   std::string local_run_id_;
   std::uint16_t local_port_ = 0;
+  // Declared first, so it outlives the rendezvous whose watch threads call it.
+  std::unique_ptr<PerTaskCoordinator> coord_;
   std::unique_ptr<rdzv::Rendezvous> up_;    // relay: the node's place in the job
   std::unique_ptr<rdzv::Rendezvous> down_;  // the node-local store (served by the relay)
-  std::unique_ptr<PerTaskCoordinator> coord_;
 };
 
 std::vector<int> tasks_per_node(const core::Resolved& r) {
