@@ -1,5 +1,7 @@
 #include "per_task_session.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/json.hpp"
@@ -98,12 +100,16 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
     try {
       down_ = std::make_unique<rdzv::Rendezvous>(std::move(ro));
     } catch (const rdzv::Error& e) {
-      throw rdzv::Error(e.kind(),
-                        fmt::format("per-task mode: cannot serve this node's local store on 127.0.0.1:{} "
-                                    "(derived from the run id '{}'): {}; another program holds the port: "
-                                    "run the step again, or give --rdzv-id another value",
-                                    local_port_, r.job.run_id, e.what()),
-                        e.op(), e.endpoint());
+      // The store's own advice (--rdzv-endpoint) is for the job's store, not this one: keep its cause only.
+      std::string why = e.what();
+      why.resize(std::min(why.size(), why.find("; ")));
+      throw rdzv::Error(
+          e.kind(),
+          fmt::format("per-task mode: {} (this node's local store, its port derived from the run "
+                      "id '{}' and the node); another program holds the port: run the step "
+                      "again, or give another --rdzv-id",
+                      why, r.job.run_id),
+          e.op(), e.endpoint());
     }
   }
   RelaySetup s;
