@@ -180,7 +180,17 @@ std::vector<agent::PeerRecord> PerTaskCoordinator::gather_results(milliseconds t
   // bundle instead, which ends early once no other relay is connected.
   (void)lost;
   if (!relay()) return {};
-  const auto nodes = s_.up->gather_results(timeout);
+  const auto deadline = Clock::now() + timeout;
+  auto nodes = s_.up->gather_results(timeout);
+  // The gather ends early once no relay is connected or watching any more (after the barrier), but
+  // a relay sends its bundle only after gathering its node's (at most kLocalGather): give it that.
+  const auto grace = std::min(deadline, Clock::now() + kLocalGather + kPoll);
+  const auto missing = [](const auto& ns) {
+    return std::any_of(ns.begin(), ns.end(), [](const auto& n) { return !n.record; });
+  };
+  while (!nodes.empty() && missing(nodes) && Clock::now() < grace) {
+    nodes = s_.up->gather_results(std::min(left_until(grace), milliseconds{500}));
+  }
   if (nodes.empty()) return {};
   return unpack_bundles(nodes, s_.node_ranks);
 }
