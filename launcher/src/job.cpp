@@ -16,6 +16,7 @@
 #include "agent/supervisor.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "core/plan_table.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/system.hpp"
 #include "rendezvous/rendezvous.hpp"
@@ -33,9 +34,10 @@ milliseconds to_ms(double seconds) {
   return milliseconds(static_cast<long>(seconds * 1000.0));
 }
 
-// One attempt's membership: the agreed plan and the workers this node runs.
+// One attempt's membership: the agreed plan (constants and node table) and the workers this node
+// runs, derived here from it.
 struct Round {
-  core::Plan plan;
+  core::PlanTable table;
   std::vector<core::Worker> local;
   bool announce = false;  // this node prints the startup table
 };
@@ -60,9 +62,9 @@ class LocalSession final : public Session {
     job.restart_count = attempt;
     job.master_port = choose_master_port(job.master_port, 0, r_.master_port_given);
     Round round;
-    round.plan = core::build_plan(job, r_.nodes);
-    round.local = round.plan.workers_on(job.node_rank);
-    round.announce = round.plan.world_size > 1;
+    round.table = core::make_plan_table(job, r_.nodes);
+    round.local = core::derive_workers(round.table, job.node_rank, core::task_slot(job));
+    round.announce = round.table.job.world_size > 1;
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
@@ -113,6 +115,7 @@ std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>&
     if (!joined[i].hostname.empty()) n.host = joined[i].hostname;
     n.local_world_size = joined[i].local_world_size;
     n.gpus = joined[i].gpus;
+    n.addr = joined[i].addr;
     nodes.push_back(std::move(n));
   }
   return nodes;
@@ -135,20 +138,21 @@ class RendezvousSession final : public Session {
   }
 
   Round join(int attempt) override {
+    // The master publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
+    // every agent derives its own node's workers from them.
     const rdzv::Joined joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
-      return core::dump_json(core::plan_to_json(master_plan(nodes, attempt)));
+      return core::encode_plan_table(master_table(nodes, attempt));
     });
     Round round;
     try {
-      round.plan = core::plan_from_json(nlohmann::json::parse(joined.plan));
-    } catch (const std::exception& e) {
+      round.table = core::decode_plan_table(joined.plan);
+    } catch (const core::Error& e) {
       throw rdzv::Error(
           rdzv::Error::Kind::protocol,
           fmt::format("rendezvous {}: the published plan is malformed: {}", rz_.endpoint(), e.what()), "join",
           rz_.endpoint());
     }
-    round.plan.node_rank = joined.node_rank;
-    round.local = local_workers(round.plan, attempt);
+    round.local = local_workers(round.table, joined.node_rank, attempt);
     round.announce = my_id_ == 0;
     return round;
   }
@@ -160,32 +164,36 @@ class RendezvousSession final : public Session {
   rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
                                   agent::Events& ev) const;
 
-  // On the master: the plan from the nodes that joined, with MASTER_PORT checked by binding it
+  // On the master: the table from the nodes that joined, with MASTER_PORT checked by binding it
   // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
-  core::Plan master_plan(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
+  core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    core::Plan plan;
+    core::PlanTable table;
     if (per_task_) {
-      plan = core::build_plan(job, r_.nodes);  // Slurm fixed the layout; agree on port and run
+      table = core::make_plan_table(job, r_.nodes);  // Slurm fixed the layout; agree on port and run
     } else {
       job.nnodes = static_cast<int>(nodes.size());
       job.node_rank = 0;
-      plan = core::build_plan(job, nodes_from_joined(nodes));
+      table = core::make_plan_table(job, nodes_from_joined(nodes));
     }
-    core::set_master_port(plan, choose_master_port(plan.master_port, rz_.port(), r_.master_port_given));
-    return plan;
+    table.job.master_port = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given);
+    return table;
   }
 
-  std::vector<core::Worker> local_workers(const core::Plan& plan, int attempt) const {
-    if (!per_task_) return plan.workers_on(plan.node_rank);
-    // This task's own worker, from its own view of Slurm (its GPUs may differ from task 0's).
+  // This node's workers, derived from the published table: no other node's environments.
+  std::vector<core::Worker> local_workers(const core::PlanTable& published, int node_rank,
+                                          int attempt) const {
+    if (!per_task_) return core::derive_workers(published, node_rank);
+    // Per-task mode: this task's own worker, from its own view of Slurm (its GPUs may differ from
+    // task 0's), with the agreed MASTER_PORT.
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    job.master_port = plan.master_port;
+    job.master_port = published.job.master_port;
+    const auto slot = core::task_slot(job);
     std::vector<core::Worker> local;
-    for (auto& w : core::build_plan(job, r_.nodes).workers) {
-      if (w.rank == *r_.job.task_rank) local.push_back(w);
+    for (auto& w : core::derive_workers(core::make_plan_table(job, r_.nodes), job.node_rank, slot)) {
+      if (slot && w.local_rank == slot->local_rank) local.push_back(std::move(w));
     }
     return local;
   }
@@ -201,7 +209,7 @@ class RendezvousSession final : public Session {
 rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const core::Resolved& r,
                                                    rdzv::auth::Config auth, agent::Events& ev) const {
   // In per-task mode every task is a participant; otherwise every node.
-  const int participants = per_task_ ? core::build_plan(r.job, r.nodes).world_size : r.nnodes_max;
+  const int participants = per_task_ ? core::make_plan_table(r.job, r.nodes).job.world_size : r.nnodes_max;
   rdzv::RendezvousOptions ro;
   ro.host = r.rdzv_host;
   ro.port = r.rdzv_port;
@@ -228,15 +236,16 @@ rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const
     }
   };
   if (per_task_) {
-    for (const auto& w : core::build_plan(r.job, r.nodes).workers)
-      ro.expected_hosts.push_back(w.host.value_or(""));
+    for (const auto& n : r.nodes)
+      ro.expected_hosts.insert(ro.expected_hosts.end(), static_cast<std::size_t>(n.local_world_size),
+                               n.host.value_or(""));
   } else {
     for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));
   }
   return ro;
 }
 
-nlohmann::json plan_event(const core::Plan& plan, int attempt) {
+nlohmann::json plan_event(const core::JobConstants& plan, int attempt) {
   return {{"attempt", attempt},
           {"run_id", plan.run_id},
           {"world_size", plan.world_size},
@@ -248,7 +257,7 @@ nlohmann::json plan_event(const core::Plan& plan, int attempt) {
 
 // MASTER_ADDR / MASTER_PORT already in ddprun's environment (say, from an outer script) are replaced in
 // the workers' by the plan's: one warning naming both, once, where workers start.
-void warn_replaced_master_env(agent::Events& ev, const core::Plan& plan) {
+void warn_replaced_master_env(agent::Events& ev, const core::JobConstants& plan) {
   const char* addr = std::getenv("MASTER_ADDR");
   const char* port = std::getenv("MASTER_PORT");
   const std::string plan_port = std::to_string(plan.master_port);
@@ -272,11 +281,11 @@ void warn_replaced_master_env(agent::Events& ev, const core::Plan& plan) {
 }
 
 void announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
-  if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.plan);
+  if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table.job);
   if (ev.json()) {
-    ev.emit("rendezvous_joined", plan_event(round.plan, attempt));
+    ev.emit("rendezvous_joined", plan_event(round.table.job, attempt));
   } else if (round.announce && !o.quiet) {
-    fmt::print(stderr, "{}", render_startup_table(round.plan, attempt));
+    fmt::print(stderr, "{}", render_startup_table(round.table, attempt));
   }
 }
 
@@ -313,9 +322,9 @@ int run_attempts(Session& session, const core::Options& o, agent::AgentOptions a
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
     // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).
     agent::hold_stop_signals();
-    ao.agents = round.plan.mode == core::Mode::per_task ? round.plan.world_size : round.plan.nnodes;
-    const agent::RunResult res =
-        agent::run_workers(round.local, round.plan.world_size, ao, session.coordinator());
+    const core::JobConstants& job = round.table.job;
+    ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
+    const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
     raise_test_signal();
     const auto published = res.success ? std::nullopt : session.published_root();
     agent::AttemptDecision d = agent::after_attempt(res, published, attempt, max_restarts);
