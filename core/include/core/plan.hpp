@@ -1,7 +1,8 @@
 #pragma once
-// The rank plan: a pure function from the job's shape to every worker of the whole job, with the
-// exact environment ddprun exports to each. The dry-run prints it; the rendezvous master computes it
-// from the nodes that actually joined, so both agree on the layout.
+// The rank plan: every worker of the whole job, with the exact environment ddprun exports to each.
+// It is built through the node table (core/plan_table.hpp): the table is what the rendezvous master
+// publishes from the nodes that actually joined, and each worker is derived from it by the same
+// function (core::derive_workers) in --dry-run and on every agent, so all agree on the layout.
 #include <map>
 #include <optional>
 #include <string>

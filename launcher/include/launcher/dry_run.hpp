@@ -1,7 +1,7 @@
 #pragma once
 // `ddprun --dry-run`: the plan as a readable table or as one JSON object, and the startup table.
 // The whole plan is never held at once: each node's workers are derived (core::derive_workers) and
-// written in turn, so a 16,384-node dry-run stays within a few hundred MB (docs/scale.md).
+// written in turn: memory is the table plus one node's workers (16,384 nodes x 8: 25 MB, docs/scale.md).
 #include <ostream>
 #include <string>
 
