@@ -2,26 +2,54 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
-#include "core/json.hpp"
+#include "plan_writer.hpp"
 
 namespace ddprun::launcher {
 
 namespace {
 
-bool has_run_id(const core::Plan& plan) {
-  return !plan.run_id.empty() && plan.run_id != core::kNoRunId;
+bool has_run_id(const core::JobConstants& job) {
+  return !job.run_id.empty() && job.run_id != core::kNoRunId;
 }
 
 std::string rank_range(int lo, int hi) {
   return lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi);
 }
 
+// The text header: mode, sizes, ports, the batch and store lines.
+std::string text_header(const core::Resolved& r, const core::JobConstants& job) {
+  std::string out;
+  out += fmt::format("ddprun plan: {} mode, {} node{}, world size {}, master {}:{}{}\n", to_string(job.mode),
+                     job.nnodes, job.nnodes == 1 ? "" : "s", job.world_size, job.master_addr, job.master_port,
+                     has_run_id(job) ? fmt::format(", run id {}", job.run_id) : std::string());
+  // The plan cannot bind ports: the run checks MASTER_PORT on the master when the job starts.
+  out +=
+      r.master_port_given
+          ? fmt::format("master port {} is checked when the job starts: if it is busy then, the run stops\n",
+                        job.master_port)
+          : fmt::format(
+                "master port {} is checked when the job starts: if it is busy then, a free one is used\n",
+                job.master_port);
+  if (r.context == core::SlurmContext::batch) {
+    out += fmt::format("batch script: ddprun would re-launch itself with srun on {} node{}\n",
+                       r.allocation_hosts.size(), r.allocation_hosts.size() == 1 ? "" : "s");
+    if (r.gpus_on_nodes) {
+      out +=
+          "GPUs: none visible here; each node's agent counts its own GPUs after the re-launch, so GPU "
+          "lists and worker counts below are assumptions\n";
+    }
+  }
+  if (job.mode != core::Mode::standalone) {
+    out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
+  }
+  return out;
+}
+
 }  // namespace
 
-core::Plan dry_run_plan(const core::Resolved& r) {
-  return core::build_plan(r.job, r.nodes);
+core::PlanTable dry_run_table(const core::Resolved& r) {
+  return core::make_plan_table(r.job, r.nodes);
 }
 
 std::string gpus_seen(const std::vector<core::Worker>& ws) {
@@ -41,26 +69,28 @@ std::string gpus_seen(const std::vector<core::Worker>& ws) {
   return any ? out : "-";
 }
 
-std::string render_startup_table(const core::Plan& plan, int attempt, std::size_t max_rows) {
+std::string render_startup_table(const core::PlanTable& t, int attempt, std::size_t max_rows) {
   struct Row {
-    std::string node, host, ranks, gpus;
+    std::size_t node;
+    std::string host, ranks;
   };
   std::vector<Row> rows;
-  for (int n = 0; n < plan.nnodes; ++n) {
-    auto ws = plan.workers_on(n);
-    if (ws.empty()) continue;
-    rows.push_back({std::to_string(n), ws.front().host.value_or("?"),
-                    rank_range(ws.front().rank, ws.back().rank), gpus_seen(ws)});
+  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
+    const auto& row = t.nodes[n];
+    if (row.spare) continue;
+    rows.push_back(
+        {n, row.host.value_or("?"), rank_range(row.first_rank, row.first_rank + row.local_world_size - 1)});
   }
   std::size_t hw = 4, rw = 5;
   for (const auto& r : rows) {
     hw = std::max(hw, r.host.size());
     rw = std::max(rw, r.ranks.size());
   }
+  const core::JobConstants& job = t.job;
   std::string out =
       fmt::format("ddprun: {}attempt {}: {} node{}, world size {}, master {}:{}\n",
-                  has_run_id(plan) ? fmt::format("run {} ", plan.run_id) : "", attempt, plan.nnodes,
-                  plan.nnodes == 1 ? "" : "s", plan.world_size, plan.master_addr, plan.master_port);
+                  has_run_id(job) ? fmt::format("run {} ", job.run_id) : "", attempt, job.nnodes,
+                  job.nnodes == 1 ? "" : "s", job.world_size, job.master_addr, job.master_port);
   out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", "node", "host", hw, "ranks", rw,
                      "gpus each rank sees (ranks:CUDA_VISIBLE_DEVICES)");
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -69,69 +99,47 @@ std::string render_startup_table(const core::Plan& plan, int attempt, std::size_
       i = rows.size() - max_rows / 2 - 1;
       continue;
     }
+    // Only the rows shown: GPU lists without the workers' environments.
+    const auto& row = t.nodes[rows[i].node];
+    std::vector<core::Worker> ws(static_cast<std::size_t>(row.local_world_size));
+    for (int lr = 0; lr < row.local_world_size; ++lr) {
+      ws[static_cast<std::size_t>(lr)].rank = row.first_rank + lr;
+      ws[static_cast<std::size_t>(lr)].gpus = core::worker_gpus(job, row, lr);
+    }
     out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", rows[i].node, rows[i].host, hw, rows[i].ranks, rw,
-                       rows[i].gpus);
+                       gpus_seen(ws));
   }
   return out;
 }
 
-std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
-  std::string out;
-  out += fmt::format("ddprun plan: {} mode, {} node{}, world size {}, master {}:{}{}\n", to_string(plan.mode),
-                     plan.nnodes, plan.nnodes == 1 ? "" : "s", plan.world_size, plan.master_addr,
-                     plan.master_port,
-                     has_run_id(plan) ? fmt::format(", run id {}", plan.run_id) : std::string());
-  // The plan cannot bind ports: the run checks MASTER_PORT on the master when the job starts.
-  out +=
-      r.master_port_given
-          ? fmt::format("master port {} is checked when the job starts: if it is busy then, the run stops\n",
-                        plan.master_port)
-          : fmt::format(
-                "master port {} is checked when the job starts: if it is busy then, a free one is used\n",
-                plan.master_port);
-  if (r.context == core::SlurmContext::batch) {
-    out += fmt::format("batch script: ddprun would re-launch itself with srun on {} node{}\n",
-                       r.allocation_hosts.size(), r.allocation_hosts.size() == 1 ? "" : "s");
-    if (r.gpus_on_nodes) {
-      out +=
-          "GPUs: none visible here; each node's agent counts its own GPUs after the re-launch, so GPU "
-          "lists and worker counts below are assumptions\n";
-    }
-  }
-  if (plan.mode != core::Mode::standalone) {
-    out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
-  }
+void write_plan_text(std::ostream& os, const core::Resolved& r, const core::PlanTable& t) {
+  ChunkedOut out(os);
+  out.buf += text_header(r, t.job);
   std::size_t host_w = 4;
-  for (const auto& w : plan.workers) host_w = std::max(host_w, w.host ? w.host->size() : std::size_t{1});
-  const bool mp = r.job.procs_per_replica > 1;
+  for (const auto& row : t.nodes) {
+    if (!row.spare) host_w = std::max(host_w, row.host ? row.host->size() : std::size_t{1});
+  }
+  const bool mp = t.job.procs_per_replica > 1;
   // A batch script or salloc shell is not one of the nodes that will run workers.
-  auto this_node = [&](int node_rank) {
-    return r.context != core::SlurmContext::batch && node_rank == plan.node_rank;
-  };
-  out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}\n", "node", "host", host_w, "rank", "local", "gpus",
-                     mp ? "  mp/dp" : "");
-  for (const auto& w : plan.workers) {
-    std::string gpus = w.gpus.empty() ? "-" : fmt::format("{}", fmt::join(w.gpus, ","));
-    std::string mpdp =
-        mp ? fmt::format("  {}/{}", w.env.at("DDPRUN_MP_RANK"), w.env.at("DDPRUN_DP_RANK")) : "";
-    out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
-                       w.rank, w.local_rank, gpus, mpdp, this_node(w.node_rank) ? "  <- this node" : "");
+  const bool batch = r.context == core::SlurmContext::batch;
+  out.buf += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}\n", "node", "host", host_w, "rank", "local",
+                         "gpus", mp ? "  mp/dp" : "");
+  const auto slot = core::task_slot(r.job);
+  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
+    const bool this_node = !batch && static_cast<int>(n) == r.job.node_rank;
+    for (const auto& w : core::derive_workers(t, static_cast<int>(n), slot)) {
+      const std::string gpus = w.gpus.empty() ? "-" : fmt::format("{}", fmt::join(w.gpus, ","));
+      const std::string mpdp =
+          mp ? fmt::format("  {}/{}", w.env.at("DDPRUN_MP_RANK"), w.env.at("DDPRUN_DP_RANK")) : "";
+      fmt::format_to(std::back_inserter(out.buf), "{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", w.node_rank,
+                     w.host.value_or("?"), host_w, w.rank, w.local_rank, gpus, mpdp,
+                     this_node ? "  <- this node" : "");
+    }
+    out.maybe_flush();
   }
   std::string cmd;
   for (const auto& a : r.command) cmd += (cmd.empty() ? "" : " ") + a;
-  out += fmt::format("command: {}\n", cmd);
-  return out;
-}
-
-std::string render_plan_json(const core::Resolved& r, const core::Plan& plan) {
-  nlohmann::json j = core::plan_to_json(plan);
-  j["command"] = r.command;
-  j["context"] = to_string(r.context);
-  j["rdzv_endpoint"] = fmt::format("{}:{}", r.rdzv_host, r.rdzv_port);
-  j["nnodes_min"] = r.nnodes_min;
-  j["nnodes_max"] = r.nnodes_max;
-  j["gpus_from_nodes"] = r.gpus_on_nodes;
-  return core::dump_json(j, 2) + "\n";
+  out.buf += fmt::format("command: {}\n", cmd);
 }
 
 }  // namespace ddprun::launcher

@@ -16,6 +16,7 @@
 #include "agent/supervisor.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "core/plan_table.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/system.hpp"
 #include "per_task_session.hpp"
@@ -40,9 +41,9 @@ class LocalSession final : public Session {
     job.restart_count = attempt;
     job.master_port = choose_master_port(job.master_port, 0, r_.master_port_given);
     Round round;
-    round.plan = core::build_plan(job, r_.nodes);
-    round.local = round.plan.workers_on(job.node_rank);
-    round.announce = round.plan.world_size > 1;
+    round.table = core::make_plan_table(job, r_.nodes);
+    round.local = core::derive_workers(round.table, job.node_rank, core::task_slot(job));
+    round.announce = round.table.job.world_size > 1;
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
@@ -93,6 +94,7 @@ std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>&
     if (!joined[i].hostname.empty()) n.host = joined[i].hostname;
     n.local_world_size = joined[i].local_world_size;
     n.gpus = joined[i].gpus;
+    n.addr = joined[i].addr;
     nodes.push_back(std::move(n));
   }
   return nodes;
@@ -112,13 +114,14 @@ class RendezvousSession final : public Session {
   }
 
   Round join(int attempt) override {
+    // The master publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
+    // every agent derives its own node's workers from them.
     const rdzv::Joined joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
-      return core::dump_json(core::plan_to_json(master_plan(nodes, attempt)));
+      return core::encode_plan_table(master_table(nodes, attempt));
     });
     Round round;
-    round.plan = parse_published_plan(joined.plan, rz_.endpoint());
-    round.plan.node_rank = joined.node_rank;
-    round.local = round.plan.workers_on(round.plan.node_rank);
+    round.table = parse_published_plan(joined.plan, rz_.endpoint());
+    round.local = core::derive_workers(round.table, joined.node_rank);
     round.announce = r_.job.node_rank == 0;
     return round;
   }
@@ -130,16 +133,16 @@ class RendezvousSession final : public Session {
   static rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r,
                                          rdzv::auth::Config auth, agent::Events& ev);
 
-  // On the master: the plan from the nodes that joined, with MASTER_PORT checked by binding it
+  // On the master: the table from the nodes that joined, with MASTER_PORT checked by binding it
   // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
-  core::Plan master_plan(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
+  core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
     job.nnodes = static_cast<int>(nodes.size());
     job.node_rank = 0;
-    core::Plan plan = core::build_plan(job, nodes_from_joined(nodes));
-    core::set_master_port(plan, choose_master_port(plan.master_port, rz_.port(), r_.master_port_given));
-    return plan;
+    core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
+    table.job.master_port = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given);
+    return table;
   }
 
   const core::Resolved& r_;
@@ -187,10 +190,10 @@ rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::
   return ro;
 }
 
-core::Plan parse_published_plan(const std::string& text, const std::string& endpoint) {
+core::PlanTable parse_published_plan(const std::string& text, const std::string& endpoint) {
   try {
-    return core::plan_from_json(nlohmann::json::parse(text));
-  } catch (const std::exception& e) {
+    return core::decode_plan_table(text);
+  } catch (const core::Error& e) {
     throw rdzv::Error(rdzv::Error::Kind::protocol,
                       fmt::format("rendezvous {}: the published plan is malformed: {}", endpoint, e.what()),
                       "join", endpoint);
@@ -199,7 +202,7 @@ core::Plan parse_published_plan(const std::string& text, const std::string& endp
 
 namespace {
 
-nlohmann::json plan_event(const core::Plan& plan, int attempt) {
+nlohmann::json plan_event(const core::JobConstants& plan, int attempt) {
   return {{"attempt", attempt},
           {"run_id", plan.run_id},
           {"world_size", plan.world_size},
@@ -211,7 +214,7 @@ nlohmann::json plan_event(const core::Plan& plan, int attempt) {
 
 // MASTER_ADDR / MASTER_PORT already in ddprun's environment (say, from an outer script) are replaced in
 // the workers' by the plan's: one warning naming both, once, where workers start.
-void warn_replaced_master_env(agent::Events& ev, const core::Plan& plan) {
+void warn_replaced_master_env(agent::Events& ev, const core::JobConstants& plan) {
   const char* addr = std::getenv("MASTER_ADDR");
   const char* port = std::getenv("MASTER_PORT");
   const std::string plan_port = std::to_string(plan.master_port);
@@ -235,11 +238,11 @@ void warn_replaced_master_env(agent::Events& ev, const core::Plan& plan) {
 }
 
 void announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
-  if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.plan);
+  if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table.job);
   if (ev.json()) {
-    ev.emit("rendezvous_joined", plan_event(round.plan, attempt));
+    ev.emit("rendezvous_joined", plan_event(round.table.job, attempt));
   } else if (round.announce && !o.quiet) {
-    fmt::print(stderr, "{}", render_startup_table(round.plan, attempt));
+    fmt::print(stderr, "{}", render_startup_table(round.table, attempt));
   }
 }
 
@@ -276,9 +279,9 @@ int run_attempts(Session& session, const core::Options& o, agent::AgentOptions a
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
     // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).
     agent::hold_stop_signals();
-    ao.agents = round.plan.mode == core::Mode::per_task ? round.plan.world_size : round.plan.nnodes;
-    const agent::RunResult res =
-        agent::run_workers(round.local, round.plan.world_size, ao, session.coordinator());
+    const core::JobConstants& job = round.table.job;
+    ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
+    const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
     raise_test_signal();
     const auto published = res.success ? std::nullopt : session.published_root();
     agent::AttemptDecision d = agent::after_attempt(res, published, attempt, max_restarts);

@@ -49,13 +49,17 @@ int main(int argc, char** argv) {
     if (cli.hostlist) return hostlist_main(*cli.hostlist);
     const core::Options& o = cli.options;
     const auto resolved = core::resolve(o, launcher::snapshot_environ(), launcher::probe_system());
-    // Building the plan and the agent's options validates the input before anything starts, in
-    // every mode, and a dry run the same as a run.
-    const auto plan = launcher::dry_run_plan(resolved);
+    // Building the plan's node table and the agent's options validates the input before anything
+    // starts, in every mode, and a dry run the same as a run; the workers are derived only for output.
+    const auto table = launcher::dry_run_table(resolved);
     auto agent_opts = launcher::agent_options(o, resolved);
     if (o.dry_run) {
-      std::cout << (o.format == "json" ? launcher::render_plan_json(resolved, plan)
-                                       : launcher::render_plan_text(resolved, plan));
+      if (o.format == "json") {
+        launcher::write_plan_json(std::cout, resolved, table);
+      } else {
+        launcher::write_plan_text(std::cout, resolved, table);
+      }
+      std::cout.flush();
       return 0;
     }
     if (resolved.context == core::SlurmContext::batch) launcher::exec_self_launch(resolved, argc, argv);

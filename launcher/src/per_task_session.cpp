@@ -19,12 +19,14 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kNodeJoinMargin{10000};
 
-// The plan ranks of each node's tasks, in local order (Slurm fixed the layout).
-std::vector<std::vector<int>> ranks_by_node(const core::Plan& plan) {
-  std::vector<std::vector<int>> out(static_cast<std::size_t>(plan.nnodes));
-  for (const auto& w : plan.workers) {
-    const auto k = static_cast<std::size_t>(w.node_rank);
-    if (k < out.size()) out[k].push_back(w.rank);
+// The plan ranks of each node's tasks, in local order (Slurm fixed the layout), from the table: no
+// worker environments are built for it.
+std::vector<std::vector<int>> ranks_by_node(const core::PlanTable& table) {
+  std::vector<std::vector<int>> out(table.nodes.size());
+  for (std::size_t k = 0; k < table.nodes.size(); ++k) {
+    const core::NodeRow& row = table.nodes[k];
+    if (row.spare) continue;
+    for (int lr = 0; lr < row.local_world_size; ++lr) out[k].push_back(row.first_rank + lr);
   }
   return out;
 }
@@ -118,7 +120,7 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
   s.local = place_.local;
   s.local_tasks = place_.local_tasks;
   s.connect_local = [this] { return connect_local(); };
-  s.node_ranks = ranks_by_node(core::build_plan(r.job, r.nodes));
+  s.node_ranks = ranks_by_node(core::make_plan_table(r.job, r.nodes));
   coord_ = std::make_unique<PerTaskCoordinator>(std::move(s));
 }
 
@@ -137,9 +139,9 @@ rdzv::JoinInfo PerTaskSession::join_info(int node_rank, int local_world_size) co
 std::string PerTaskSession::master_plan(int attempt) {
   core::JobSpec job = r_.job;
   job.restart_count = attempt;
-  core::Plan plan = core::build_plan(job, r_.nodes);
-  core::set_master_port(plan, choose_master_port(plan.master_port, up_->port(), r_.master_port_given));
-  return core::dump_json(core::plan_to_json(plan));
+  core::PlanTable table = core::make_plan_table(job, r_.nodes);
+  table.job.master_port = choose_master_port(table.job.master_port, up_->port(), r_.master_port_given);
+  return core::encode_plan_table(table);
 }
 
 Round PerTaskSession::join(int attempt) {
@@ -163,14 +165,15 @@ Round PerTaskSession::join(int attempt) {
     if (from.empty()) from = down_->endpoint();
   }
   Round round;
-  round.plan = parse_published_plan(text, from);
-  round.plan.node_rank = *r_.job.task_rank;
-  // This task's own worker, from its own view of Slurm (its GPUs may differ from task 0's).
+  round.table = parse_published_plan(text, from);
+  // This task's own worker, from its own view of Slurm (its GPUs may differ from task 0's), with
+  // the agreed MASTER_PORT.
   core::JobSpec job = r_.job;
   job.restart_count = attempt;
-  job.master_port = round.plan.master_port;
-  for (auto& w : core::build_plan(job, r_.nodes).workers) {
-    if (w.rank == *r_.job.task_rank) round.local.push_back(std::move(w));
+  job.master_port = round.table.job.master_port;
+  const auto slot = core::task_slot(job);
+  for (auto& w : core::derive_workers(core::make_plan_table(job, r_.nodes), job.node_rank, slot)) {
+    if (slot && w.local_rank == slot->local_rank) round.local.push_back(std::move(w));
   }
   round.announce = *r_.job.task_rank == 0;
   return round;

@@ -9,13 +9,15 @@
 #include "core/config.hpp"
 #include "core/failure.hpp"
 #include "core/plan.hpp"
+#include "core/plan_table.hpp"
 #include "rendezvous/rendezvous.hpp"
 
 namespace ddprun::launcher {
 
-// One attempt's membership: the agreed plan and the workers this node runs.
+// One attempt's membership: the agreed plan (job constants and node table) and the workers this
+// node runs, derived here from it.
 struct Round {
-  core::Plan plan;
+  core::PlanTable table;
   std::vector<core::Worker> local;
   bool announce = false;  // this node prints the startup table
 };
@@ -39,6 +41,6 @@ rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::
                                             rdzv::auth::Config auth, agent::Events& ev);
 
 // The plan the master publishes, parsed; a malformed one is a protocol error naming the store.
-core::Plan parse_published_plan(const std::string& text, const std::string& endpoint);
+core::PlanTable parse_published_plan(const std::string& text, const std::string& endpoint);
 
 }  // namespace ddprun::launcher

@@ -283,3 +283,42 @@ TEST_CASE("worker output crosses agents whole, prefixed, and complete", "[e2e][l
     }
   }
 }
+
+TEST_CASE("per-task mode: every task runs exactly its own worker, with Slurm's rank, in a cyclic layout",
+          "[e2e][per-task]") {
+  // srun --distribution=cyclic: task p on node p % 2. Each task derives only its own worker from the
+  // published table (it once also ran the block layout's worker of the same rank).
+  TempDir dir;
+  const std::string token = "ddprun-e2e-pt-" + std::to_string(::getpid());
+  const int port = free_port();
+  std::vector<Proc> tasks;
+  for (int p = 0; p < 4; ++p) {
+    const std::map<std::string, std::string> env = {{"SLURM_JOB_ID", std::to_string(port)},
+                                                    {"SLURM_STEP_ID", "0"},
+                                                    {"SLURM_STEP_NODELIST", "localhost,127.0.0.1"},
+                                                    {"SLURM_NODELIST", "localhost,127.0.0.1"},
+                                                    {"SLURM_STEP_NUM_NODES", "2"},
+                                                    {"SLURM_STEP_NUM_TASKS", "4"},
+                                                    {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+                                                    {"SLURM_NODEID", std::to_string(p % 2)},
+                                                    {"SLURM_PROCID", std::to_string(p)},
+                                                    {"SLURM_LOCALID", std::to_string(p / 2)},
+                                                    {"CUDA_VISIBLE_DEVICES", "NoDevFiles"},
+                                                    {"DDPRUN_TEST_TOKEN", token}};
+    tasks.push_back(
+        start({DDPRUN_EXE, "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port), "--rdzv-auth", "none",
+               "--rdzv-timeout", "60", "--no-prefix", "-q", "--", "/bin/sh", "-c",
+               "echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK GROUP_RANK=$GROUP_RANK WORLD_SIZE=$WORLD_SIZE"},
+              env, dir.path(), "task" + std::to_string(p)));
+  }
+  for (auto& t : tasks) CHECK(wait_for(t, 120s));
+  for (int p = 0; p < 4; ++p) {
+    const auto& t = tasks[static_cast<std::size_t>(p)];
+    INFO("task " << p << ": " << t.err());
+    CHECK(t.code == 0);
+    const std::string want = "RANK=" + std::to_string(p) + " LOCAL_RANK=" + std::to_string(p / 2) +
+                             " GROUP_RANK=" + std::to_string(p % 2) + " WORLD_SIZE=4\n";
+    CHECK(t.out() == want);
+  }
+  CHECK(leftovers_after(token, 5s).empty());
+}

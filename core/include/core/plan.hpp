@@ -1,7 +1,8 @@
 #pragma once
-// The rank plan: a pure function from the job's shape to every worker of the whole job, with the
-// exact environment ddprun exports to each. The dry-run prints it; the rendezvous master computes it
-// from the nodes that actually joined, so both agree on the layout.
+// The rank plan: every worker of the whole job, with the exact environment ddprun exports to each.
+// It is built through the node table (core/plan_table.hpp): the table is what the rendezvous master
+// publishes from the nodes that actually joined, and each worker is derived from it by the same
+// function (core::derive_workers) in --dry-run and on every agent, so all agree on the layout.
 #include <map>
 #include <optional>
 #include <string>
@@ -26,6 +27,8 @@ struct NodeSpec {
   std::optional<std::string> host;  // unknown for other nodes outside Slurm
   int local_world_size = 1;         // workers on this node
   std::vector<std::string> gpus;    // GPU ids visible on the node, as given (may be empty)
+  std::string addr;                 // where the other nodes reach it (rendezvous); empty when unknown
+  bool spare = false;               // issue 14 (elastic): runs no workers; spares follow the active nodes
 };
 
 // TORCHELASTIC_RUN_ID when neither Slurm nor --rdzv-id gives one (torchrun's default too). Messages
@@ -78,18 +81,17 @@ struct Plan {
   std::vector<Worker> workers_on(int node_rank) const;
 };
 
-// Builds the plan. `nodes` holds one entry per node rank 0..nnodes-1 (any order).
+// Builds the whole plan: make_plan_table, then derive_workers for every node (core/plan_table.hpp).
+// `nodes` holds one entry per node rank (any order); spares run no workers.
 // Throws Error for impossible layouts (GPUs not divisible by G, workers not divisible by P, ...).
 Plan build_plan(const JobSpec& job, const std::vector<NodeSpec>& nodes);
-
-// Sets plan.master_port and every worker's MASTER_PORT to `port`.
-void set_master_port(Plan& plan, int port);
 
 // Workers one node runs for `--nproc-per-node` (N | gpu | cpu | auto | unset), given its GPUs and CPUs.
 int resolve_nproc(const std::optional<std::string>& nproc, const std::vector<std::string>& gpus,
                   int gpus_per_proc, int cpu_count);
 
-// JSON used by `--dry-run --format json` and by the rendezvous to publish the plan.
+// The whole plan as JSON: what `--dry-run --format json` prints (launcher/dry_run.cpp streams the same
+// bytes without building the tree). The rendezvous publishes the compact table instead.
 nlohmann::json plan_to_json(const Plan& plan);
 Plan plan_from_json(const nlohmann::json& j);
 

@@ -1,25 +1,32 @@
 #pragma once
-// `ddprun --dry-run`: the plan as a readable table or as one JSON object. Pure rendering.
+// `ddprun --dry-run`: the plan as a readable table or as one JSON object, and the startup table.
+// The whole plan is never held at once: each node's workers are derived (core::derive_workers) and
+// written in turn: memory is the table plus one node's workers (16,384 nodes x 8: 25 MB, docs/scale.md).
+#include <ostream>
 #include <string>
 
 #include "core/config.hpp"
+#include "core/plan_table.hpp"
 
 namespace ddprun::launcher {
 
-std::string render_plan_text(const core::Resolved& r, const core::Plan& plan);
-std::string render_plan_json(const core::Resolved& r, const core::Plan& plan);
+// The same bytes as the whole plan rendered at once: the text table, or core::plan_to_json plus the
+// CLI's fields dumped by core::dump_json with indent 2.
+void write_plan_text(std::ostream& out, const core::Resolved& r, const core::PlanTable& table);
+void write_plan_json(std::ostream& out, const core::Resolved& r, const core::PlanTable& table);
 
 // The startup table node rank 0 prints once the plan is agreed: one row per node (first and last
 // rows only past `max_rows` nodes) with its host, ranks and the GPUs each rank sees, and the master
 // address.
-std::string render_startup_table(const core::Plan& plan, int attempt, std::size_t max_rows = 16);
+std::string render_startup_table(const core::PlanTable& table, int attempt, std::size_t max_rows = 16);
 
 // What each of one node's workers sees as CUDA_VISIBLE_DEVICES, as groups of consecutive ranks that
 // see the same list: "0-3:0,1,2,3" (every worker sees the node's GPUs), "4:0,1 5:2,3" (slices of
 // --gpus-per-proc 2); "-" when no worker has a GPU.
 std::string gpus_seen(const std::vector<core::Worker>& node_workers);
 
-// The plan this node would run before the rendezvous replaces assumptions with facts.
-core::Plan dry_run_plan(const core::Resolved& r);
+// The plan this node would run before the rendezvous replaces assumptions with facts. Building it
+// checks every node's layout (O(nodes), no worker environments), in every mode.
+core::PlanTable dry_run_table(const core::Resolved& r);
 
 }  // namespace ddprun::launcher

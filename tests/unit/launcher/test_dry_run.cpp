@@ -2,9 +2,15 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/config.hpp"
+#include "core/json.hpp"
 #include "core/plan.hpp"
+#include "core/plan_table.hpp"
 #include "launcher/dry_run.hpp"
 #include "support/plan_nodes.hpp"
 
@@ -14,6 +20,28 @@ using ddprun::launcher::render_startup_table;
 
 using ddprun::test::nodes;
 
+namespace {
+
+std::string text_of(const ddprun::core::Resolved& r, const PlanTable& t) {
+  std::ostringstream out;
+  ddprun::launcher::write_plan_text(out, r, t);
+  return out.str();
+}
+
+// The dry-run JSON as it was built before streaming: the whole tree, dumped once.
+std::string json_reference(const ddprun::core::Resolved& r) {
+  nlohmann::json j = plan_to_json(build_plan(r.job, r.nodes));
+  j["command"] = r.command;
+  j["context"] = to_string(r.context);
+  j["rdzv_endpoint"] = fmt::format("{}:{}", r.rdzv_host, r.rdzv_port);
+  j["nnodes_min"] = r.nnodes_min;
+  j["nnodes_max"] = r.nnodes_max;
+  j["gpus_from_nodes"] = r.gpus_on_nodes;
+  return dump_json(j, 2) + "\n";
+}
+
+}  // namespace
+
 TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[plan][table]") {
   JobSpec job;
   job.mode = Mode::agent;
@@ -22,8 +50,7 @@ TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[p
   job.master_addr = "node1";
   job.master_port = 20001;
   job.run_id = "99";
-  Plan p = build_plan(job, nodes({2, 2}, {"0", "1"}));
-  std::string t = render_startup_table(p, 0);
+  std::string t = render_startup_table(make_plan_table(job, nodes({2, 2}, {"0", "1"})), 0);
   CHECK_THAT(t, Catch::Contains("run 99 attempt 0: 2 nodes, world size 4, master node1:20001"));
   CHECK_THAT(t, Catch::Contains("node2") && Catch::Contains("2-3") && Catch::Contains("2:0 3:1"));
   CHECK_THAT(t, Catch::Contains("gpus each rank sees (ranks:CUDA_VISIBLE_DEVICES)"));
@@ -31,8 +58,7 @@ TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[p
   big.mode = Mode::agent;
   big.nnodes = 40;
   std::vector<int> ones(40, 1);
-  Plan bp = build_plan(big, nodes(ones));
-  std::string bt = render_startup_table(bp, 1, 16);
+  std::string bt = render_startup_table(make_plan_table(big, nodes(ones)), 1, 16);
   CHECK_THAT(
       bt, Catch::Contains("... 24 more nodes ...") && Catch::Contains("node40") && Catch::Contains("node1 "));
   CHECK(std::count(bt.begin(), bt.end(), '\n') == 2 + 16 + 1);
@@ -40,28 +66,28 @@ TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[p
 
 TEST_CASE("startup line and dry-run header name a run id only when there is one", "[plan][table]") {
   JobSpec job;  // standalone: no Slurm job id and no --rdzv-id
-  Plan p = build_plan(job, nodes({2}));
+  PlanTable p = make_plan_table(job, nodes({2}));
   const std::string t = render_startup_table(p, 0);
   CHECK_THAT(t, Catch::StartsWith("ddprun: attempt 0: 1 node, world size 2, master 127.0.0.1:29500\n"));
   CHECK_THAT(t, !Catch::Contains("none"));
   ddprun::core::Resolved r;
   r.job = job;
-  std::string text = ddprun::launcher::render_plan_text(r, p);
+  std::string text = text_of(r, p);
   CHECK_THAT(
       text,
       Catch::StartsWith(
           "ddprun plan: standalone mode, 1 node, world size 2, master 127.0.0.1:29500\n"
           "master port 29500 is checked when the job starts: if it is busy then, a free one is used\n"));
   r.master_port_given = true;
-  CHECK_THAT(ddprun::launcher::render_plan_text(r, p),
+  CHECK_THAT(text_of(r, p),
              Catch::Contains(
                  "master port 29500 is checked when the job starts: if it is busy then, the run stops\n"));
   r.master_port_given = false;
   job.run_id = "4242";
-  p = build_plan(job, nodes({2}));
+  p = make_plan_table(job, nodes({2}));
   CHECK_THAT(render_startup_table(p, 1), Catch::StartsWith("ddprun: run 4242 attempt 1: 1 node"));
   r.job = job;
-  CHECK_THAT(ddprun::launcher::render_plan_text(r, p), Catch::Contains(", run id 4242\n"));
+  CHECK_THAT(text_of(r, p), Catch::Contains(", run id 4242\n"));
 }
 
 TEST_CASE("startup table: the GPU column says what each rank sees", "[plan][table]") {
@@ -87,6 +113,35 @@ TEST_CASE("startup table: the GPU column says what each rank sees", "[plan][tabl
     INFO(r.node0);
     CHECK(gpus_seen(p.workers_on(0)) == r.node0);
     CHECK(gpus_seen(p.workers_on(1)) == r.node1);
-    CHECK_THAT(render_startup_table(p, 0), Catch::Contains(" " + r.node1 + "\n"));
+    CHECK_THAT(render_startup_table(make_plan_table(job, nodes({r.nproc, r.nproc}, r.gpus)), 0),
+               Catch::Contains(" " + r.node1 + "\n"));
   }
+}
+
+TEST_CASE("the streamed dry-run JSON is the whole plan dumped at once, whatever the strings",
+          "[plan][dryrun]") {
+  ddprun::core::Resolved r;
+  r.job.mode = Mode::agent;
+  r.job.nnodes = 3;
+  r.job.node_rank = 1;
+  r.job.run_id = "a\"b\\\x01\xc3\xa9\xff";
+  r.job.role = "t\tz";
+  r.job.gpus_per_proc = 1;
+  r.command = {"echo", "\xfe", "x y"};
+  r.nodes = nodes({2, 2, 2}, {"0", "g\"1"});
+  r.nodes[0].host.reset();        // unknown outside Slurm: null
+  r.nodes[2].host = "h\xe2\x82";  // truncated UTF-8
+  std::ostringstream out;
+  ddprun::launcher::write_plan_json(out, r, ddprun::launcher::dry_run_table(r));
+  CHECK(out.str() == json_reference(r));
+  // Spare nodes run no workers: the JSON is the plan without them.
+  auto with_spare = r;
+  with_spare.nodes.push_back(with_spare.nodes[1]);
+  with_spare.nodes.back().node_rank = 3;
+  with_spare.nodes.back().spare = true;
+  std::ostringstream spare_out;
+  ddprun::launcher::write_plan_json(spare_out, with_spare, ddprun::launcher::dry_run_table(with_spare));
+  CHECK(spare_out.str() == json_reference(r));
+  CHECK(text_of(with_spare, ddprun::launcher::dry_run_table(with_spare)) ==
+        text_of(r, ddprun::launcher::dry_run_table(r)));
 }

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The dry-run at scale (issue 16, docs/scale.md "The plan"): `ddprun --dry-run` for N nodes x 8
+# workers inside a simulated Slurm step (node[00001-N], 8 GPUs each), timed with /usr/bin/time -v.
+# Prints one line per size and format: wall time, peak RSS, output size. Figures only, never a test.
+#   bench/dryrun_scale.sh [BUILD_DIR] [N ...]      (default: build, 2048 4096 16384)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+shift || true
+sizes=("$@")
+[ ${#sizes[@]} -eq 0 ] && sizes=(2048 4096 16384)
+exe="$build/launcher/ddprun"
+[ -x "$exe" ] || { echo "dryrun_scale: $exe not found; build the ddprun target first" >&2; exit 2; }
+out=$(mktemp)
+timing=$(mktemp)
+trap 'rm -f "$out" "$timing"' EXIT
+
+printf '%-7s %-5s %9s %10s %12s\n' nodes fmt wall_s rss_mb output_mb
+for n in "${sizes[@]}"; do
+  last=$(printf '%05d' "$n")
+  for fmt in json text; do
+    env -i PATH=/usr/bin:/bin SLURM_JOB_ID=4242 SLURM_STEP_ID=0 \
+      SLURM_STEP_NODELIST="node[00001-$last]" SLURM_NODELIST="node[00001-$last]" \
+      SLURM_STEP_NUM_NODES="$n" SLURM_STEP_NUM_TASKS="$n" SLURM_STEP_TASKS_PER_NODE="1(x$n)" \
+      SLURM_NODEID=0 SLURM_PROCID=0 SLURM_LOCALID=0 CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+      /usr/bin/time -v "$exe" --dry-run --format "$fmt" -- python3 train.py >"$out" 2>"$timing"
+    wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {split($2, t, ":"); print t[1] * 60 + t[2]}' "$timing")
+    rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 / 1024}' "$timing")
+    size=$(stat -c %s "$out")
+    printf '%-7s %-5s %9s %10s %12.1f\n' "$n" "$fmt" "$wall" "$rss" "$(echo "$size / 1048576" | bc -l)"
+  done
+done

@@ -1,0 +1,286 @@
+// The compact published plan (docs/protocol.md, "The plan"). Line oriented, with only characters
+// that JSON carries unescaped in the common case, since the rendezvous wraps it in a JSON record:
+//
+//   ddprun-plan 1
+//   mode agent            (one line per constant; omp_num_threads and cpus_per_task only when set)
+//   ...
+//   gpuset 8 0 1 2 3 4 5 6 7      (the distinct GPU lists: count, then the ids; referred to by index)
+//   nodes 2
+//   node001 = 8 0 a               (host, addr, local world size, gpuset index, a(ctive)|s(pare))
+//   node002 = 8 0 a
+//
+// Strings are percent-encoded outside [A-Za-z0-9._:/@+[]-]; a host "~" is unknown, an addr "=" is
+// the host. First ranks are not sent: they are the running sum over the active rows.
+#include <charconv>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/plan_table.hpp"
+
+namespace ddprun::core {
+
+namespace {
+
+constexpr int kMaxLocalWorldSize = 65536;
+constexpr std::size_t kMaxNodes = 1 << 20;
+
+bool safe_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("._:/@+[]-").find(c) != std::string_view::npos;
+}
+
+std::string pct(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (safe_char(c)) {
+      out += c;
+    } else {
+      out += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void bad(std::size_t line, const std::string& what) {
+  throw Error(fmt::format("malformed plan: line {}: {}", line, what), 1);
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A field for an error message: encoded, and cut short.
+std::string shown(std::string_view s) {
+  return pct(s.substr(0, 40)) + (s.size() > 40 ? "..." : "");
+}
+
+std::string unpct(std::string_view s, std::size_t line) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (safe_char(s[i])) {
+      out += s[i];
+      continue;
+    }
+    const bool escape =
+        s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0;
+    if (!escape) bad(line, fmt::format("bad character or escape in '{}'", shown(s)));
+    out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
+    i += 2;
+  }
+  return out;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (;;) {
+    const auto cut = s.find(sep);
+    out.push_back(s.substr(0, cut));
+    if (cut == std::string_view::npos) return out;
+    s.remove_prefix(cut + 1);
+  }
+}
+
+long long number(std::string_view s, std::size_t line, long long lo, long long hi) {
+  long long v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || v < lo || v > hi) {
+    bad(line, fmt::format("'{}' is not a number from {} to {}", shown(s), lo, hi));
+  }
+  return v;
+}
+
+const char* const kModes[] = {"agent", "per-task", "standalone"};
+
+void encode_constants(const JobConstants& c, std::string& out) {
+  out +=
+      fmt::format("mode {}\nnnodes {}\nworld_size {}\nmaster_addr {}\nmaster_port {}\nrun_id {}\nrole {}\n",
+                  to_string(c.mode), c.nnodes, c.world_size, pct(c.master_addr), c.master_port, pct(c.run_id),
+                  pct(c.role));
+  out += fmt::format("gpus_per_proc {}\nprocs_per_replica {}\nrestart_count {}\nrequeue_count {}\n",
+                     c.gpus_per_proc, c.procs_per_replica, c.restart_count, c.requeue_count);
+  out += fmt::format("max_restarts {}\nnccl_async_set {}\n", c.max_restarts, c.user_set_nccl_async ? 1 : 0);
+  if (c.user_omp_num_threads) out += fmt::format("omp_num_threads {}\n", pct(*c.user_omp_num_threads));
+  if (c.cpus_per_task) out += fmt::format("cpus_per_task {}\n", *c.cpus_per_task);
+}
+
+}  // namespace
+
+std::string encode_plan_table(const PlanTable& t) {
+  std::string out = "ddprun-plan 1\n";
+  encode_constants(t.job, out);
+  std::map<std::vector<std::string>, std::size_t> sets;
+  for (const auto& row : t.nodes) {
+    if (!sets.emplace(row.gpus, sets.size()).second) continue;
+    out += fmt::format("gpuset {}", row.gpus.size());
+    for (const auto& g : row.gpus) out += ' ' + pct(g);
+    out += '\n';
+  }
+  out += fmt::format("nodes {}\n", t.nodes.size());
+  for (const auto& row : t.nodes) {
+    out += row.host ? pct(*row.host) : "~";
+    out += ' ';
+    out += row.host && row.addr == *row.host ? std::string("=") : pct(row.addr);
+    out += fmt::format(" {} {} {}\n", row.local_world_size, sets.at(row.gpus), row.spare ? 's' : 'a');
+  }
+  return out;
+}
+
+namespace {
+
+// The decoder's state: the constants and GPU sets read so far.
+struct Reader {
+  std::vector<std::string_view> lines;
+  JobConstants c;
+  std::vector<std::vector<std::string>> gpusets;
+  std::map<std::string, bool, std::less<>> seen;
+
+  void constant(std::string_view key, std::string_view v, std::size_t n) {
+    if (!seen.emplace(std::string(key), true).second) bad(n, fmt::format("'{}' appears twice", shown(key)));
+    constexpr long long kInt = std::numeric_limits<int>::max();
+    if (key == "mode") {
+      const std::string m = unpct(v, n);
+      if (m == kModes[0])
+        c.mode = Mode::agent;
+      else if (m == kModes[1])
+        c.mode = Mode::per_task;
+      else if (m == kModes[2])
+        c.mode = Mode::standalone;
+      else
+        bad(n, fmt::format("unknown mode '{}'", pct(m)));
+    } else if (key == "nnodes") {
+      c.nnodes = static_cast<int>(number(v, n, 1, kMaxNodes));
+    } else if (key == "world_size") {
+      c.world_size = static_cast<int>(number(v, n, 1, kInt));
+    } else if (key == "master_addr") {
+      c.master_addr = unpct(v, n);
+    } else if (key == "master_port") {
+      c.master_port = static_cast<int>(number(v, n, 0, 65535));
+    } else if (key == "run_id") {
+      c.run_id = unpct(v, n);
+    } else if (key == "role") {
+      c.role = unpct(v, n);
+    } else if (key == "gpus_per_proc") {
+      c.gpus_per_proc = static_cast<int>(number(v, n, 0, kMaxLocalWorldSize));
+    } else if (key == "procs_per_replica") {
+      c.procs_per_replica = static_cast<int>(number(v, n, 1, kMaxLocalWorldSize));
+    } else {
+      counter(key, v, n);
+    }
+  }
+
+  void counter(std::string_view key, std::string_view v, std::size_t n) {
+    constexpr long long kInt = std::numeric_limits<int>::max();
+    if (key == "restart_count") {
+      c.restart_count = static_cast<int>(number(v, n, 0, kInt));
+    } else if (key == "requeue_count") {
+      c.requeue_count = static_cast<int>(number(v, n, 0, kInt));
+    } else if (key == "max_restarts") {
+      c.max_restarts = static_cast<int>(number(v, n, 0, kInt));
+    } else if (key == "nccl_async_set") {
+      c.user_set_nccl_async = number(v, n, 0, 1) == 1;
+    } else if (key == "omp_num_threads") {
+      c.user_omp_num_threads = unpct(v, n);
+    } else if (key == "cpus_per_task") {
+      c.cpus_per_task = static_cast<int>(number(v, n, 0, kInt));
+    } else {
+      bad(n, fmt::format("unknown field '{}'", shown(key)));
+    }
+  }
+
+  void gpuset(std::string_view v, std::size_t n) {
+    const auto parts = split(v, ' ');
+    const auto count = static_cast<std::size_t>(number(parts[0], n, 0, kMaxLocalWorldSize));
+    if (parts.size() != count + 1)
+      bad(n, fmt::format("gpuset says {} ids but has {}", count, parts.size() - 1));
+    std::vector<std::string> ids;
+    for (std::size_t i = 1; i < parts.size(); ++i) ids.push_back(unpct(parts[i], n));
+    gpusets.push_back(std::move(ids));
+  }
+
+  NodeRow row(std::string_view line, std::size_t n) const {
+    const auto f = split(line, ' ');
+    if (f.size() != 5) bad(n, "a node row has 5 fields: host addr workers gpuset a|s");
+    NodeRow r;
+    if (f[0] != "~") r.host = unpct(f[0], n);
+    r.addr = f[1] == "=" && r.host ? *r.host : unpct(f[1], n);
+    r.local_world_size = static_cast<int>(number(f[2], n, 1, kMaxLocalWorldSize));
+    const auto set = static_cast<std::size_t>(number(f[3], n, 0, kMaxNodes));
+    if (set >= gpusets.size()) bad(n, fmt::format("gpuset {} is not defined", set));
+    r.gpus = gpusets[set];
+    if (f[4] != "a" && f[4] != "s") bad(n, "the last field is a (active) or s (spare)");
+    r.spare = f[4] == "s";
+    return r;
+  }
+};
+
+// The checks make_plan_table makes, on a table from the wire: whatever passes derives without error.
+void check_table(PlanTable& t, std::size_t line) {
+  const JobConstants& c = t.job;
+  long long rank = 0;
+  int active = 0;
+  for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+    NodeRow& r = t.nodes[i];
+    const std::size_t n = line + 1 + i;
+    if (r.spare != (static_cast<int>(i) >= c.nnodes)) bad(n, "spare rows must follow the nnodes active ones");
+    if (r.local_world_size % c.procs_per_replica != 0)
+      bad(n, "local world size not divisible by procs_per_replica");
+    const auto g = static_cast<std::size_t>(c.gpus_per_proc);
+    const bool task_slice = c.mode == Mode::per_task && r.gpus.size() == g;
+    if (g > 0 && !task_slice &&
+        (r.gpus.size() < g * static_cast<std::size_t>(r.local_world_size) || r.gpus.size() % g != 0))
+      bad(n, "the GPUs cannot be cut into gpus_per_proc slices");
+    r.first_rank = r.spare ? -1 : static_cast<int>(rank);
+    if (!r.spare) {
+      rank += r.local_world_size;
+      ++active;
+    }
+    if (rank > std::numeric_limits<int>::max()) bad(n, "the world size overflows");
+  }
+  if (active != c.nnodes) bad(line, fmt::format("{} active rows for nnodes {}", active, c.nnodes));
+  if (rank != c.world_size)
+    bad(line, fmt::format("the rows hold {} workers, world_size says {}", rank, c.world_size));
+}
+
+}  // namespace
+
+PlanTable decode_plan_table(std::string_view bytes) {
+  if (!bytes.empty() && bytes.back() == '\n') bytes.remove_suffix(1);
+  Reader rd;
+  rd.lines = split(bytes, '\n');
+  if (rd.lines[0] != "ddprun-plan 1") bad(1, "not a ddprun plan of version 1 (mixed ddprun versions?)");
+  std::size_t i = 1;
+  for (; i < rd.lines.size(); ++i) {
+    const auto line = rd.lines[i];
+    const auto sp = line.find(' ');
+    if (sp == std::string_view::npos) bad(i + 1, "expected 'key value'");
+    const auto key = line.substr(0, sp);
+    const auto v = line.substr(sp + 1);
+    if (key == "nodes") break;
+    if (key == "gpuset") {
+      rd.gpuset(v, i + 1);
+    } else {
+      rd.constant(key, v, i + 1);
+    }
+  }
+  if (i == rd.lines.size()) bad(i, "no 'nodes' line");
+  for (const char* required : {"mode", "nnodes", "world_size", "master_addr", "master_port", "run_id"}) {
+    if (!rd.seen.contains(std::string_view(required))) bad(i + 1, fmt::format("no '{}' line", required));
+  }
+  const auto count = static_cast<std::size_t>(number(rd.lines[i].substr(6), i + 1, 1, kMaxNodes));
+  if (rd.lines.size() - i - 1 != count)
+    bad(i + 1, fmt::format("'nodes {}' but {} rows follow", count, rd.lines.size() - i - 1));
+  PlanTable t;
+  t.job = rd.c;
+  t.nodes.reserve(count);
+  for (std::size_t k = 0; k < count; ++k) t.nodes.push_back(rd.row(rd.lines[i + 1 + k], i + 2 + k));
+  check_table(t, i + 1);
+  return t;
+}
+
+}  // namespace ddprun::core

@@ -1,0 +1,106 @@
+// `--dry-run --format json`, streamed: the bytes core::dump_json(j, 2) would give for the whole plan
+// (core::plan_to_json plus the CLI's fields), written one node at a time.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/json.hpp"
+#include "launcher/dry_run.hpp"
+#include "plan_writer.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+// A JSON string as core::dump_json writes it: printable ASCII as it is, anything else (escapes,
+// control characters, UTF-8, invalid bytes replaced by U+FFFD) through nlohmann itself.
+void put_string(std::string& out, const std::string& s) {
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+      out += core::dump_json(nlohmann::json(s));
+      return;
+    }
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+// One worker at the depth of the "workers" array (indent 4), keys in nlohmann's sorted order.
+void put_worker(std::string& out, const core::Worker& w) {
+  out += "    {\n      \"env\": ";
+  if (w.env.empty()) {
+    out += "{}";
+  } else {
+    out += "{\n";
+    bool first = true;
+    for (const auto& [k, v] : w.env) {
+      out += first ? "        " : ",\n        ";
+      first = false;
+      put_string(out, k);
+      out += ": ";
+      put_string(out, v);
+    }
+    out += "\n      }";
+  }
+  out += ",\n      \"gpus\": ";
+  if (w.gpus.empty()) {
+    out += "[]";
+  } else {
+    out += "[\n";
+    for (std::size_t i = 0; i < w.gpus.size(); ++i) {
+      out += i == 0 ? "        " : ",\n        ";
+      put_string(out, w.gpus[i]);
+    }
+    out += "\n      ]";
+  }
+  out += ",\n      \"host\": ";
+  if (w.host) {
+    put_string(out, *w.host);
+  } else {
+    out += "null";
+  }
+  fmt::format_to(std::back_inserter(out),
+                 ",\n      \"local_rank\": {},\n      \"node_rank\": {},\n      \"rank\": {}\n    }}",
+                 w.local_rank, w.node_rank, w.rank);
+}
+
+// Everything but the workers, which stay an empty array to be filled in.
+nlohmann::json skeleton(const core::Resolved& r, const core::JobConstants& job) {
+  nlohmann::json j = {{"mode", to_string(job.mode)},    {"world_size", job.world_size},
+                      {"nnodes", job.nnodes},           {"node_rank", r.job.node_rank},
+                      {"master_addr", job.master_addr}, {"master_port", job.master_port},
+                      {"run_id", job.run_id},           {"workers", nlohmann::json::array()}};
+  j["command"] = r.command;
+  j["context"] = to_string(r.context);
+  j["rdzv_endpoint"] = fmt::format("{}:{}", r.rdzv_host, r.rdzv_port);
+  j["nnodes_min"] = r.nnodes_min;
+  j["nnodes_max"] = r.nnodes_max;
+  j["gpus_from_nodes"] = r.gpus_on_nodes;
+  return j;
+}
+
+}  // namespace
+
+void write_plan_json(std::ostream& os, const core::Resolved& r, const core::PlanTable& t) {
+  const std::string whole = core::dump_json(skeleton(r, t.job), 2) + "\n";
+  // Strings are escaped in the dump, so this line (two spaces: the top level) is the workers key.
+  constexpr std::string_view kEmpty = "\n  \"workers\": []";
+  const auto at = whole.find(kEmpty);
+  ChunkedOut out(os);
+  out.buf.append(whole, 0, at + kEmpty.size() - 2);
+  const auto slot = core::task_slot(r.job);
+  bool first = true;
+  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
+    for (const auto& w : core::derive_workers(t, static_cast<int>(n), slot)) {
+      out.buf += first ? "[\n" : ",\n";
+      first = false;
+      put_worker(out.buf, w);
+    }
+    out.maybe_flush();
+  }
+  out.buf += first ? "[]" : "\n  ]";
+  out.buf.append(whole, at + kEmpty.size());
+}
+
+}  // namespace ddprun::launcher
