@@ -15,6 +15,7 @@
 #include "agent/command.hpp"
 #include "agent/error.hpp"
 #include "agent/failure_tracker.hpp"
+#include "agent/hang_watch.hpp"
 #include "agent/io.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
@@ -22,6 +23,7 @@
 #include "agent/reporter.hpp"
 #include "agent/signals.hpp"
 #include "agent/spawn.hpp"
+#include "agent/stacks.hpp"
 #include "agent/teardown.hpp"
 
 namespace ddprun::agent {
@@ -35,6 +37,9 @@ void validate_options(const AgentOptions& opts) {
     throw Error("--tee writes per-rank files and needs --log-dir DIR to know where");
   }
   if (opts.term_timeout.count() < 0) throw Error("--term-timeout must not be negative");
+  if (opts.hang_timeout && opts.hang_timeout->count() <= 0) {
+    throw Error("--hang-timeout must be a positive number of seconds (at least 0.001)");
+  }
   if (opts.attempt < 0) throw Error("attempt number must not be negative");
 }
 
@@ -62,6 +67,8 @@ class Supervisor final : ProcListener {
         teardown_(io_, procs_, opts.term_timeout),
         grace_(io_, opts.term_timeout),
         failures_(io_, coord, relay_, reporter_, [this](const Failure& f) { on_local_failure(f); }),
+        hang_(io_, opts.hang_timeout, [this](const std::vector<HungRank>& h) { on_hang(h); }),
+        stacks_(io_, procs_),
         sig_sd_(io_) {}
 
   RunResult run();
@@ -76,6 +83,8 @@ class Supervisor final : ProcListener {
   void on_signal(int sig);
   void on_remote_abort(const Failure& f);
   void on_local_failure(const Failure& f);
+  void on_hang(const std::vector<HungRank>& hung);
+  void collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root);
   void on_all_exited();
 
   std::optional<StartFailure> spawn_all();
@@ -102,6 +111,12 @@ class Supervisor final : ProcListener {
   Teardown teardown_;
   CheckpointGrace grace_;
   FailureTracker failures_;
+  HangWatch hang_;
+  StackCollector stacks_;
+  std::optional<HeartbeatFiles> heartbeats_;  // with --hang-timeout; removed after the run
+  bool python_ = false;                       // the workers run Python (stacks by faulthandler)
+  std::string path_env_;                      // the workers' PATH, to find eu-stack
+  bool hang_declared_ = false;                // stacks are being collected; the teardown follows
   asio::posix::stream_descriptor sig_sd_;
   unsigned char sig_buf_[64] = {};
   std::vector<std::string> argv_;
@@ -153,17 +168,22 @@ std::optional<StartFailure> Supervisor::spawn_all() {
                              : agent_path != nullptr ? std::string(agent_path)
                                                      : std::string("/usr/local/bin:/usr/bin:/bin");
     cmd = resolve_command(spec, path);
+    path_env_ = path;
   } catch (const Error& e) {
     return StartFailure{e.what(), e.exit_code(), 0};
   }
   argv_ = cmd.argv;
+  python_ = python_worker(spec);
+  if (opts_.hang_timeout) heartbeats_.emplace(opts_.log_dir, opts_.requeue, opts_.attempt);
   const auto base_env = current_environment();
   for (std::size_t i = 0; i < local_.size(); ++i) {
     const auto& w = local_[i];
     auto p = std::make_unique<Proc>(io_, i, w, w.host.value_or(host_));
     try {
       relay_.add(w, p->host());
-      p->start(cmd, merge_environment(base_env, w.env), [this](pid_t pgid) { reaper_.watch(pgid); });
+      const auto env = heartbeats_ ? hang_env(w.env, base_env, heartbeats_->create(w.rank), python_) : w.env;
+      p->start(cmd, merge_environment(base_env, env), [this](pid_t pgid) { reaper_.watch(pgid); });
+      if (heartbeats_) hang_.add(i, w.rank, env.at("DDPRUN_HEARTBEAT_FILE"));
     } catch (const Error& e) {
       return StartFailure{e.what(), e.exit_code(), i};
     }
@@ -194,6 +214,8 @@ void Supervisor::on_spawned(Proc& p) {
 
 void Supervisor::on_line(Proc& p, bool is_err, std::string_view line) {
   relay_.line(p.index(), is_err, line);
+  hang_.progress(p.index());
+  stacks_.line(p.index(), is_err, line);
 }
 
 void Supervisor::on_read(Proc& p, bool is_err) {
@@ -207,10 +229,13 @@ void Supervisor::on_eof(Proc& p, bool is_err) {
 
 // The one place a worker's end is recorded.
 void Supervisor::on_exit(Proc& p) {
-  p.end.stopped_by_ddprun = teardown_.started();
+  hang_.exited(p.index());
+  // Once a hang is declared, an end is ours: our SIGABRT, or a peer's abort reaching a rank that
+  // waited for the hung one. The hang stays the root cause.
+  p.end.stopped_by_ddprun = teardown_.started() || hang_declared_;
   p.end.after_signal = teardown_.started() ? 0 : grace_.signal();
   reporter_.worker_exited(p);
-  if (p.end.status.failed() && !teardown_.started()) failures_.worker_failed(p);
+  if (p.end.status.failed() && !p.end.stopped_by_ddprun) failures_.worker_failed(p);
   check_done();
 }
 
@@ -223,6 +248,27 @@ void Supervisor::on_local_failure(const Failure& f) {
     if (!std::exchange(published_, true)) failures_.publish(f);
   }
   check_done();
+}
+
+// This node's ranks made no progress: tell the other nodes at once (they gather their own stacks),
+// then collect ours and tear down.
+void Supervisor::on_hang(const std::vector<HungRank>& hung) {
+  if (teardown_.started() || hang_declared_) return;
+  const Failure f = hang_failure(hung, *procs_.at(hung.front().worker), *opts_.hang_timeout);
+  failures_.offer_local(f);
+  reporter_.hang_detected(f, *opts_.hang_timeout);
+  if (!std::exchange(published_, true)) failures_.publish(f);
+  collect_stacks(hung, "hang", f);
+}
+
+void Supervisor::collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root) {
+  hang_declared_ = true;
+  hang_.stop();
+  grace_.cancel();
+  stacks_.start(hung, python_, path_env_, [this, reason, root] {
+    start_teardown(SIGTERM, reason, root);
+    check_done();
+  });
 }
 
 void Supervisor::arm_signal() {
@@ -267,6 +313,12 @@ void Supervisor::on_remote_abort(const Failure& f) {
   if (failures_.is_echo(f)) return;  // our own failure, echoed back
   if (failures_.record_remote(f)) reporter_.remote_abort(f);
   on_request_ = on_request_ || f.after_signal != 0;
+  if (hang_declared_) return;  // the teardown follows the stacks
+  if (f.hang && hang_.enabled() && running_ && !teardown_.started()) {
+    // Another node's ranks hung: ours that are not printing probably wait for them; their stacks too.
+    collect_stacks(hang_.silent_for(hang_poll_interval(*opts_.hang_timeout)), "remote_abort", f);
+    return;
+  }
   if (running_) {
     grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "remote_abort", f); });
   }
@@ -275,6 +327,7 @@ void Supervisor::on_remote_abort(const Failure& f) {
 void Supervisor::start_teardown(int sig, const char* reason, const Failure& root) {
   if (teardown_.started()) return;
   grace_.cancel();
+  hang_.stop();
   reporter_.teardown(reason, sig, root);
   teardown_.start(sig);
 }
@@ -293,7 +346,7 @@ void Supervisor::on_all_exited() {
   for (const auto& p : procs_) {
     if (p->reading(false) || p->reading(true)) return;
   }
-  if (failures_.waiting()) return;
+  if (failures_.waiting() || stacks_.collecting()) return;
   // After a stop on request the other nodes may still be writing their checkpoints; leaving now
   // would let srun --kill-on-bad-exit TERM them. So stay for the rest of this node's grace.
   if (on_request_ && has_peers_ && agent_signal_ == 0) {
@@ -360,6 +413,7 @@ std::vector<WorkerExit> Supervisor::exits() const {
 RunResult Supervisor::finish() {
   RunResult r = base_result();
   r.exits = exits();
+  r.hung = stacks_.result();
   std::vector<ExitStatus> statuses;
   for (const auto& e : r.exits) statuses.push_back(e.status);
   const auto outcome = failures_.outcome(r.exits);
