@@ -146,7 +146,8 @@ std::string format_summary(const RunResult& r, bool colour) {
   for (const auto& e : r.exits) host_w = std::max(host_w, e.host.size());
   std::string out = fmt::format(
       "ddprun: summary (attempt {}, node {}): {}, exit code {}\n", r.attempt, r.node_rank,
-      r.success ? paint("success", Style::green, colour) : paint("FAILED", Style::bold_red, colour),
+      r.success ? paint("success", Style::green, colour)
+                : paint(r.root_cause && r.root_cause->hang ? "HUNG" : "FAILED", Style::bold_red, colour),
       r.exit_code);
   out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", "rank", "local", "host", host_w, "exit",
                      "duration");
