@@ -47,7 +47,8 @@ Failure agent_stopped(int sig, const std::string& host, int node_rank) {
   return f;
 }
 
-Failure hang_failure(const std::vector<HungRank>& hung, const Proc& first, std::chrono::milliseconds timeout) {
+Failure hang_failure(const std::vector<HungRank>& hung, const Proc& first,
+                     std::chrono::milliseconds timeout) {
   Failure f;
   f.host = first.host();
   f.node_rank = first.worker().node_rank;

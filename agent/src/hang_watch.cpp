@@ -34,8 +34,8 @@ bool python_worker(const CommandSpec& spec) {
 }
 
 std::map<std::string, std::string> hang_env(std::map<std::string, std::string> env,
-                                            const std::vector<std::string>& base, const std::string& heartbeat,
-                                            bool python) {
+                                            const std::vector<std::string>& base,
+                                            const std::string& heartbeat, bool python) {
   env["DDPRUN_HEARTBEAT_FILE"] = heartbeat;
   bool user_set = env.count("PYTHONFAULTHANDLER") > 0;
   for (const auto& kv : base) user_set = user_set || kv.rfind("PYTHONFAULTHANDLER=", 0) == 0;

@@ -35,11 +35,12 @@ std::string HeartbeatFiles::create(int rank) {
   } else {
     if (temp_dir_.empty()) {
       const char* tmp = std::getenv("TMPDIR");
-      std::string tmpl = fmt::format("{}/ddprun-heartbeat-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
+      std::string tmpl =
+          fmt::format("{}/ddprun-heartbeat-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
       if (::mkdtemp(tmpl.data()) == nullptr) {
-        throw Error(fmt::format("cannot create a directory for heartbeat files ({}): set TMPDIR or --log-dir",
-                                tmpl),
-                    1);
+        throw Error(
+            fmt::format("cannot create a directory for heartbeat files ({}): set TMPDIR or --log-dir", tmpl),
+            1);
       }
       temp_dir_ = tmpl;
     }
@@ -62,7 +63,8 @@ bool read_until(int out_fd, int err_fd, std::chrono::steady_clock::time_point de
   int open = 2;
   char buf[4096];
   while (open > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     const int r = ::poll(fds, 2, static_cast<int>(left.count()));
     if (r < 0 && errno == EINTR) continue;
@@ -89,12 +91,14 @@ std::string native_stack(pid_t pid, const std::string& path_env, std::chrono::mi
   if (!program) return "eu-stack not installed (elfutils); no native stack for this worker\n";
   Spawned s;
   try {
-    s = spawn_process(SpawnRequest{*program, {"eu-stack", "-p", std::to_string(pid)}, current_environment(), {}});
+    s = spawn_process(
+        SpawnRequest{*program, {"eu-stack", "-p", std::to_string(pid)}, current_environment(), {}});
   } catch (const Error& e) {
     return fmt::format("eu-stack could not start: {}\n", e.what());
   }
   std::string text;
-  const bool done = read_until(s.stdout_fd.get(), s.stderr_fd.get(), std::chrono::steady_clock::now() + bound, text);
+  const bool done =
+      read_until(s.stdout_fd.get(), s.stderr_fd.get(), std::chrono::steady_clock::now() + bound, text);
   if (!done) {
     ::killpg(s.pid, SIGKILL);
     text += fmt::format("(eu-stack stopped after {} ms)\n", bound.count());

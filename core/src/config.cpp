@@ -1,8 +1,8 @@
 #include "core/config.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <charconv>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -151,7 +151,8 @@ void check_numbers(const Options& o) {
   }
   if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
   if (o.hang_timeout && !(*o.hang_timeout > 0 && std::isfinite(*o.hang_timeout))) {
-    throw Error(fmt::format("--hang-timeout {} must be a positive number of seconds (e.g. 600)", *o.hang_timeout));
+    throw Error(
+        fmt::format("--hang-timeout {} must be a positive number of seconds (e.g. 600)", *o.hang_timeout));
   }
 }
 

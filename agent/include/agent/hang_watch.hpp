@@ -24,8 +24,8 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 struct RankProgress {
   std::size_t worker = 0;  // index among this node's workers
   int rank = 0;
-  SteadyTime last{};      // its start, its last output line or its last heartbeat touch
-  bool exited = false;    // an ended worker is never hung
+  SteadyTime last{};    // its start, its last output line or its last heartbeat touch
+  bool exited = false;  // an ended worker is never hung
 };
 
 struct HungRank {
@@ -50,8 +50,8 @@ bool python_worker(const CommandSpec& spec);
 // PYTHONFAULTHANDLER=1 unless the user set it (in `base`, the agent's environment, or `env`), so
 // that SIGABRT makes faulthandler dump every thread.
 std::map<std::string, std::string> hang_env(std::map<std::string, std::string> env,
-                                            const std::vector<std::string>& base, const std::string& heartbeat,
-                                            bool python);
+                                            const std::vector<std::string>& base,
+                                            const std::string& heartbeat, bool python);
 
 // `stack` cut to `limit` bytes at a line end, with a note of what was left out.
 std::string cap_stack(std::string stack, std::size_t limit = 16 * 1024);

@@ -103,7 +103,8 @@ TEST_CASE("hang: the report names it, lists the silent ranks with their stacks, 
   f.reason = "hung: no output or heartbeat for --hang-timeout 3 s; silent rank 1 (3.2 s)";
   f.stderr_tail = {"Fatal Python error: Aborted"};
   r.root_cause = f;
-  r.hung = {{1, 0, 4242, milliseconds(3200), true, "  File \"w.py\", line 3 in stuck_in_distinctive_function\n"}};
+  r.hung = {
+      {1, 0, 4242, milliseconds(3200), true, "  File \"w.py\", line 3 in stuck_in_distinctive_function\n"}};
   const std::string text = format_report(r);
   CHECK_THAT(text, Catch::Contains("job hung with exit code 124"));
   CHECK_THAT(text, Catch::Contains("Root cause (hang):"));
