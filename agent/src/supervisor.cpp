@@ -15,7 +15,7 @@
 #include "agent/command.hpp"
 #include "agent/error.hpp"
 #include "agent/failure_tracker.hpp"
-#include "agent/hang_watch.hpp"
+#include "agent/hang_guard.hpp"
 #include "agent/io.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
@@ -23,7 +23,6 @@
 #include "agent/reporter.hpp"
 #include "agent/signals.hpp"
 #include "agent/spawn.hpp"
-#include "agent/stacks.hpp"
 #include "agent/teardown.hpp"
 
 namespace ddprun::agent {
@@ -67,8 +66,7 @@ class Supervisor final : ProcListener {
         teardown_(io_, procs_, opts.term_timeout),
         grace_(io_, opts.term_timeout),
         failures_(io_, coord, relay_, reporter_, [this](const Failure& f) { on_local_failure(f); }),
-        hang_(io_, opts.hang_timeout, [this](const std::vector<HungRank>& h) { on_hang(h); }),
-        stacks_(io_, procs_),
+        hang_(io_, procs_, opts, [this](const std::vector<HungRank>& h) { on_hang(h); }),
         sig_sd_(io_) {}
 
   RunResult run();
@@ -111,12 +109,7 @@ class Supervisor final : ProcListener {
   Teardown teardown_;
   CheckpointGrace grace_;
   FailureTracker failures_;
-  HangWatch hang_;
-  StackCollector stacks_;
-  std::optional<HeartbeatFiles> heartbeats_;  // with --hang-timeout; removed after the run
-  bool python_ = false;                       // the workers run Python (stacks by faulthandler)
-  std::string path_env_;                      // the workers' PATH, to find eu-stack
-  bool hang_declared_ = false;                // stacks are being collected; the teardown follows
+  HangGuard hang_;
   asio::posix::stream_descriptor sig_sd_;
   unsigned char sig_buf_[64] = {};
   std::vector<std::string> argv_;
@@ -168,22 +161,20 @@ std::optional<StartFailure> Supervisor::spawn_all() {
                              : agent_path != nullptr ? std::string(agent_path)
                                                      : std::string("/usr/local/bin:/usr/bin:/bin");
     cmd = resolve_command(spec, path);
-    path_env_ = path;
+    hang_.prepare(spec, path);
   } catch (const Error& e) {
     return StartFailure{e.what(), e.exit_code(), 0};
   }
   argv_ = cmd.argv;
-  python_ = python_worker(spec);
-  if (opts_.hang_timeout) heartbeats_.emplace(opts_.log_dir, opts_.requeue, opts_.attempt);
   const auto base_env = current_environment();
   for (std::size_t i = 0; i < local_.size(); ++i) {
     const auto& w = local_[i];
     auto p = std::make_unique<Proc>(io_, i, w, w.host.value_or(host_));
     try {
       relay_.add(w, p->host());
-      const auto env = heartbeats_ ? hang_env(w.env, base_env, heartbeats_->create(w.rank), python_) : w.env;
+      const auto env = hang_.worker_env(w, base_env);
       p->start(cmd, merge_environment(base_env, env), [this](pid_t pgid) { reaper_.watch(pgid); });
-      if (heartbeats_) hang_.add(i, w.rank, env.at("DDPRUN_HEARTBEAT_FILE"));
+      hang_.started(i, w.rank, env);
     } catch (const Error& e) {
       return StartFailure{e.what(), e.exit_code(), i};
     }
@@ -214,8 +205,7 @@ void Supervisor::on_spawned(Proc& p) {
 
 void Supervisor::on_line(Proc& p, bool is_err, std::string_view line) {
   relay_.line(p.index(), is_err, line);
-  hang_.progress(p.index());
-  stacks_.line(p.index(), is_err, line);
+  hang_.line(p.index(), is_err, line);
 }
 
 void Supervisor::on_read(Proc& p, bool is_err) {
@@ -232,7 +222,7 @@ void Supervisor::on_exit(Proc& p) {
   hang_.exited(p.index());
   // Once a hang is declared, an end is ours: our SIGABRT, or a peer's abort reaching a rank that
   // waited for the hung one. The hang stays the root cause.
-  p.end.stopped_by_ddprun = teardown_.started() || hang_declared_;
+  p.end.stopped_by_ddprun = teardown_.started() || hang_.declared();
   p.end.after_signal = teardown_.started() ? 0 : grace_.signal();
   reporter_.worker_exited(p);
   if (p.end.status.failed() && !p.end.stopped_by_ddprun) failures_.worker_failed(p);
@@ -253,19 +243,17 @@ void Supervisor::on_local_failure(const Failure& f) {
 // This node's ranks made no progress: tell the other nodes at once (they gather their own stacks),
 // then collect ours and tear down.
 void Supervisor::on_hang(const std::vector<HungRank>& hung) {
-  if (teardown_.started() || hang_declared_) return;
-  const Failure f = hang_failure(hung, *procs_.at(hung.front().worker), *opts_.hang_timeout);
+  if (teardown_.started() || hang_.declared()) return;
+  const Failure f = hang_failure(hung, *procs_.at(hung.front().worker), hang_.timeout());
   failures_.offer_local(f);
-  reporter_.hang_detected(f, *opts_.hang_timeout);
+  reporter_.hang_detected(f, hang_.timeout());
   if (!std::exchange(published_, true)) failures_.publish(f);
   collect_stacks(hung, "hang", f);
 }
 
 void Supervisor::collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root) {
-  hang_declared_ = true;
-  hang_.stop();
   grace_.cancel();
-  stacks_.start(hung, python_, path_env_, [this, reason, root] {
+  hang_.collect(hung, [this, reason, root] {
     start_teardown(SIGTERM, reason, root);
     check_done();
   });
@@ -313,10 +301,10 @@ void Supervisor::on_remote_abort(const Failure& f) {
   if (failures_.is_echo(f)) return;  // our own failure, echoed back
   if (failures_.record_remote(f)) reporter_.remote_abort(f);
   on_request_ = on_request_ || f.after_signal != 0;
-  if (hang_declared_) return;  // the teardown follows the stacks
+  if (hang_.declared()) return;  // the teardown follows the stacks
   if (f.hang && hang_.enabled() && running_ && !teardown_.started()) {
     // Another node's ranks hung: ours that are not printing probably wait for them; their stacks too.
-    collect_stacks(hang_.silent_for(hang_poll_interval(*opts_.hang_timeout)), "remote_abort", f);
+    collect_stacks(hang_.silent_now(), "remote_abort", f);
     return;
   }
   if (running_) {
@@ -346,7 +334,7 @@ void Supervisor::on_all_exited() {
   for (const auto& p : procs_) {
     if (p->reading(false) || p->reading(true)) return;
   }
-  if (failures_.waiting() || stacks_.collecting()) return;
+  if (failures_.waiting() || hang_.collecting()) return;
   // After a stop on request the other nodes may still be writing their checkpoints; leaving now
   // would let srun --kill-on-bad-exit TERM them. So stay for the rest of this node's grace.
   if (on_request_ && has_peers_ && agent_signal_ == 0) {
@@ -413,7 +401,7 @@ std::vector<WorkerExit> Supervisor::exits() const {
 RunResult Supervisor::finish() {
   RunResult r = base_result();
   r.exits = exits();
-  r.hung = stacks_.result();
+  r.hung = hang_.result();
   std::vector<ExitStatus> statuses;
   for (const auto& e : r.exits) statuses.push_back(e.status);
   const auto outcome = failures_.outcome(r.exits);

@@ -420,7 +420,7 @@ TEST_CASE("shm all-reduce: a missing or foreign segment is a clear error", "[shm
                     Catch::Contains("not this group's segment"));
 }
 
-TEST_CASE("heartbeat: a touch moves the file's mtime; unset is a no-op", "[heartbeat]") {
+TEST_CASE("heartbeat: a touch moves the file's mtime, unset is a no-op", "[heartbeat]") {
   TempDir dir;
   const std::string path = (dir.path() / "heartbeat").string();
   std::ofstream(path).put('x');
