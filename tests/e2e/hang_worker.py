@@ -3,6 +3,7 @@
 #              silently (as ranks blocked in a collective do)
 #   chatty S   prints a line every 0.2 s for S seconds, then exits 0
 #   heartbeat S  prints nothing, touches $DDPRUN_HEARTBEAT_FILE every 0.2 s for S seconds, exits 0
+# chatty and heartbeat write their DDPRUN_HEARTBEAT_FILE's path to $DIR/heartbeat_path_<rank>.
 import os
 import sys
 import threading
@@ -25,12 +26,15 @@ def main():
         if rank == 1:
             stuck_in_distinctive_function()
         wait_for_peer()
+    beat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
+    with open(os.path.join(os.environ["DIR"], f"heartbeat_path_{rank}"), "w") as f:
+        f.write(beat)
     end = time.monotonic() + float(sys.argv[2])
     while time.monotonic() < end:
         if mode == "chatty":
             print(f"rank {rank} still working", flush=True)
         else:
-            os.utime(os.environ["DDPRUN_HEARTBEAT_FILE"])
+            os.utime(beat)
         time.sleep(0.2)
 
 

@@ -2,6 +2,8 @@
 // every node exits 124 and nothing is left running; output or a heartbeat touch is progress.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include "e2e/job.hpp"
 
 using namespace ddprun::test;
@@ -55,15 +57,26 @@ TEST_CASE("hang: a rank that keeps printing is never hung", "[e2e][hang]") {
   INFO(job.agents[0].err());
   CHECK(job.agents[0].code == 0);
   CHECK_THAT(job.agents[0].err(), !Catch::Contains("ddprun: hang:") && !Catch::Contains("hung"));
+  // Without --log-dir each worker's heartbeat file lay in a private directory, gone after the run.
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string beat = read_file(job.dir / ("heartbeat_path_" + std::to_string(rank)));
+    INFO(beat);
+    CHECK_FALSE(beat.empty());
+    CHECK_FALSE(std::filesystem::exists(beat));
+  }
 }
 
 TEST_CASE("hang: a rank that prints nothing but touches its heartbeat file is never hung", "[e2e][hang]") {
   Job job;
-  job.start(1, 2, {kScript, "heartbeat", "4"}, python_flags("1"));
+  auto flags = python_flags("1");
+  flags.insert(flags.end(), {"--log-dir", job.dir / "logs"});
+  job.start(1, 2, {kScript, "heartbeat", "4"}, flags);
   job.wait_all();
   INFO(job.agents[0].err());
   CHECK(job.agents[0].code == 0);
   CHECK_THAT(job.agents[0].err(), !Catch::Contains("ddprun: hang:") && !Catch::Contains("hung"));
+  // With --log-dir the file lies beside the rank's logs.
+  CHECK(read_file(job.dir / "heartbeat_path_1") == job.dir / "logs/attempt_0/rank_1/heartbeat");
 }
 
 TEST_CASE("hang: a native worker's stack comes from eu-stack", "[e2e][hang]") {
@@ -76,5 +89,18 @@ TEST_CASE("hang: a native worker's stack comes from eu-stack", "[e2e][hang]") {
   CHECK_THAT(err, Catch::Contains("native stack (eu-stack)"));
   // A frame of the stuck thread, or the one line that says why there is none.
   CHECK_THAT(err, Catch::Contains("#0 ") || Catch::Contains("eu-stack not installed"));
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("hang: json events name the hung ranks and the report carries the stacks", "[e2e][hang]") {
+  Job job;
+  job.start(1, 1, {kFake, "hang"}, {"--hang-timeout", "1", "--log-format", "json"});
+  job.wait_all();
+  const std::string err = job.agents[0].err();
+  INFO(err);
+  CHECK(job.agents[0].code == 124);
+  CHECK_THAT(err, Catch::Contains("\"event\":\"hang_detected\"") && Catch::Contains("\"silent_s\""));
+  CHECK_THAT(err, Catch::Contains("\"event\":\"failure_report\"") && Catch::Contains("\"hang\":true") &&
+                      Catch::Contains("\"stack_kind\":\"native\""));
   CHECK(leftovers_after(job.token, 5s).empty());
 }
