@@ -330,6 +330,7 @@ void Supervisor::check_done() {
 // Every worker exited: the loop stops once their output is read and no failure waits for it.
 void Supervisor::on_all_exited() {
   grace_.cancel();
+  hang_.stop();
   teardown_.all_exited();
   for (const auto& p : procs_) {
     if (p->reading(false) || p->reading(true)) return;
