@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "agent/hang_watch.hpp"
+#include "agent/job_summary.hpp"
 #include "agent/report.hpp"
 #include "agent/result.hpp"
 
@@ -135,4 +136,16 @@ TEST_CASE("hang: restartable under --max-restarts, and the final code is 124 on 
   other.remote_abort = true;
   other.root_cause = f;
   CHECK(after_attempt(other, f, 0, 0).exit_code == 124);
+}
+
+TEST_CASE("hang: a node other than 0 prints its own stacks beside its one line", "[hang]") {
+  RunResult r;
+  r.exit_code = 124;
+  const auto quiet_member = plan_report(ReportRole::member, false, false, false, r, true);
+  CHECK_FALSE(quiet_member.report);  // no stacks: the one line only, as for any failure
+  r.hung = {{3, 1, 99, milliseconds(5000), false, "#0 0x1 nanosleep\n"}};
+  const auto member = plan_report(ReportRole::member, false, false, false, r, true);
+  CHECK(member.report);
+  CHECK(member.length == ReportLength::brief);
+  CHECK(member.member_line);
 }
