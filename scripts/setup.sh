@@ -18,6 +18,8 @@ PACKAGES=(
   python3-torch dataset-fashion-mnist
   # tools: fuzzing, formatting, process inspection in tests
   clang libclang-rt-14-dev clang-format procps iproute2
+  # native stacks of hung workers (ddprun --hang-timeout runs eu-stack when present)
+  elfutils
   # benchmarks: plots
   gnuplot-nox
 )

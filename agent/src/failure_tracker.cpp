@@ -5,6 +5,8 @@
 #include <exception>
 #include <utility>
 
+#include "core/duration.hpp"
+
 namespace ddprun::agent {
 
 namespace {
@@ -41,6 +43,27 @@ Failure agent_stopped(int sig, const std::string& host, int node_rank) {
   f.signal = sig;
   f.pid = ::getpid();
   f.reason = fmt::format("ddprun on {} received {}", host, signal_name(sig));
+  f.time = core::failure_now();
+  return f;
+}
+
+Failure hang_failure(const std::vector<HungRank>& hung, const Proc& first,
+                     std::chrono::milliseconds timeout) {
+  Failure f;
+  f.host = first.host();
+  f.node_rank = first.worker().node_rank;
+  f.rank = first.worker().rank;
+  f.local_rank = first.worker().local_rank;
+  f.pid = first.pid();
+  f.exit_code = core::kHangExitCode;
+  f.hang = true;
+  std::string ranks;
+  for (const auto& h : hung) {
+    f.silent.push_back({h.rank, core::seconds(h.silent)});
+    ranks += fmt::format("{}{} ({:.1f} s)", ranks.empty() ? "" : ", ", h.rank, core::seconds(h.silent));
+  }
+  f.reason = fmt::format("hung: no output or heartbeat for --hang-timeout {:g} s; silent rank{} {}",
+                         core::seconds(timeout), hung.size() == 1 ? "" : "s", ranks);
   f.time = core::failure_now();
   return f;
 }

@@ -111,7 +111,9 @@ ReportPlan plan_report(ReportRole role, bool verbose, bool quiet, bool json, con
     p.node_table = p.node_table && verbose;
     p.gather = json || !quiet;
   } else if (role == ReportRole::member && !verbose && published) {
-    p.report = false;
+    // A hang keeps this node's stacks on this node's stderr: nobody else has them.
+    p.report = !r.hung.empty();
+    p.length = ReportLength::brief;
     p.node_table = false;
     p.member_line = !r.spawn_failed && !(quiet && r.success);
   }
@@ -155,8 +157,9 @@ std::string format_member_line(const RunResult& r, std::optional<int> task_rank,
               Style::yellow, colour),
         cause);
   }
+  const bool hang = r.root_cause && r.root_cause->hang;
   return fmt::format("ddprun: {}: {}, exit {}, {}; full report on node 0\n", who,
-                     paint("failed", Style::bold_red, colour), r.exit_code, cause);
+                     paint(hang ? "hung" : "failed", Style::bold_red, colour), r.exit_code, cause);
 }
 
 }  // namespace ddprun::agent

@@ -96,8 +96,10 @@ std::string header(const RunResult& lead, std::size_t nodes, int workers, bool c
     cause = f->rank >= 0 ? fmt::format(", root cause rank {} on {} ({})", f->rank, f->host, f->reason)
                          : fmt::format(", root cause: {}", f->reason);
   }
-  return head +
-         fmt::format("{}, exit code {}{}\n", paint("FAILED", Style::bold_red, colour), lead.exit_code, cause);
+  return head + fmt::format("{}, exit code {}{}\n",
+                            paint(lead.root_cause && lead.root_cause->hang ? "HUNG" : "FAILED",
+                                  Style::bold_red, colour),
+                            lead.exit_code, cause);
 }
 
 std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown) {

@@ -28,12 +28,35 @@ std::string duration_text(std::chrono::milliseconds d) {
   return fmt::format("{:.2f}s", static_cast<double>(d.count()) / 1000.0);
 }
 
+// The stacks of this node's hung ranks, each line indented under its rank.
+std::string hung_text(const std::vector<HungWorker>& hung) {
+  if (hung.empty()) return "";
+  std::string out = "Stacks of the silent ranks on this node:\n";
+  for (const auto& h : hung) {
+    out += fmt::format("  rank {} (local rank {}), pid {}, silent for {}, {}:\n", h.rank, h.local_rank, h.pid,
+                       duration_text(h.silent),
+                       h.python ? "Python stack of every thread (faulthandler)" : "native stack (eu-stack)");
+    std::size_t start = 0;
+    while (start < h.stack.size()) {
+      const auto end = h.stack.find('\n', start);
+      const auto len = end == std::string::npos ? std::string::npos : end - start;
+      out += "    | " + h.stack.substr(start, len) + "\n";
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string format_report(const RunResult& r, bool colour, ReportLength length) {
   // Workers that exited after a checkpoint signal stopped on request: not a crash.
   const int after = r.root_cause ? r.root_cause->after_signal : 0;
-  const std::string what = after != 0 ? "stopped after " + signal_name(after) : std::string("job failed");
+  const bool hang = r.root_cause && r.root_cause->hang;
+  const std::string what = after != 0 ? "stopped after " + signal_name(after)
+                           : hang     ? std::string("job hung")
+                                      : std::string("job failed");
   std::string out = paint(fmt::format("ddprun: {} with exit code {} (attempt {}, node {}, host {})", what,
                                       r.exit_code, r.attempt, r.node_rank, r.host),
                           after != 0 ? Style::yellow : Style::bold_red, colour) +
@@ -43,6 +66,7 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
   }
   if (const auto& f = r.root_cause) {
     out += after != 0 ? fmt::format("First exit after {}:\n", signal_name(after))
+           : hang     ? paint("Root cause (hang):", Style::bold_red, colour) + "\n"
                       : paint("Root cause (first observed failure):", Style::bold_red, colour) + "\n";
     out += fmt::format("  time      : {}\n", format_time(f->time));
     out += fmt::format("  host      : {}\n", f->host);
@@ -53,11 +77,12 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
       out += fmt::format("  pid       : {}\n", f->pid);
     }
     out += fmt::format("  reason    : {}\n", f->reason);
-    if (!f->stderr_tail.empty()) {
+    if (!f->stderr_tail.empty() && !hang) {
       out += fmt::format("  last {} stderr lines:\n", f->stderr_tail.size());
       for (const auto& l : f->stderr_tail) out += "    | " + l + "\n";
     }
   }
+  out += hung_text(r.hung);  // even in a brief report: they are what a hang is about
   if (length == ReportLength::brief) return out;
   std::string others;
   for (const auto& e : r.exits) {
@@ -102,6 +127,17 @@ nlohmann::json report_to_json(const RunResult& r) {
     workers.push_back(std::move(w));
   }
   j["workers"] = std::move(workers);
+  nlohmann::json hung = nlohmann::json::array();
+  for (const auto& h : r.hung) {
+    hung.push_back({{"rank", h.rank},
+                    {"local_rank", h.local_rank},
+                    {"pid", h.pid},
+                    {"silent_s", static_cast<double>(h.silent.count()) / 1000.0},
+                    {"stack_kind", h.python ? "python" : "native"},
+                    {"stack", h.stack}});
+  }
+  j["hang"] = r.root_cause && r.root_cause->hang;
+  j["hung"] = std::move(hung);
   return j;
 }
 
@@ -110,7 +146,8 @@ std::string format_summary(const RunResult& r, bool colour) {
   for (const auto& e : r.exits) host_w = std::max(host_w, e.host.size());
   std::string out = fmt::format(
       "ddprun: summary (attempt {}, node {}): {}, exit code {}\n", r.attempt, r.node_rank,
-      r.success ? paint("success", Style::green, colour) : paint("FAILED", Style::bold_red, colour),
+      r.success ? paint("success", Style::green, colour)
+                : paint(r.root_cause && r.root_cause->hang ? "HUNG" : "FAILED", Style::bold_red, colour),
       r.exit_code);
   out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", "rank", "local", "host", host_w, "exit",
                      "duration");

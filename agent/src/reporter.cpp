@@ -88,6 +88,17 @@ void Reporter::remote_abort(const Failure& root) const {
   event("remote_abort", {{"root_cause", failure_to_json(root)}});
 }
 
+void Reporter::hang_detected(const Failure& hang, std::chrono::milliseconds timeout) const {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& s : hang.silent) ranks.push_back({{"rank", s.rank}, {"silent_s", s.silent_s}});
+  if (json_) {
+    event("hang_detected", {{"ranks", ranks}, {"timeout_s", core::seconds(timeout)}});
+    return;
+  }
+  write_all(2, fmt::format("ddprun: {} {}; collecting stacks, then stopping the job (exit 124)\n",
+                           paint("hang:", Style::bold_red, use_colour(2)), hang.reason));
+}
+
 void Reporter::teardown(std::string_view reason, int sig, const Failure& root) const {
   event("teardown", {{"reason", reason},
                      {"signal", signal_name(sig)},

@@ -15,6 +15,7 @@
 #include "agent/command.hpp"
 #include "agent/error.hpp"
 #include "agent/failure_tracker.hpp"
+#include "agent/hang_guard.hpp"
 #include "agent/io.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
@@ -35,6 +36,9 @@ void validate_options(const AgentOptions& opts) {
     throw Error("--tee writes per-rank files and needs --log-dir DIR to know where");
   }
   if (opts.term_timeout.count() < 0) throw Error("--term-timeout must not be negative");
+  if (opts.hang_timeout && opts.hang_timeout->count() <= 0) {
+    throw Error("--hang-timeout must be a positive number of seconds (at least 0.001)");
+  }
   if (opts.attempt < 0) throw Error("attempt number must not be negative");
 }
 
@@ -62,6 +66,7 @@ class Supervisor final : ProcListener {
         teardown_(io_, procs_, opts.term_timeout),
         grace_(io_, opts.term_timeout),
         failures_(io_, coord, relay_, reporter_, [this](const Failure& f) { on_local_failure(f); }),
+        hang_(io_, procs_, opts, [this](const std::vector<HungRank>& h) { on_hang(h); }),
         sig_sd_(io_) {}
 
   RunResult run();
@@ -76,6 +81,8 @@ class Supervisor final : ProcListener {
   void on_signal(int sig);
   void on_remote_abort(const Failure& f);
   void on_local_failure(const Failure& f);
+  void on_hang(const std::vector<HungRank>& hung);
+  void collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root);
   void on_all_exited();
 
   std::optional<StartFailure> spawn_all();
@@ -102,6 +109,7 @@ class Supervisor final : ProcListener {
   Teardown teardown_;
   CheckpointGrace grace_;
   FailureTracker failures_;
+  HangGuard hang_;
   asio::posix::stream_descriptor sig_sd_;
   unsigned char sig_buf_[64] = {};
   std::vector<std::string> argv_;
@@ -153,6 +161,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
                              : agent_path != nullptr ? std::string(agent_path)
                                                      : std::string("/usr/local/bin:/usr/bin:/bin");
     cmd = resolve_command(spec, path);
+    hang_.prepare(spec, path);
   } catch (const Error& e) {
     return StartFailure{e.what(), e.exit_code(), 0};
   }
@@ -163,7 +172,9 @@ std::optional<StartFailure> Supervisor::spawn_all() {
     auto p = std::make_unique<Proc>(io_, i, w, w.host.value_or(host_));
     try {
       relay_.add(w, p->host());
-      p->start(cmd, merge_environment(base_env, w.env), [this](pid_t pgid) { reaper_.watch(pgid); });
+      const auto env = hang_.worker_env(w, base_env);
+      p->start(cmd, merge_environment(base_env, env), [this](pid_t pgid) { reaper_.watch(pgid); });
+      hang_.started(i, w.rank, env);
     } catch (const Error& e) {
       return StartFailure{e.what(), e.exit_code(), i};
     }
@@ -194,6 +205,7 @@ void Supervisor::on_spawned(Proc& p) {
 
 void Supervisor::on_line(Proc& p, bool is_err, std::string_view line) {
   relay_.line(p.index(), is_err, line);
+  hang_.line(p.index(), is_err, line);
 }
 
 void Supervisor::on_read(Proc& p, bool is_err) {
@@ -207,10 +219,13 @@ void Supervisor::on_eof(Proc& p, bool is_err) {
 
 // The one place a worker's end is recorded.
 void Supervisor::on_exit(Proc& p) {
-  p.end.stopped_by_ddprun = teardown_.started();
+  hang_.exited(p.index());
+  // Once a hang is declared, an end is ours: our SIGABRT, or a peer's abort reaching a rank that
+  // waited for the hung one. The hang stays the root cause.
+  p.end.stopped_by_ddprun = teardown_.started() || hang_.declared();
   p.end.after_signal = teardown_.started() ? 0 : grace_.signal();
   reporter_.worker_exited(p);
-  if (p.end.status.failed() && !teardown_.started()) failures_.worker_failed(p);
+  if (p.end.status.failed() && !p.end.stopped_by_ddprun) failures_.worker_failed(p);
   check_done();
 }
 
@@ -223,6 +238,25 @@ void Supervisor::on_local_failure(const Failure& f) {
     if (!std::exchange(published_, true)) failures_.publish(f);
   }
   check_done();
+}
+
+// This node's ranks made no progress: tell the other nodes at once (they gather their own stacks),
+// then collect ours and tear down.
+void Supervisor::on_hang(const std::vector<HungRank>& hung) {
+  if (teardown_.started() || hang_.declared()) return;
+  const Failure f = hang_failure(hung, *procs_.at(hung.front().worker), hang_.timeout());
+  failures_.offer_local(f);
+  reporter_.hang_detected(f, hang_.timeout());
+  if (!std::exchange(published_, true)) failures_.publish(f);
+  collect_stacks(hung, "hang", f);
+}
+
+void Supervisor::collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root) {
+  grace_.cancel();
+  hang_.collect(hung, [this, reason, root] {
+    start_teardown(SIGTERM, reason, root);
+    check_done();
+  });
 }
 
 void Supervisor::arm_signal() {
@@ -267,6 +301,12 @@ void Supervisor::on_remote_abort(const Failure& f) {
   if (failures_.is_echo(f)) return;  // our own failure, echoed back
   if (failures_.record_remote(f)) reporter_.remote_abort(f);
   on_request_ = on_request_ || f.after_signal != 0;
+  if (hang_.declared()) return;  // the teardown follows the stacks
+  if (f.hang && hang_.enabled() && running_ && !teardown_.started()) {
+    // Another node's ranks hung: ours that are not printing probably wait for them; their stacks too.
+    collect_stacks(hang_.silent_now(), "remote_abort", f);
+    return;
+  }
   if (running_) {
     grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "remote_abort", f); });
   }
@@ -275,6 +315,7 @@ void Supervisor::on_remote_abort(const Failure& f) {
 void Supervisor::start_teardown(int sig, const char* reason, const Failure& root) {
   if (teardown_.started()) return;
   grace_.cancel();
+  hang_.stop();
   reporter_.teardown(reason, sig, root);
   teardown_.start(sig);
 }
@@ -289,11 +330,12 @@ void Supervisor::check_done() {
 // Every worker exited: the loop stops once their output is read and no failure waits for it.
 void Supervisor::on_all_exited() {
   grace_.cancel();
+  hang_.stop();
   teardown_.all_exited();
   for (const auto& p : procs_) {
     if (p->reading(false) || p->reading(true)) return;
   }
-  if (failures_.waiting()) return;
+  if (failures_.waiting() || hang_.collecting()) return;
   // After a stop on request the other nodes may still be writing their checkpoints; leaving now
   // would let srun --kill-on-bad-exit TERM them. So stay for the rest of this node's grace.
   if (on_request_ && has_peers_ && agent_signal_ == 0) {
@@ -360,6 +402,7 @@ std::vector<WorkerExit> Supervisor::exits() const {
 RunResult Supervisor::finish() {
   RunResult r = base_result();
   r.exits = exits();
+  r.hung = hang_.result();
   std::vector<ExitStatus> statuses;
   for (const auto& e : r.exits) statuses.push_back(e.status);
   const auto outcome = failures_.outcome(r.exits);

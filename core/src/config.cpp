@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -149,6 +150,10 @@ void check_numbers(const Options& o) {
     throw Error(fmt::format("--rdzv-timeout {} must be a positive number of seconds", *o.rdzv_timeout));
   }
   if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
+  if (o.hang_timeout && !(*o.hang_timeout > 0 && std::isfinite(*o.hang_timeout))) {
+    throw Error(
+        fmt::format("--hang-timeout {} must be a positive number of seconds (e.g. 600)", *o.hang_timeout));
+  }
 }
 
 // The job's fixed settings from the options and the environment.

@@ -54,6 +54,10 @@ nlohmann::json failure_to_json(const Failure& f) {
   j["stderr_tail"] = f.stderr_tail;
   j["fatal"] = f.fatal;
   j["after_signal"] = f.after_signal;
+  j["hang"] = f.hang;
+  nlohmann::json silent = nlohmann::json::array();
+  for (const auto& s : f.silent) silent.push_back({{"rank", s.rank}, {"silent_s", s.silent_s}});
+  j["silent"] = std::move(silent);
   return j;
 }
 
@@ -72,6 +76,11 @@ Failure failure_from_json(const nlohmann::json& j) {
     f.stderr_tail = j.value("stderr_tail", std::vector<std::string>{});
     f.fatal = j.value("fatal", false);
     f.after_signal = j.value("after_signal", 0);
+    f.hang = j.value("hang", false);
+    // Absent in records from older agents; when present, every entry must be well formed.
+    for (const auto& s : j.value("silent", nlohmann::json::array())) {
+      f.silent.push_back({s.at("rank").get<int>(), s.at("silent_s").get<double>()});
+    }
     return f;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("malformed failure record from another node: ") + e.what(), 1);

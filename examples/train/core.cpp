@@ -98,13 +98,17 @@ DistEnv parse_dist_env(const EnvLookup& env) {
   return d;
 }
 
-DistEnv parse_dist_env_from_process() {
-  return parse_dist_env([](const std::string& name) -> std::optional<std::string> {
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
     if (const char* v = std::getenv(name.c_str())) {
       return std::string(v);
     }
     return std::nullopt;
-  });
+  };
+}
+
+DistEnv parse_dist_env_from_process() {
+  return parse_dist_env(process_env());
 }
 
 std::int64_t per_rank_batch(std::int64_t global_batch, int dp_size) {
@@ -312,6 +316,12 @@ std::optional<std::vector<char>> read_file_if_exists(const std::string& path) {
     throw Error("cannot read " + path);
   }
   return bytes;
+}
+
+Heartbeat::Heartbeat(const EnvLookup& env) : path_(env("DDPRUN_HEARTBEAT_FILE").value_or("")) {}
+
+void Heartbeat::touch() const {
+  if (!path_.empty()) (void)::utimensat(AT_FDCWD, path_.c_str(), nullptr, 0);
 }
 
 void pause_for_test(const char* env_var, const std::string& what) {

@@ -43,6 +43,7 @@ struct DistEnv {
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 DistEnv parse_dist_env(const EnvLookup& env);
+EnvLookup process_env();  // getenv
 DistEnv parse_dist_env_from_process();
 
 // Per-rank batch = global batch / data-parallel size; throws when it does not divide.
@@ -83,6 +84,19 @@ void write_file_atomic(const std::string& path, const std::vector<char>& bytes,
 void remove_stale_temps(const std::string& path);
 
 std::optional<std::vector<char>> read_file_if_exists(const std::string& path);
+
+// ddprun's hang detection (--hang-timeout): touching the file named by DDPRUN_HEARTBEAT_FILE says
+// "still making progress" without printing. One utimensat per call, nothing written; a no-op when
+// the variable is unset or empty, and a failed touch is ignored (training goes on).
+class Heartbeat {
+ public:
+  explicit Heartbeat(const EnvLookup& env);
+  void touch() const;
+  bool enabled() const { return !path_.empty(); }
+
+ private:
+  std::string path_;
+};
 
 // Tests only: when the variable env_var holds a number of milliseconds, prints
 // "ddprun-train: test hook: <what>" on stderr and sleeps that long; otherwise does nothing.

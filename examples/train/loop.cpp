@@ -47,6 +47,7 @@ struct Trainer {
   bool vote_in_grads = false;  // the stop vote rides in the first gradient bucket
   int stop_signal = 0;
   bool hit_max_steps = false;
+  Heartbeat heartbeat{process_env()};  // touched every step (ddprun --hang-timeout)
 
   bool stopping() const { return stop_signal != 0 || hit_max_steps; }
 
@@ -190,6 +191,7 @@ void train_step(Trainer& t, const torch::Tensor& bidx, std::int64_t epoch, std::
     t.reducer->finish();
   }
   t.opt->step();
+  t.heartbeat.touch();
   const auto len = static_cast<double>(bidx.size(0));
   tally.loss_sum += loss.item<double>() * len;
   tally.samples += len;

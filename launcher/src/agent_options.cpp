@@ -13,6 +13,10 @@ agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& 
   a.python = o.python;
   a.term_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.term_timeout));
+  if (o.hang_timeout) {
+    a.hang_timeout =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(*o.hang_timeout));
+  }
   a.prefix_template = o.prefix;
   a.no_prefix = o.no_prefix;
   a.tee = o.tee;

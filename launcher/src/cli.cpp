@@ -222,6 +222,12 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
                  "Seconds between SIGTERM and SIGKILL at teardown (default 10; fits Slurm's KillWait)")
       ->envname(env("TERM_TIMEOUT"))
       ->group(g);
+  app.add_option("--hang-timeout", o.hang_timeout,
+                 "Declare the job hung when a rank prints nothing and touches no DDPRUN_HEARTBEAT_FILE for "
+                 "this many seconds: collect its stack, tear down, exit 124 (default off)")
+      ->envname(env("HANG_TIMEOUT"))
+      ->group(g)
+      ->type_name("SECONDS");
   app.add_option("--prefix", o.prefix,
                  "Log line prefix template; {rank} {local_rank} {node_rank} {host} {role} "
                  "(default '[{rank}]: ' when the world size is above 1)")

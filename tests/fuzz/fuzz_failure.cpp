@@ -29,9 +29,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   f.exit_code = static_cast<int>(size % 256);
   f.rank = static_cast<int>(size % 7) - 1;
   f.time = core::FailureTime(std::chrono::microseconds(static_cast<long long>(size) * 1'000'003));
+  f.hang = size % 2 == 1;
+  for (std::size_t i = 0; i < size % 5; ++i)
+    f.silent.push_back({static_cast<int>(i), 0.25 * static_cast<double>(size)});
   const core::Failure g = core::decode_failure(core::encode_failure(f));
   if (g.exit_code != f.exit_code || g.rank != f.rank || g.time != f.time ||
-      g.stderr_tail.size() != f.stderr_tail.size()) {
+      g.stderr_tail.size() != f.stderr_tail.size() || g.hang != f.hang ||
+      g.silent.size() != f.silent.size()) {
     std::abort();  // the numbers and the shape must survive whatever the strings hold
   }
   // 2. As wire text from another node.

@@ -3,6 +3,8 @@
 
 #include "support/temp_dir.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -416,4 +418,22 @@ TEST_CASE("shm all-reduce: a missing or foreign segment is a clear error", "[shm
   ShmAllreduce three(name, true, 3, 0, buckets, std::chrono::seconds(1));
   CHECK_THROWS_WITH(ShmAllreduce(name, false, 2, 1, buckets, std::chrono::seconds(1)),
                     Catch::Contains("not this group's segment"));
+}
+
+TEST_CASE("heartbeat: a touch moves the file's mtime, unset is a no-op", "[heartbeat]") {
+  TempDir dir;
+  const std::string path = (dir.path() / "heartbeat").string();
+  std::ofstream(path).put('x');
+  const struct timespec old_times[2] = {{1000, 0}, {1000, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), old_times, 0) == 0);
+  const Heartbeat hb(env_of({{"DDPRUN_HEARTBEAT_FILE", path}}));
+  CHECK(hb.enabled());
+  hb.touch();
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec > 1000);  // moved from the old time to now
+  CHECK(st.st_size == 1);           // nothing rewritten
+  const Heartbeat off(env_of({}));
+  CHECK_FALSE(off.enabled());
+  off.touch();  // nothing to touch, nothing thrown
 }

@@ -174,6 +174,26 @@ def test_launched_preempt():
     check("resumed" in res.out() + res.err(), "the second run did not resume\n" + res.logs())
 
 
+def test_launched_heartbeat():
+    """Under ddprun --hang-timeout, rank 1 prints nothing but touches DDPRUN_HEARTBEAT_FILE every step:
+    never declared hung, the job succeeds."""
+    timeout = 8
+    logs = p("logs")
+    args = [a if a != "1024" else "4096" for a in TOY] + ["--epochs", "600"]
+    start = time.monotonic()
+    job = Launched("hb", 2, args, extra=["--hang-timeout", str(timeout), "--log-dir", logs])
+    rc = job.wait(600)
+    elapsed = time.monotonic() - start
+    check(rc == 0, f"ddprun exited {rc}, expected 0\n" + job.logs())
+    check("hung" not in job.err(), "a rank was declared hung\n" + job.logs())
+    rank1 = os.path.join(logs, "attempt_0", "rank_1")
+    with open(os.path.join(rank1, "stdout.log")) as f:
+        check(f.read() == "", "rank 1 printed: the test needs a silent rank")
+    check(os.path.exists(os.path.join(rank1, "heartbeat")), "no heartbeat file beside rank 1's logs")
+    # Otherwise nothing was tested: rank 1 must have been silent for longer than the timeout.
+    check(elapsed > 2 * timeout, f"the run took only {elapsed:.1f} s; raise --epochs")
+
+
 JOBS = []
 
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agent/coordinator.hpp"
+#include "agent/hang_watch.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
 #include "agent/reporter.hpp"
@@ -22,6 +23,10 @@ Failure start_failed(const core::Worker& w, const std::string& host, const std::
                      int exit_code);
 // The agent's own stop by a signal: rank -1 says the agent was stopped, so nobody restarts.
 Failure agent_stopped(int sig, const std::string& host, int node_rank);
+
+// The record of a hang declared on this node: the longest-silent rank stands for it (its rank, pid),
+// every hung rank is listed with its silence, and the exit code is kHangExitCode.
+Failure hang_failure(const std::vector<HungRank>& hung, const Proc& first, std::chrono::milliseconds timeout);
 
 class FailureTracker {
  public:

@@ -1,6 +1,7 @@
 #pragma once
 // ddprun's own messages about one run of this node's workers: JSON events (--log-format json) or
 // text on stderr, the failure report and summary table at the end, and the JSON error file.
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,6 +32,8 @@ class Reporter {
   void worker_exited(const Proc& p) const;
   void signal_received(int sig, std::string_view action) const;
   void remote_abort(const Failure& root) const;
+  // This node declared a hang: a hang_detected event, or one line on stderr (stacks follow).
+  void hang_detected(const Failure& hang, std::chrono::milliseconds timeout) const;
   void teardown(std::string_view reason, int sig, const Failure& root) const;
   // A command that could not be started: one error line, or a spawn_failed event and the end of
   // each worker already started (and killed).

@@ -25,6 +25,16 @@ struct WorkerExit {
   std::vector<std::string> stderr_tail;
 };
 
+// A local rank found hung (or silent when another node's hang stopped the job), with its stack.
+struct HungWorker {
+  int rank = 0;
+  int local_rank = 0;
+  long pid = 0;
+  std::chrono::milliseconds silent{0};
+  bool python = false;  // the stack is faulthandler's dump of every thread, else eu-stack's
+  std::string stack;    // capped (cap_stack)
+};
+
 struct RunResult {
   int exit_code = 0;
   bool success = false;               // every local worker exited 0, no abort, no signal
@@ -34,6 +44,7 @@ struct RunResult {
   int signal = 0;                     // that signal
   bool spawn_failed = false;          // the command could not be started: restarting cannot help
   bool remote_abort = false;          // teardown was started by another node's failure
+  std::vector<HungWorker> hung;       // hang: this node's silent ranks and their stacks
   int attempt = 0;
   int node_rank = 0;
   std::string host;

@@ -28,6 +28,8 @@ struct AgentOptions {
   std::string python = "python3";
   std::chrono::milliseconds term_timeout = kDefaultTermTimeout;
   std::chrono::milliseconds exit_barrier_timeout = kDefaultExitBarrierTimeout;
+  // A rank without output or heartbeat for this long is hung (hang_watch.hpp); null: never.
+  std::optional<std::chrono::milliseconds> hang_timeout;
   std::optional<std::string> prefix_template;  // default "[{rank}]: "; set = prefix on
   bool no_prefix = false;
   bool tee = false;                                 // accepted for torchrun users; needs log_dir

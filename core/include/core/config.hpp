@@ -43,6 +43,7 @@ struct Options {
 
   // Supervision and logs (used by the agent).
   double term_timeout = 10.0;
+  std::optional<double> hang_timeout;  // seconds without progress before a rank is hung; unset: off
   std::optional<std::string> prefix;
   bool no_prefix = false;
   bool tee = false;

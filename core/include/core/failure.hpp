@@ -16,6 +16,15 @@ using FailureTime = std::chrono::time_point<std::chrono::system_clock, std::chro
 // Now, at the record's precision.
 FailureTime failure_now();
 
+// A rank that made no progress (--hang-timeout), and for how long, as its node saw it.
+struct SilentRank {
+  int rank = 0;
+  double silent_s = 0;
+};
+
+// The exit code of a hang on every node, as timeout(1) gives.
+inline constexpr int kHangExitCode = 124;
+
 struct Failure {
   std::string host;
   int node_rank = 0;
@@ -31,6 +40,9 @@ struct Failure {
   // The checkpoint signal (SIGUSR1/SIGUSR2) the agent had forwarded within the grace before this
   // exit; 0 if none. Such an exit is a stop on request (e.g. 128+12 after saving a checkpoint).
   int after_signal = 0;
+  // No rank failed: these ranks made no progress for --hang-timeout (exit_code kHangExitCode).
+  bool hang = false;
+  std::vector<SilentRank> silent;  // the hung ranks of the node that declared the hang
 };
 
 // Whether this root cause ends the job whatever --max-restarts says: a command that cannot start,

@@ -1,5 +1,7 @@
 // Config resolution: Slurm model, modes, precedence and every bad-input error.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
 
 #include "core/config.hpp"
 
@@ -389,4 +391,16 @@ TEST_CASE("a requeued job: SLURM_RESTART_COUNT is the requeue count, restarts of
   CHECK(p.workers.front().env.at("TORCHELASTIC_RESTART_COUNT") == "0");
   env["SLURM_RESTART_COUNT"] = "x";
   CHECK_THROWS_WITH(resolve(cmd(), env, sys()), Catch::Contains("SLURM_RESTART_COUNT='x'"));
+}
+
+TEST_CASE("hang timeout: a positive number of seconds, else one clear line", "[config]") {
+  auto o = cmd();
+  o.hang_timeout = 2.5;
+  CHECK_NOTHROW(resolve(o, {}, sys()));
+  for (double bad : {0.0, -3.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    o.hang_timeout = bad;
+    INFO(bad);
+    CHECK_THROWS_WITH(resolve(o, {}, sys()), Catch::Contains("--hang-timeout") &&
+                                                 Catch::Contains("must be a positive number of seconds"));
+  }
 }

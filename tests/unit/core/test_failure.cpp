@@ -115,3 +115,30 @@ TEST_CASE("failure: which root causes end the job whatever --max-restarts says",
   CHECK(signal_name(SIGKILL) == "SIGKILL");
   CHECK(signal_name(0) == "signal 0");
 }
+
+TEST_CASE("failure: a hang travels with its silent ranks, and stays restartable", "[failure]") {
+  Failure f = sample();
+  f.exit_code = kHangExitCode;
+  f.signal = 0;
+  f.hang = true;
+  f.silent = {{1, 3.25}, {3, 4.5}};
+  const Failure g = decode_failure(encode_failure(f));
+  CHECK(g.hang);
+  CHECK(g.exit_code == 124);
+  REQUIRE(g.silent.size() == 2);
+  CHECK(g.silent[1].rank == 3);
+  CHECK(g.silent[1].silent_s == 4.5);
+  CHECK_FALSE(ends_job(g));  // a hang is a failure like any other: --max-restarts may retry it
+  // A record from an agent that knows no hangs decodes as no hang.
+  auto j = failure_to_json(sample());
+  j.erase("hang");
+  j.erase("silent");
+  CHECK_FALSE(failure_from_json(j).hang);
+  // A malformed silent list is the one clear error, never a crash.
+  for (const char* bad : {R"([{"rank":"x","silent_s":1}])", R"(5)", R"([{"silent_s":1}])", R"({"a":1})"}) {
+    auto k = failure_to_json(f);
+    k["silent"] = nlohmann::json::parse(bad);
+    INFO(bad);
+    CHECK_THROWS_AS(failure_from_json(k), Error);
+  }
+}

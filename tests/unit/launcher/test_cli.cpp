@@ -131,6 +131,11 @@ TEST_CASE("agent options: COMMAND as given, checked as the agent checks it", "[c
   CHECK_FALSE(a.no_python);
   CHECK(a.python == "/opt/py");
   CHECK(a.term_timeout == std::chrono::milliseconds(2500));
+  CHECK_FALSE(a.hang_timeout);  // off unless asked for
+  o = parse({"--hang-timeout", "1.5", "true"}).options;
+  REQUIRE(ddprun::launcher::agent_options(o, r).hang_timeout);
+  CHECK(*ddprun::launcher::agent_options(o, r).hang_timeout == std::chrono::milliseconds(1500));
+  CHECK_THROWS(parse({"--hang-timeout", "soon", "true"}));
   o = parse({"--tee", "true"}).options;
   CHECK_THROWS_WITH(ddprun::launcher::agent_options(o, r), Catch::Contains("needs --log-dir"));
   o = parse({"--prefix", "{rnk}", "true"}).options;

@@ -1,0 +1,59 @@
+#pragma once
+// Everything --hang-timeout adds to one run, for the supervisor: the workers' heartbeat files and
+// variables, the progress watch, and the collection of stacks that precedes a hang's teardown.
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/hang_watch.hpp"
+#include "agent/proc.hpp"
+#include "agent/stacks.hpp"
+#include "agent/supervisor.hpp"
+
+namespace ddprun::agent {
+
+class HangGuard {
+ public:
+  // `hung` gets this node's hung ranks, once, on the loop.
+  HangGuard(boost::asio::io_context& io, const std::vector<std::unique_ptr<Proc>>& procs,
+            const AgentOptions& opts, std::function<void(const std::vector<HungRank>&)> hung);
+
+  bool enabled() const { return watch_.enabled(); }
+  std::chrono::milliseconds timeout() const {
+    return opts_.hang_timeout.value_or(std::chrono::milliseconds{0});
+  }
+  // Before spawning: how the workers run and their PATH (to find eu-stack).
+  void prepare(const CommandSpec& spec, const std::string& path_env);
+  // A worker's variables: its own, plus the hang ones when enabled (creates its heartbeat file).
+  std::map<std::string, std::string> worker_env(const core::Worker& w, const std::vector<std::string>& base);
+  void started(std::size_t worker, int rank, const std::map<std::string, std::string>& env);
+
+  void line(std::size_t worker, bool is_err, std::string_view text);
+  void exited(std::size_t worker) { watch_.exited(worker); }
+  void stop() { watch_.stop(); }
+
+  // Stacks of `hung`, then `done`. From then on the run ends as a hang (declared()).
+  void collect(const std::vector<HungRank>& hung, std::function<void()> done);
+  // Another node hung: the local ranks that are not printing now (usually waiting for it).
+  std::vector<HungRank> silent_now() { return watch_.silent_for(hang_poll_interval(timeout())); }
+  bool declared() const { return declared_; }
+  bool collecting() const { return stacks_.collecting(); }
+  const std::vector<HungWorker>& result() const { return stacks_.result(); }
+
+ private:
+  const AgentOptions& opts_;
+  HangWatch watch_;
+  StackCollector stacks_;
+  std::optional<HeartbeatFiles> heartbeats_;  // removed with the guard, after the run
+  bool python_ = false;                       // stacks by faulthandler, else eu-stack
+  std::string path_env_;
+  bool declared_ = false;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,198 @@
+#include "agent/stacks.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "agent/command.hpp"
+#include "agent/error.hpp"
+#include "agent/log_paths.hpp"
+#include "agent/spawn.hpp"
+
+namespace ddprun::agent {
+
+namespace fs = std::filesystem;
+
+HeartbeatFiles::HeartbeatFiles(std::optional<std::string> log_dir, int requeue, int attempt)
+    : log_dir_(std::move(log_dir)), requeue_(requeue), attempt_(attempt) {}
+
+HeartbeatFiles::~HeartbeatFiles() {
+  std::error_code ec;
+  if (!temp_dir_.empty()) fs::remove_all(temp_dir_, ec);
+}
+
+std::string HeartbeatFiles::create(int rank) {
+  std::string dir;
+  if (log_dir_) {
+    dir = rank_log_dir(*log_dir_, requeue_, attempt_, rank);
+  } else {
+    if (temp_dir_.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string tmpl =
+          fmt::format("{}/ddprun-heartbeat-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
+      if (::mkdtemp(tmpl.data()) == nullptr) {
+        throw Error(
+            fmt::format("cannot create a directory for heartbeat files ({}): set TMPDIR or --log-dir", tmpl),
+            1);
+      }
+      temp_dir_ = tmpl;
+    }
+    dir = fmt::format("{}/rank_{}", temp_dir_, rank);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string path = dir + "/heartbeat";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("cannot create the heartbeat file {}", path), 1);
+  ::close(fd);
+  return path;
+}
+
+namespace {
+
+// Reads both pipes until they close or `deadline`; true when they closed in time.
+bool read_until(int out_fd, int err_fd, std::chrono::steady_clock::time_point deadline, std::string& text) {
+  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+  int open = 2;
+  char buf[4096];
+  while (open > 0) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    const int r = ::poll(fds, 2, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) return false;
+    if (r < 0) return true;  // nothing more can be read
+    for (auto& f : fds) {
+      if (f.fd < 0 || f.revents == 0) continue;
+      const ssize_t n = ::read(f.fd, buf, sizeof buf);
+      if (n > 0) {
+        text.append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        f.fd = -1;
+        --open;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string native_stack(pid_t pid, const std::string& path_env, std::chrono::milliseconds bound) {
+  const auto program = find_in_path("eu-stack", path_env);
+  if (!program) return "eu-stack not installed (elfutils); no native stack for this worker\n";
+  Spawned s;
+  try {
+    s = spawn_process(
+        SpawnRequest{*program, {"eu-stack", "-p", std::to_string(pid)}, current_environment(), {}});
+  } catch (const Error& e) {
+    return fmt::format("eu-stack could not start: {}\n", e.what());
+  }
+  std::string text;
+  const bool done =
+      read_until(s.stdout_fd.get(), s.stderr_fd.get(), std::chrono::steady_clock::now() + bound, text);
+  if (!done) {
+    ::killpg(s.pid, SIGKILL);
+    text += fmt::format("(eu-stack stopped after {} ms)\n", bound.count());
+  }
+  int st = 0;
+  while (::waitpid(s.pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return text;
+}
+
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+
+namespace {
+// Bounds on a Python worker's dump: all of it, at the latest this long after its exit or after the
+// start of the collection.
+constexpr std::chrono::milliseconds kStackDrain{500};
+constexpr std::chrono::milliseconds kStackWait{5000};
+constexpr std::chrono::milliseconds kStackTick{100};
+constexpr std::chrono::milliseconds kEuStackBound{10000};
+}  // namespace
+
+StackCollector::StackCollector(boost::asio::io_context& io, const std::vector<std::unique_ptr<Proc>>& procs)
+    : procs_(procs), timer_(io) {}
+
+void StackCollector::start(const std::vector<HungRank>& hung, bool python, const std::string& path_env,
+                           std::function<void()> done) {
+  collecting_ = true;
+  done_ = std::move(done);
+  started_ = std::chrono::steady_clock::now();
+  for (const auto& h : hung) {
+    const Proc& p = *procs_.at(h.worker);
+    hung_.push_back({h.rank, p.worker().local_rank, p.pid(), h.silent, python, {}});
+    if (python) {
+      targets_.push_back({h.worker, hung_.size() - 1, std::nullopt});
+      ::kill(p.pid(), SIGABRT);  // the process only: its children are not what hangs
+    } else {
+      hung_.back().stack = cap_stack(native_stack(p.pid(), path_env, kEuStackBound));
+    }
+  }
+  arm();
+}
+
+bool StackCollector::aborted(std::size_t worker) const {
+  for (const auto& t : targets_) {
+    if (t.worker == worker) return true;
+  }
+  return false;
+}
+
+void StackCollector::line(std::size_t worker, bool is_err, std::string_view text) {
+  if (!collecting_ || !is_err) return;
+  for (const auto& t : targets_) {
+    if (t.worker != worker) continue;
+    std::string& s = hung_[t.hung].stack;
+    if (s.size() <= 2 * 16 * 1024) s.append(text).append("\n");  // cap_stack trims at the end
+  }
+}
+
+void StackCollector::arm() {
+  if (drained() || std::chrono::steady_clock::now() - started_ >= kStackWait) {
+    finish();
+    return;
+  }
+  timer_.expires_after(kStackTick);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) arm();
+  });
+}
+
+bool StackCollector::drained() {
+  const auto now = std::chrono::steady_clock::now();
+  bool all = true;
+  for (auto& t : targets_) {
+    const Proc& p = *procs_.at(t.worker);
+    if (p.end.exited && !t.exit_seen) t.exit_seen = now;
+    const bool done = t.exit_seen && (!p.reading(true) || now - *t.exit_seen >= kStackDrain);
+    all = all && done;
+  }
+  return all;
+}
+
+void StackCollector::finish() {
+  collecting_ = false;
+  for (const auto& t : targets_) {
+    std::string& s = hung_[t.hung].stack;
+    if (s.empty()) {
+      s = "no Python stack: the worker wrote nothing to stderr after SIGABRT (faulthandler off? "
+          "PYTHONFAULTHANDLER unset or the signal handled by the program)\n";
+    }
+    s = cap_stack(std::move(s));
+  }
+  if (done_) std::exchange(done_, nullptr)();
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,42 @@
+# Workers for the hang tests (tests/e2e/test_hang.cpp). Modes:
+#   stuck      rank 1 sleeps forever in stuck_in_distinctive_function, the others wait for it
+#              silently (as ranks blocked in a collective do)
+#   chatty S   prints a line every 0.2 s for S seconds, then exits 0
+#   heartbeat S  prints nothing, touches $DDPRUN_HEARTBEAT_FILE every 0.2 s for S seconds, exits 0
+# chatty and heartbeat write their DDPRUN_HEARTBEAT_FILE's path to $DIR/heartbeat_path_<rank>.
+import os
+import sys
+import threading
+import time
+
+
+def stuck_in_distinctive_function():
+    while True:
+        time.sleep(3600)
+
+
+def wait_for_peer():
+    threading.Event().wait()
+
+
+def main():
+    mode = sys.argv[1]
+    rank = int(os.environ["RANK"])
+    if mode == "stuck":
+        if rank == 1:
+            stuck_in_distinctive_function()
+        wait_for_peer()
+    beat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
+    with open(os.path.join(os.environ["DIR"], f"heartbeat_path_{rank}"), "w") as f:
+        f.write(beat)
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:
+        if mode == "chatty":
+            print(f"rank {rank} still working", flush=True)
+        else:
+            os.utime(beat)
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    main()
