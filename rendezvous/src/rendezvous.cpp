@@ -2,6 +2,8 @@
 // is in join.cpp, the watch and the lost-agent monitor in liveness.cpp, the barrier in barrier.cpp.
 #include "rendezvous/rendezvous.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
 #include <thread>
@@ -75,6 +77,7 @@ Rendezvous::~Rendezvous() {
     if (joined_ && !barrier_passed_) drain(opts_.heartbeat_timeout);
     server_->stop();
   }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 void Rendezvous::drain(Millis limit) {
@@ -194,6 +197,13 @@ std::optional<core::Failure> Rendezvous::aborted() {
 
 void Rendezvous::next_attempt() {
   stop_watch();
+  // The connection stays; its liveness promise and label of this attempt go, or the store would
+  // drop it while the next round gathers.
+  try {
+    if (client_ && client_->connected()) client_->watch(labels::main_conn(opts_.node_rank), Millis{0}, {});
+  } catch (const Error&) {
+    client_.reset();  // the next round connects afresh
+  }
   ++opts_.attempt;
   participants_.clear();
   plan_node_rank_ = -1;
