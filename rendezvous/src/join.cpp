@@ -39,7 +39,11 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
                             endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
                 "join", endpoint());
   }
-  return read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
+  Joined joined = read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
+  // Heartbeats start with the plan, before the node spends time spawning its workers: the master
+  // expects them within the heartbeat timeout of publishing it.
+  start_liveness();
+  return joined;
 }
 
 // A node rank is claimed atomically: the second claimant is told who holds it.

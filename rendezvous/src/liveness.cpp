@@ -27,6 +27,7 @@ void Rendezvous::fire(const core::Failure& info) {
   {
     std::lock_guard lk(cb_mu_);
     cb = on_abort_;
+    if (!cb) pending_ = info;  // handed over when watch() installs the callback
   }
   if (cb) cb(info);
 }
@@ -43,10 +44,22 @@ LivenessTiming liveness_timing(Millis heartbeat_interval, Millis heartbeat_timeo
 }
 
 void Rendezvous::watch(std::function<void(const core::Failure&)> on_abort) {
+  if (!watching_.load() && !fired_.load()) start_liveness();  // e.g. after a barrier stopped it
+  std::optional<core::Failure> early;
+  {
+    std::lock_guard lk(cb_mu_);
+    on_abort_ = on_abort;
+    early = std::exchange(pending_, std::nullopt);
+  }
+  if (early && on_abort) on_abort(*early);
+}
+
+void Rendezvous::start_liveness() {
   stop_watch();
   {
     std::lock_guard lk(cb_mu_);
-    on_abort_ = std::move(on_abort);
+    on_abort_ = nullptr;
+    pending_.reset();
   }
   fired_ = false;
   const int attempt = opts_.attempt;

@@ -117,6 +117,11 @@ bool Rendezvous::others_connected() {
   return false;
 }
 
+std::uint64_t Rendezvous::bytes_received() const {
+  const auto c = client_;
+  return c ? c->bytes_received() : 0;
+}
+
 std::string Rendezvous::endpoint() const {
   return fmt::format("{}:{}", opts_.host, port_);
 }

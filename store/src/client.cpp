@@ -183,6 +183,10 @@ std::vector<TcpStore::Event> TcpStore::poll_events(Millis timeout, int wake_fd) 
   return std::exchange(impl_->events, {});
 }
 
+std::uint64_t TcpStore::bytes_received() const {
+  return impl_->received.load();
+}
+
 std::chrono::steady_clock::time_point TcpStore::last_heard() const {
   return Clock::time_point(Clock::duration(impl_->last_heard.load()));
 }

@@ -45,6 +45,7 @@ void TcpStore::Impl::fail(Error::Kind kind, const std::string& op, const std::st
 }
 
 void TcpStore::Impl::drop(const std::string& why) {
+  std::lock_guard wlk(wmu);
   const int f = fd.exchange(-1);
   if (f >= 0) ::close(f);
   if (broken.empty()) broken = why;
@@ -127,7 +128,7 @@ proto::Response TcpStore::Impl::read_response(Clock::time_point deadline, const 
     }
     const ssize_t n = ::recv(f, buf.data(), buf.size(), 0);
     if (n > 0) {
-      heard();
+      heard(static_cast<std::size_t>(n));
       parser.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
       continue;
     }
@@ -157,7 +158,7 @@ void TcpStore::Impl::pump() {
     if (f < 0) fail(Error::Kind::io, "watch", {}, "connection closed");
     const ssize_t n = ::recv(f, buf.data(), buf.size(), MSG_DONTWAIT);
     if (n > 0) {
-      heard();
+      heard(static_cast<std::size_t>(n));
       parser.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
       continue;
     }

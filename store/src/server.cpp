@@ -221,8 +221,11 @@ std::vector<std::string> StoreServer::labels(const std::string& prefix) const {
     }
     result->set_value(std::move(out));
   });
-  // The server thread answers at once unless it is stopping; do not wait on a dead loop.
-  if (fut.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return {};
+  // The server thread answers as soon as it runs, which on a busy node may take seconds: an empty
+  // answer then would read as "nobody is connected". Only a stopping server gives up.
+  while (fut.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (impl_->stopped.load()) return {};
+  }
   return fut.get();
 }
 

@@ -120,9 +120,10 @@ class Rendezvous {
   // The returned plan's node_rank is this node's rank in the plan.
   Joined join(const JoinInfo& me, const PlanFn& make_plan);
 
-  // Starts the heartbeats and the abort watch, on the agent's one connection. on_abort is called at most once per
-  // attempt, from a background thread: with the published root cause, or with a "lost master"
-  // cause when the store stops answering. On the master it also turns a lost agent (connection
+  // Heartbeats and the abort watch run on the agent's one connection from the end of join() on.
+  // watch() installs the callback: it is called at most once per attempt, from a background
+  // thread (or at once, here, for an abort that came before), with the published root cause, or
+  // with a "lost master" cause when the store stops answering. On the master it also turns a lost agent (connection
   // dropped, heartbeats stopped) into a published abort.
   // The callback should only hand the cause over (set a flag, post to the supervisor); it may call
   // abort() and aborted(), and should not destroy the Rendezvous.
@@ -140,6 +141,9 @@ class Rendezvous {
   // successful barrier this node's watch stops. The master returns only after the other nodes
   // have seen the barrier pass (bounded too), so it keeps serving until then.
   bool barrier(const std::string& name, std::chrono::milliseconds timeout);
+
+  // Bytes this agent has received from the master on its connection so far.
+  std::uint64_t bytes_received() const;
 
   // Restarts: stops the watch, moves to namespace "/attempt_<n+1>/" for a fresh join round.
   void next_attempt();
@@ -189,6 +193,7 @@ class Rendezvous {
   Joined read_plan(const std::string& published);
 
   // liveness.cpp
+  void start_liveness();
   void watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t);
   void fire_lost_master(const std::string& why);
   void fire_event(const std::string& value);
@@ -214,6 +219,7 @@ class Rendezvous {
   // Watch state.
   std::mutex cb_mu_;
   std::function<void(const core::Failure&)> on_abort_;
+  std::optional<core::Failure> pending_;  // fired before watch() installed a callback
   std::atomic<bool> fired_{false};
   std::atomic<bool> watching_{false};
   int wake_fd_ = -1;  // an eventfd that ends the watch thread's wait

@@ -90,6 +90,8 @@ class TcpStore final : public Store {
   // reads them unless a call is reading them itself, and returns the events that came (also those a
   // call set aside). Never holds up a call for long. Throws Error(io) once the connection is lost.
   std::vector<Event> poll_events(Millis timeout, int wake_fd = -1);
+  // Bytes read from the server on this connection so far (the issue-16 traffic budget).
+  std::uint64_t bytes_received() const;
   // When the last frame of any kind came from the server (the connect time before any).
   std::chrono::steady_clock::time_point last_heard() const;
   // Closes the connection; later calls fail. Safe to call from another thread to interrupt a

@@ -564,3 +564,29 @@ TEST_CASE("rendezvous: an agent whose master is gone cannot publish its record, 
   CHECK_FALSE(job.agents[1]->publish_result("rec 1"));
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
+
+TEST_CASE("rendezvous: liveness timing keeps the master's heartbeat load bounded as nodes grow", "[rendezvous]") {
+  struct Row {
+    int nnodes;
+    long interval, agent, master;
+  };
+  // Defaults (1 s, 5 s), then a job large enough that the rate bound takes over.
+  const Row rows[] = {{1, 1000, 5000, 10000},      {64, 1000, 5000, 10000},     {4000, 1000, 5000, 10000},
+                      {4001, 1001, 5000, 10000},   {8192, 2048, 6144, 12288},   {16384, 4096, 12288, 24576},
+                      {131072, 32768, 98304, 196608}};
+  for (const auto& r : rows) {
+    INFO(r.nnodes);
+    const auto t = liveness_timing(1000ms, 5000ms, r.nnodes);
+    CHECK(t.interval.count() == r.interval);
+    CHECK(t.agent_timeout.count() == r.agent);
+    CHECK(t.master_timeout.count() == r.master);
+    // At most kMaxHeartbeatRate heartbeats a second reach the master, and three fit in a timeout.
+    CHECK(r.nnodes * 1000.0 / static_cast<double>(t.interval.count()) <= kMaxHeartbeatRate);
+    CHECK(t.agent_timeout >= 3 * t.interval);
+  }
+  // Short test settings stay as given.
+  const auto t = liveness_timing(100ms, 1500ms, 4);
+  CHECK(t.interval == 100ms);
+  CHECK(t.agent_timeout == 1500ms);
+  CHECK(t.master_timeout == 3000ms);
+}
