@@ -28,6 +28,9 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   s.set(keys::node(me.node_rank), core::dump_json(json(me)));
   const std::int64_t arrival = s.add(keys::kArrivals, 1);
   s.set(keys::arrived(arrival), std::to_string(me.node_rank));
+  // Heartbeats start now, while the plan is awaited and delivered: a node starved while the plan
+  // fans out, or spawning its workers right after, is still heard; a stopped or dead one is lost.
+  start_liveness();
 
   if (server_) run_master_round(make_plan);
 
@@ -40,9 +43,11 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
                 "join", endpoint());
   }
   Joined joined = read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
-  // Heartbeats start with the plan, before the node spends time spawning its workers: the master
-  // expects them within the heartbeat timeout of publishing it.
-  start_liveness();
+  {
+    std::lock_guard lk(cb_mu_);
+    master_host_ = host_of(0);
+  }
+  if (server_) start_monitor();
   return joined;
 }
 

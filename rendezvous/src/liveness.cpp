@@ -62,6 +62,10 @@ void Rendezvous::start_liveness() {
     pending_.reset();
   }
   fired_ = false;
+  {
+    std::lock_guard lk(cb_mu_);
+    master_host_ = host_of(0);  // the Slurm node list's first host until the plan names it
+  }
   const int attempt = opts_.attempt;
   const int nnodes = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
   const LivenessTiming t = liveness_timing(opts_.heartbeat_interval, opts_.heartbeat_timeout, nnodes);
@@ -70,14 +74,19 @@ void Rendezvous::start_liveness() {
   client_->watch(labels::agent(attempt, opts_.node_rank), t.agent_timeout, {key_prefix() + keys::kAbort});
   if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   watching_ = true;
-  if (server_) {
-    {
-      std::lock_guard lk(lost_mu_);
-      monitor_stop_ = false;
-    }
-    monitor_thread_ = std::thread([this, attempt] { monitor_loop(attempt); });
-  }
   watch_thread_ = std::thread([this, conn = client_, t] { watch_loop(conn, t); });
+  if (server_ && joined_) start_monitor();
+}
+
+// Master, once the participants are known (the monitor reads them).
+void Rendezvous::start_monitor() {
+  if (monitor_thread_.joinable()) return;
+  {
+    std::lock_guard lk(lost_mu_);
+    monitor_stop_ = false;
+  }
+  const int attempt = opts_.attempt;
+  monitor_thread_ = std::thread([this, attempt] { monitor_loop(attempt); });
 }
 
 // Heartbeats every interval, the abort as a pushed event, and a lost master: the connection
@@ -122,7 +131,10 @@ void Rendezvous::fire_event(const std::string& value) {
 void Rendezvous::fire_lost_master(const std::string& why) {
   core::Failure info;
   info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), why);
-  info.host = host_of(0).empty() ? opts_.host : host_of(0);
+  {
+    std::lock_guard lk(cb_mu_);
+    info.host = master_host_.empty() ? opts_.host : master_host_;
+  }
   info.node_rank = 0;
   info.exit_code = 1;
   info.time = core::failure_now();
@@ -168,8 +180,13 @@ void Rendezvous::monitor_loop(int attempt) {
         continue;
       }
       // Only the watches of this attempt's other agents count.
+      // A node that arrived too late for the round (MIN:MAX) is none of ours.
       const auto orig = labels::agent_node_rank(ev->first, attempt);
-      if (orig && *orig != opts_.node_rank) publish_lost(s, *orig, ev->second);
+      const auto ours = [&](int r) {
+        return std::any_of(participants_.begin(), participants_.end(),
+                           [&](const Participant& p) { return p.orig_rank == r; });
+      };
+      if (orig && *orig != opts_.node_rank && ours(*orig)) publish_lost(s, *orig, ev->second);
     } catch (const Error&) {
       return;  // our own server is gone: nothing left to tell
     }

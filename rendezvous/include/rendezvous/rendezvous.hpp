@@ -120,7 +120,8 @@ class Rendezvous {
   // The returned plan's node_rank is this node's rank in the plan.
   Joined join(const JoinInfo& me, const PlanFn& make_plan);
 
-  // Heartbeats and the abort watch run on the agent's one connection from the end of join() on.
+  // Heartbeats and the abort watch run on the agent's one connection from the agent's arrival in
+  // join() on (the master's lost-agent monitor from the plan on).
   // watch() installs the callback: it is called at most once per attempt, from a background
   // thread (or at once, here, for an abort that came before), with the published root cause, or
   // with a "lost master" cause when the store stops answering. On the master it also turns a lost agent (connection
@@ -194,6 +195,7 @@ class Rendezvous {
 
   // liveness.cpp
   void start_liveness();
+  void start_monitor();
   void watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t);
   void fire_lost_master(const std::string& why);
   void fire_event(const std::string& value);
@@ -220,6 +222,7 @@ class Rendezvous {
   std::mutex cb_mu_;
   std::function<void(const core::Failure&)> on_abort_;
   std::optional<core::Failure> pending_;  // fired before watch() installed a callback
+  std::string master_host_;               // for the lost-master cause, once the plan named it
   std::atomic<bool> fired_{false};
   std::atomic<bool> watching_{false};
   int wake_fd_ = -1;  // an eventfd that ends the watch thread's wait
