@@ -315,11 +315,14 @@ TEST_CASE("rendezvous: a lost agent aborts everyone else, naming it", "[rendezvo
   }
 }
 
-TEST_CASE("rendezvous: an agent that never starts watching is lost after the heartbeat timeout",
+TEST_CASE("rendezvous: an agent whose watch is gone right after the plan is lost after the heartbeat timeout",
           "[rendezvous]") {
   Job job(3);
   AbortSink sink;
   const auto start = std::chrono::steady_clock::now();
+  // Heartbeats start by themselves at the join; leaving the attempt drops this one's watch while
+  // its connection stays: only the master's check of every participant's watch notices.
+  job.agents[2]->next_attempt();
   for (int r : {0, 1}) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
   REQUIRE(sink.wait_for(2));
   CHECK(std::chrono::steady_clock::now() - start < 10s);  // heartbeat timeout: 1 s
