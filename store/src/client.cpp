@@ -167,9 +167,11 @@ bool TcpStore::heartbeat() {
 
 std::vector<TcpStore::Event> TcpStore::poll_events(Millis timeout, int wake_fd) {
   const int f = impl_->fd.load();
-  if (f < 0) throw Error(Error::Kind::io, fmt::format("store watch at {}: not connected", impl_->where), "watch");
+  if (f < 0)
+    throw Error(Error::Kind::io, fmt::format("store watch at {}: not connected", impl_->where), "watch");
   pollfd p[2] = {{f, POLLIN, 0}, {wake_fd, POLLIN, 0}};
-  const int r = ::poll(p, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<Millis>(clamp_timeout(timeout), Millis{1 << 30}).count()));
+  const int r = ::poll(p, wake_fd >= 0 ? 2 : 1,
+                       static_cast<int>(std::min<Millis>(clamp_timeout(timeout), Millis{1 << 30}).count()));
   if (r > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
     std::unique_lock lk(impl_->mu, std::try_to_lock);
     if (lk.owns_lock()) {

@@ -165,7 +165,8 @@ void TcpStore::Impl::pump() {
     if (n == 0) fail(Error::Kind::io, "watch", {}, "connection closed by the store server");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    fail(Error::Kind::io, "watch", {}, fmt::format("connection lost while receiving: {}", std::strerror(errno)));
+    fail(Error::Kind::io, "watch", {},
+         fmt::format("connection lost while receiving: {}", std::strerror(errno)));
   }
   try {
     while (auto payload = parser.next()) {

@@ -214,7 +214,8 @@ void StoreServer::Impl::watch(const ConnPtr& c, proto::Request q) {
   send(c, proto::encode_response({}));
   // A key written before the watch began is pushed now: the watcher misses nothing.
   for (std::uint32_t i = 0; i < c->subscribed.size(); ++i) {
-    if (const auto* v = data.find(c->subscribed[i])) send(c, proto::encode_response({proto::Status::event, i, *v}));
+    if (const auto* v = data.find(c->subscribed[i]))
+      send(c, proto::encode_response({proto::Status::event, i, *v}));
   }
 }
 

@@ -127,7 +127,7 @@ void StoreServer::Impl::admit(int fd, const sockaddr_storage& peer) {
   // The descriptor is non-blocking (accept4), and the fast paths call recv/send with
   // MSG_DONTWAIT themselves: one peer that does not read can never stall the server.
   auto c = std::make_shared<Conn>(std::move(s));
-  c->peer_addr = peer;  // formatted only if a rejection is logged
+  c->peer_addr = peer;     // formatted only if a rejection is logged
   c->over_cap = over_cap;  // its hello is answered with the limit and the fix, then it goes
   c->deadline = Clock::now() + opts.handshake_timeout;
   conns.insert(c);
@@ -147,8 +147,8 @@ void StoreServer::Impl::shutdown_now() {
 
 StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
   impl_->fd_limits = raise_fd_limit();
-  impl_->max_conns = impl_->opts.max_connections > 0 ? impl_->opts.max_connections
-                                                     : connection_cap(impl_->fd_limits.soft);
+  impl_->max_conns =
+      impl_->opts.max_connections > 0 ? impl_->opts.max_connections : connection_cap(impl_->fd_limits.soft);
   impl_->listen();
   asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
   impl_->thread = std::thread([impl = impl_.get()] {

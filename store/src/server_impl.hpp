@@ -10,8 +10,8 @@
 #include <deque>
 #include <memory>
 #include <optional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -56,7 +56,7 @@ struct Conn {
   std::chrono::milliseconds liveness{0};
   bool open = true;
   bool hello_done = false;
-  bool over_cap = false;         // admitted only to be told, at its hello, that the cap is reached
+  bool over_cap = false;  // admitted only to be told, at its hello, that the cap is reached
   bool watchdog_armed = false;
   // A get/wait/wait_any is blocked: the protocol allows no request behind it (docs/protocol.md).
   bool blocked = false;

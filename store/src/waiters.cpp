@@ -59,7 +59,8 @@ void Waiters::notify(const std::string& key, const StoreData& data) {
   for (const auto& w : fired) {
     w->fired_by = key;
     if (w->request.op == proto::Op::get) {
-      if (!get_reply) get_reply = std::make_shared<const std::string>(proto::encode_response(answer_of(data, w->request)));
+      if (!get_reply)
+        get_reply = std::make_shared<const std::string>(proto::encode_response(answer_of(data, w->request)));
       w->reply = get_reply;
     } else {
       w->reply = std::make_shared<const std::string>(proto::encode_response(answer_of(data, w->request)));

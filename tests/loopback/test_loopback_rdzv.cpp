@@ -232,8 +232,7 @@ TEST_CASE("loopback: a SIGSTOPped master is noticed by every agent: its heartbea
   c.agents[0]->kill_all();
 }
 
-TEST_CASE("loopback: each agent holds one connection to the master, its own agent included",
-          "[loopback]") {
+TEST_CASE("loopback: each agent holds one connection to the master, its own agent included", "[loopback]") {
   Cluster c(4);
   c.require_plans();
   for (auto& a : c.agents) REQUIRE(a->line("WATCHING", 30s).has_value());
@@ -275,7 +274,8 @@ TEST_CASE("loopback: an agent that stops or dies right after the plan, before wa
       const auto reason = j.at("reason").get<std::string>();
       CHECK(reason.find("lost the agent on host-1") != std::string::npos);
       // Its heartbeats began when it arrived: a stopped one misses them, a dead one's connection closes.
-      CHECK(reason.find(mode == "stop-before-watch" ? "heartbeat" : "connection closed") != std::string::npos);
+      CHECK(reason.find(mode == "stop-before-watch" ? "heartbeat" : "connection closed") !=
+            std::string::npos);
       CHECK(c.agents[r]->wait_exit(30s) == 1);
     }
     c.agents[1]->kill_all();

@@ -124,10 +124,10 @@ class Rendezvous {
   // join() on (the master's lost-agent monitor from the plan on).
   // watch() installs the callback: it is called at most once per attempt, from a background
   // thread (or at once, here, for an abort that came before), with the published root cause, or
-  // with a "lost master" cause when the store stops answering. On the master it also turns a lost agent (connection
-  // dropped, heartbeats stopped) into a published abort.
-  // The callback should only hand the cause over (set a flag, post to the supervisor); it may call
-  // abort() and aborted(), and should not destroy the Rendezvous.
+  // with a "lost master" cause when the store stops answering. On the master it also turns a lost agent
+  // (connection dropped, heartbeats stopped) into a published abort. The callback should only hand the cause
+  // over (set a flag, post to the supervisor); it may call abort() and aborted(), and should not destroy the
+  // Rendezvous.
   void watch(std::function<void(const core::Failure&)> on_abort);
 
   // Publishes `cause` unless another abort was published first; returns the root cause that won

@@ -568,14 +568,15 @@ TEST_CASE("rendezvous: an agent whose master is gone cannot publish its record, 
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
 
-TEST_CASE("rendezvous: liveness timing keeps the master's heartbeat load bounded as nodes grow", "[rendezvous]") {
+TEST_CASE("rendezvous: liveness timing keeps the master's heartbeat load bounded as nodes grow",
+          "[rendezvous]") {
   struct Row {
     int nnodes;
     long interval, agent, master;
   };
   // Defaults (1 s, 5 s), then a job large enough that the rate bound takes over.
-  const Row rows[] = {{1, 1000, 5000, 10000},      {64, 1000, 5000, 10000},     {4000, 1000, 5000, 10000},
-                      {4001, 1001, 5000, 10000},   {8192, 2048, 6144, 12288},   {16384, 4096, 12288, 24576},
+  const Row rows[] = {{1, 1000, 5000, 10000},        {64, 1000, 5000, 10000},   {4000, 1000, 5000, 10000},
+                      {4001, 1001, 5000, 10000},     {8192, 2048, 6144, 12288}, {16384, 4096, 12288, 24576},
                       {131072, 32768, 98304, 196608}};
   for (const auto& r : rows) {
     INFO(r.nnodes);

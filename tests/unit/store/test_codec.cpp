@@ -91,7 +91,8 @@ TEST_CASE("codec: every request op round trips", "[codec]") {
   }
 }
 
-TEST_CASE("codec: a heartbeat is 5 bytes on the wire and its pong is one shared out-of-band frame", "[codec]") {
+TEST_CASE("codec: a heartbeat is 5 bytes on the wire and its pong is one shared out-of-band frame",
+          "[codec]") {
   Request h;
   h.op = Op::heartbeat;
   CHECK(encode_request(h) == std::string("\0\0\0\1\x0c", 5));

@@ -100,7 +100,8 @@ TEST_CASE("watch: a watcher that stops heartbeating is dropped and reported by i
   TcpStore c(copts(server.port()));
   c.watch("agent/0/2", 300ms, {});
   const auto until = std::chrono::steady_clock::now() + 10s;
-  while (server.connection_count() > 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  while (server.connection_count() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);
   std::lock_guard lk(mu);
   CHECK(lost == std::vector<std::string>{"agent/0/2"});
 }
