@@ -20,6 +20,10 @@ namespace ddprun::rdzv {
 
 using detail::Clock;
 
+namespace {
+constexpr int kPongEvery = 3;  // heartbeats per pong asked for; the master timeout is 6+ intervals
+}  // namespace
+
 void Rendezvous::fire(const core::Failure& info) {
   if (!watching_.load()) return;
   if (fired_.exchange(true)) return;
@@ -93,10 +97,14 @@ void Rendezvous::start_monitor() {
 // closed, or nothing heard for master_timeout. Until one fires or the watch stops.
 void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t) {
   auto next_beat = Clock::now();
+  std::uint64_t beats = 0;
   try {
     while (watching_.load()) {
       if (Clock::now() >= next_beat) {
-        if (!conn->heartbeat()) return fire_lost_master("the connection is gone");
+        // A pong every kPongEvery heartbeats, and at every one once the master has been quiet
+        // that long: the master answers a third of them, and a silent master still shows.
+        const bool quiet = Clock::now() - conn->last_heard() >= kPongEvery * t.interval;
+        if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0)) return fire_lost_master("the connection is gone");
         next_beat = Clock::now() + t.interval;
       }
       auto events = conn->poll_events(detail::left_until(next_beat), wake_fd_);

@@ -159,6 +159,12 @@ std::shared_ptr<TcpStore> Rendezvous::connect_client(const std::string& label, M
 
 void Rendezvous::ensure_connected() {
   if (client_ && client_->connected()) return;
+  // Within a round the one connection is the master: once it is gone, so is the master. Only a
+  // new round (next_attempt) connects again, and only a join waits for a master to come up.
+  if (client_ && joined_) {
+    throw Error(Error::Kind::io, fmt::format("rendezvous {}: the connection to the master is lost", endpoint()),
+                "connect", endpoint());
+  }
   // Non-master agents keep retrying while the master starts, up to the join timeout.
   // The handshake is pipelined with the first call, so a peer that never answers (not our store)
   // is noticed by that call: bound it by the join timeout too (--rdzv-timeout).

@@ -149,17 +149,24 @@ void TcpStore::watch(const std::string& label, Millis liveness, const std::vecto
   impl_->call(q);
 }
 
-bool TcpStore::heartbeat() {
-  static const std::string frame = [] {
-    proto::Request q;
-    q.op = proto::Op::heartbeat;
-    return proto::encode_request(q);
-  }();
+bool TcpStore::heartbeat(bool want_pong) {
+  static const std::string frames[2] = {[] {
+                                          proto::Request q;
+                                          q.op = proto::Op::heartbeat;
+                                          return proto::encode_request(q);
+                                        }(),
+                                        [] {
+                                          proto::Request q;
+                                          q.op = proto::Op::heartbeat;
+                                          q.number = 1;
+                                          return proto::encode_request(q);
+                                        }()};
+  const std::string& frame = frames[want_pong ? 1 : 0];
   // Not under the call mutex: a call blocked on this connection must not hold up the heartbeat.
   std::lock_guard wlk(impl_->wmu);
   const int f = impl_->fd.load();
   if (f < 0) return false;
-  // 5 bytes never block in practice; a full send buffer means the server stopped reading, which
+  // 6 bytes never block in practice; a full send buffer means the server stopped reading, which
   // the missing pongs report.
   const ssize_t n = ::send(f, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   return n == static_cast<ssize_t>(frame.size()) || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));

@@ -195,9 +195,11 @@ std::string encode_request(const Request& q) {
       put_be<std::uint32_t>(f, static_cast<std::uint32_t>(q.keys.size()));
       for (const auto& k : q.keys) put_str(f, k);
       break;
+    case Op::heartbeat:
+      put_u8(f, q.number != 0 ? 1 : 0);  // flags: bit 0 asks for a pong
+      break;
     case Op::num_keys:
     case Op::ping:
-    case Op::heartbeat:
       break;
   }
   return end_frame(std::move(f));
@@ -251,6 +253,7 @@ Request decode_request(std::string_view payload, const Limits& l) {
       break;
     case static_cast<std::uint8_t>(Op::heartbeat):
       q.op = Op::heartbeat;
+      q.number = r.u8() & 1;
       break;
     case static_cast<std::uint8_t>(Op::watch):
       q.op = Op::watch;

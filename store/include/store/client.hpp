@@ -80,8 +80,9 @@ class TcpStore final : public Store {
   // value of each, now if present and after every write, arrives as an event (poll_events).
   void watch(const std::string& label, Millis liveness, const std::vector<std::string>& keys);
   // Sends a heartbeat frame at once, even while another thread's call is blocked on this
-  // connection (the server answers it out of band). False when the connection is gone.
-  bool heartbeat();
+  // connection. With `want_pong` the server answers it out of band (a pong), which last_heard()
+  // then shows. False when the connection is gone.
+  bool heartbeat(bool want_pong = true);
   struct Event {
     std::size_t index = 0;  // of the key in watch()'s list
     std::string value;

@@ -64,7 +64,7 @@ struct Request {
   std::string key;
   std::string value;              // set: value; compare_set: expected
   std::string value2;             // compare_set: desired
-  std::int64_t number = 0;        // add: delta; watch: liveness in ms (0 = none)
+  std::int64_t number = 0;        // add: delta; watch: liveness in ms (0 = none); heartbeat: 1 = pong wanted
   std::uint64_t timeout_ms = 0;   // get / wait / wait_any
   std::vector<std::string> keys;  // check / wait / wait_any; watch: the subscribed keys (may be empty)
 };

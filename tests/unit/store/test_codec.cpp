@@ -74,6 +74,8 @@ TEST_CASE("codec: every request op round trips", "[codec]") {
   reqs.push_back(r);
   r = {}, r.op = Op::heartbeat;
   reqs.push_back(r);
+  r = {}, r.op = Op::heartbeat, r.number = 1;  // pong wanted
+  reqs.push_back(r);
   r = {}, r.op = Op::watch, r.key = "agent/0/3", r.number = 12000, r.keys = {"/attempt_0/abort"};
   reqs.push_back(r);
   r = {}, r.op = Op::watch, r.key = "main/3";  // unwatch: no liveness, no keys
@@ -91,11 +93,13 @@ TEST_CASE("codec: every request op round trips", "[codec]") {
   }
 }
 
-TEST_CASE("codec: a heartbeat is 5 bytes on the wire and its pong is one shared out-of-band frame",
+TEST_CASE("codec: a heartbeat is 6 bytes on the wire and its pong is one shared out-of-band frame",
           "[codec]") {
   Request h;
   h.op = Op::heartbeat;
-  CHECK(encode_request(h) == std::string("\0\0\0\1\x0c", 5));
+  CHECK(encode_request(h) == std::string("\0\0\0\2\x0c\0", 6));
+  h.number = 1;  // a pong wanted
+  CHECK(encode_request(h) == std::string("\0\0\0\2\x0c\1", 6));
   const Response pong = decode_response(payload_of(pong_frame()));
   CHECK(pong.status == Status::pong);
   CHECK(out_of_band(pong.status));
