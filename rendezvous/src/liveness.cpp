@@ -104,7 +104,8 @@ void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming
         // A pong every kPongEvery heartbeats, and at every one once the master has been quiet
         // that long: the master answers a third of them, and a silent master still shows.
         const bool quiet = Clock::now() - conn->last_heard() >= kPongEvery * t.interval;
-        if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0)) return fire_lost_master("the connection is gone");
+        if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0))
+          return fire_lost_master("the connection is gone");
         next_beat = Clock::now() + t.interval;
       }
       auto events = conn->poll_events(detail::left_until(next_beat), wake_fd_);

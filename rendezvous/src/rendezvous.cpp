@@ -162,8 +162,9 @@ void Rendezvous::ensure_connected() {
   // Within a round the one connection is the master: once it is gone, so is the master. Only a
   // new round (next_attempt) connects again, and only a join waits for a master to come up.
   if (client_ && joined_) {
-    throw Error(Error::Kind::io, fmt::format("rendezvous {}: the connection to the master is lost", endpoint()),
-                "connect", endpoint());
+    throw Error(Error::Kind::io,
+                fmt::format("rendezvous {}: the connection to the master is lost", endpoint()), "connect",
+                endpoint());
   }
   // Non-master agents keep retrying while the master starts, up to the join timeout.
   // The handshake is pipelined with the first call, so a peer that never answers (not our store)
