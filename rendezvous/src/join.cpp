@@ -28,6 +28,9 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   s.set(keys::node(me.node_rank), core::dump_json(json(me)));
   const std::int64_t arrival = s.add(keys::kArrivals, 1);
   s.set(keys::arrived(arrival), std::to_string(me.node_rank));
+  // Heartbeats start now, while the plan is awaited and delivered: a node starved while the plan
+  // fans out, or spawning its workers right after, is still heard; a stopped or dead one is lost.
+  start_liveness();
 
   if (server_) run_master_round(make_plan);
 
@@ -39,7 +42,13 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
                             endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
                 "join", endpoint());
   }
-  return read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
+  Joined joined = read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
+  {
+    std::lock_guard lk(cb_mu_);
+    master_host_ = host_of(0);
+  }
+  if (server_) start_monitor();
+  return joined;
 }
 
 // A node rank is claimed atomically: the second claimant is told who holds it.

@@ -1,5 +1,9 @@
-// Liveness: every agent's watch (a long poll on the abort key that doubles as its heartbeat) and,
-// on the master, the monitor that turns a lost agent into a published abort.
+// Liveness: every agent's watch (heartbeats and the pushed abort, on its one connection) and, on
+// the master, the monitor that turns a lost agent into a published abort.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -16,6 +20,10 @@ namespace ddprun::rdzv {
 
 using detail::Clock;
 
+namespace {
+constexpr int kPongEvery = 3;  // heartbeats per pong asked for; the master timeout is 6+ intervals
+}  // namespace
+
 void Rendezvous::fire(const core::Failure& info) {
   if (!watching_.load()) return;
   if (fired_.exchange(true)) return;
@@ -23,67 +31,123 @@ void Rendezvous::fire(const core::Failure& info) {
   {
     std::lock_guard lk(cb_mu_);
     cb = on_abort_;
+    if (!cb) pending_ = info;  // handed over when watch() installs the callback
   }
   if (cb) cb(info);
 }
 
+LivenessTiming liveness_timing(Millis heartbeat_interval, Millis heartbeat_timeout, int nnodes) {
+  // The master gets at most kMaxHeartbeatRate heartbeats a second, whatever the job's size.
+  const Millis by_rate{(static_cast<std::int64_t>(std::max(nnodes, 1)) * 1000 + kMaxHeartbeatRate - 1) /
+                       kMaxHeartbeatRate};
+  const Millis interval = std::max({heartbeat_interval, by_rate, Millis{1}});
+  // Three missed heartbeats before an agent is lost; the agent waits twice that before it calls a
+  // busy master lost.
+  const Millis agent_timeout = std::max(heartbeat_timeout, 3 * interval);
+  return {interval, agent_timeout, 2 * agent_timeout};
+}
+
 void Rendezvous::watch(std::function<void(const core::Failure&)> on_abort) {
+  if (!watching_.load() && !fired_.load()) start_liveness();  // e.g. after a barrier stopped it
+  std::optional<core::Failure> early;
+  {
+    std::lock_guard lk(cb_mu_);
+    on_abort_ = on_abort;
+    early = std::exchange(pending_, std::nullopt);
+  }
+  if (early && on_abort) on_abort(*early);
+}
+
+void Rendezvous::start_liveness() {
   stop_watch();
   {
     std::lock_guard lk(cb_mu_);
-    on_abort_ = std::move(on_abort);
+    on_abort_ = nullptr;
+    pending_.reset();
   }
   fired_ = false;
-  const int attempt = opts_.attempt;
-  // The watch connection doubles as the heartbeat: a long poll renewed every heartbeat_interval,
-  // which the server requires at least every heartbeat_timeout.
-  watch_client_ = connect_client(labels::agent(attempt, opts_.node_rank), opts_.heartbeat_timeout,
-                                 opts_.heartbeat_timeout, opts_.heartbeat_timeout);
-  watching_ = true;
-  if (server_) {
-    {
-      std::lock_guard lk(lost_mu_);
-      monitor_stop_ = false;
-    }
-    monitor_client_ =
-        connect_client(labels::monitor(attempt), Millis{0}, opts_.heartbeat_timeout, opts_.heartbeat_timeout);
-    monitor_thread_ = std::thread([this, attempt, mon = monitor_client_] { monitor_loop(attempt, mon); });
+  {
+    std::lock_guard lk(cb_mu_);
+    master_host_ = host_of(0);  // the Slurm node list's first host until the plan names it
   }
-  watch_thread_ = std::thread(
-      [this, wc = watch_client_, abort_key = key_prefix() + keys::kAbort] { watch_loop(*wc, abort_key); });
+  const int attempt = opts_.attempt;
+  const int nnodes = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
+  const LivenessTiming t = liveness_timing(opts_.heartbeat_interval, opts_.heartbeat_timeout, nnodes);
+  // One connection per agent: the main one now carries the heartbeat and the abort push too.
+  ensure_connected();
+  client_->watch(labels::agent(attempt, opts_.node_rank), t.agent_timeout, {key_prefix() + keys::kAbort});
+  if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  watching_ = true;
+  watch_thread_ = std::thread([this, conn = client_, t] { watch_loop(conn, t); });
+  if (server_ && joined_) start_monitor();
 }
 
-// Until the abort key appears (its cause is fired) or the master stops answering (a "lost
-// master" cause is fired), or the watch stops.
-void Rendezvous::watch_loop(TcpStore& wc, const std::string& abort_key) {
-  for (;;) {
-    try {
-      auto got = wc.wait_any({abort_key}, opts_.heartbeat_interval);
-      if (!watching_.load()) return;
-      if (!got) continue;
-      auto v = wc.get(abort_key, Millis{0});
-      core::Failure info;
-      try {
-        info = core::decode_failure(v.value_or("{}"));
-      } catch (const std::exception& e) {
-        info.reason = fmt::format("abort with an unreadable cause: {}", e.what());
-        info.exit_code = 1;
-        info.time = core::failure_now();
-      }
-      fire(info);
-      return;
-    } catch (const Error& e) {
-      if (!watching_.load()) return;
-      core::Failure info;
-      info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), e.what());
-      info.host = host_of(0).empty() ? opts_.host : host_of(0);
-      info.node_rank = 0;
-      info.exit_code = 1;
-      info.time = core::failure_now();
-      fire(info);
-      return;
-    }
+// Master, once the participants are known (the monitor reads them).
+void Rendezvous::start_monitor() {
+  if (monitor_thread_.joinable()) return;
+  {
+    std::lock_guard lk(lost_mu_);
+    monitor_stop_ = false;
   }
+  const int attempt = opts_.attempt;
+  monitor_thread_ = std::thread([this, attempt] { monitor_loop(attempt); });
+}
+
+// Heartbeats every interval, the abort as a pushed event, and a lost master: the connection
+// closed, or nothing heard for master_timeout. Until one fires or the watch stops.
+void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t) {
+  auto next_beat = Clock::now();
+  std::uint64_t beats = 0;
+  try {
+    while (watching_.load()) {
+      if (Clock::now() >= next_beat) {
+        // A pong every kPongEvery heartbeats, and at every one once the master has been quiet
+        // that long: the master answers a third of them, and a silent master still shows.
+        const bool quiet = Clock::now() - conn->last_heard() >= kPongEvery * t.interval;
+        if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0))
+          return fire_lost_master("the connection is gone");
+        next_beat = Clock::now() + t.interval;
+      }
+      auto events = conn->poll_events(detail::left_until(next_beat), wake_fd_);
+      if (!watching_.load()) return;
+      if (!events.empty()) return fire_event(events.front().value);
+      if (Clock::now() - conn->last_heard() > t.master_timeout) {
+        // This agent may itself have been stopped: read what came meanwhile before judging.
+        events = conn->poll_events(Millis{0});
+        if (!events.empty()) return fire_event(events.front().value);
+        if (Clock::now() - conn->last_heard() > t.master_timeout) {
+          return fire_lost_master(fmt::format("no answer to heartbeats for {} ms", t.master_timeout.count()));
+        }
+      }
+    }
+  } catch (const Error& e) {
+    if (watching_.load()) fire_lost_master(e.what());
+  }
+}
+
+void Rendezvous::fire_event(const std::string& value) {
+  core::Failure info;
+  try {
+    info = core::decode_failure(value.empty() ? "{}" : value);
+  } catch (const std::exception& e) {
+    info.reason = fmt::format("abort with an unreadable cause: {}", e.what());
+    info.exit_code = 1;
+    info.time = core::failure_now();
+  }
+  fire(info);
+}
+
+void Rendezvous::fire_lost_master(const std::string& why) {
+  core::Failure info;
+  info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), why);
+  {
+    std::lock_guard lk(cb_mu_);
+    info.host = master_host_.empty() ? opts_.host : master_host_;
+  }
+  info.node_rank = 0;
+  info.exit_code = 1;
+  info.time = core::failure_now();
+  fire(info);
 }
 
 void Rendezvous::on_lost(const std::string& label, const std::string& reason) {
@@ -96,8 +160,9 @@ void Rendezvous::on_lost(const std::string& label, const std::string& reason) {
   lost_cv_.notify_one();
 }
 
-void Rendezvous::monitor_loop(int attempt, std::shared_ptr<TcpStore> mon) {
-  PrefixStore s(keys::attempt_prefix(attempt), mon);
+void Rendezvous::monitor_loop(int attempt) {
+  // In-process: the master's store needs no connection to itself for this.
+  PrefixStore s(keys::attempt_prefix(attempt), std::make_shared<ServerStore>(*server_));
   // An agent that stops or dies after the plan but before it opens its watch is never reported
   // by the server: every watch is due within the heartbeat timeout of the plan.
   const Clock::time_point watches_due = plan_published_ + opts_.heartbeat_timeout;
@@ -124,8 +189,13 @@ void Rendezvous::monitor_loop(int attempt, std::shared_ptr<TcpStore> mon) {
         continue;
       }
       // Only the watches of this attempt's other agents count.
+      // A node that arrived too late for the round (MIN:MAX) is none of ours.
       const auto orig = labels::agent_node_rank(ev->first, attempt);
-      if (orig && *orig != opts_.node_rank) publish_lost(s, *orig, ev->second);
+      const auto ours = [&](int r) {
+        return std::any_of(participants_.begin(), participants_.end(),
+                           [&](const Participant& p) { return p.orig_rank == r; });
+      };
+      if (orig && *orig != opts_.node_rank && ours(*orig)) publish_lost(s, *orig, ev->second);
     } catch (const Error&) {
       return;  // our own server is gone: nothing left to tell
     }
@@ -176,7 +246,10 @@ void Rendezvous::publish_lost(PrefixStore& s, int orig, const std::string& reaso
 
 void Rendezvous::stop_watch() {
   watching_ = false;
-  if (watch_client_) watch_client_->close();
+  if (wake_fd_ >= 0) {
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+  }
   if (watch_thread_.joinable()) {
     // Called from inside the abort callback (e.g. the agent tears down from there): the watch
     // thread is already on its way out; it must not wait for itself.
@@ -186,16 +259,17 @@ void Rendezvous::stop_watch() {
       watch_thread_.join();
     }
   }
-  watch_client_.reset();
+  if (wake_fd_ >= 0) {
+    std::uint64_t drained = 0;
+    (void)!::read(wake_fd_, &drained, sizeof drained);
+  }
   {
     std::lock_guard lk(lost_mu_);
     monitor_stop_ = true;
     lost_.clear();
   }
   lost_cv_.notify_all();
-  if (monitor_client_) monitor_client_->close();
   if (monitor_thread_.joinable()) monitor_thread_.join();
-  monitor_client_.reset();
 }
 
 }  // namespace ddprun::rdzv

@@ -2,6 +2,8 @@
 // is in join.cpp, the watch and the lost-agent monitor in liveness.cpp, the barrier in barrier.cpp.
 #include "rendezvous/rendezvous.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
 #include <thread>
@@ -75,6 +77,7 @@ Rendezvous::~Rendezvous() {
     if (joined_ && !barrier_passed_) drain(opts_.heartbeat_timeout);
     server_->stop();
   }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 void Rendezvous::drain(Millis limit) {
@@ -114,6 +117,11 @@ bool Rendezvous::others_connected() {
   return false;
 }
 
+std::uint64_t Rendezvous::bytes_received() const {
+  const auto c = client_;
+  return c ? c->bytes_received() : 0;
+}
+
 std::string Rendezvous::endpoint() const {
   return fmt::format("{}:{}", opts_.host, port_);
 }
@@ -151,6 +159,13 @@ std::shared_ptr<TcpStore> Rendezvous::connect_client(const std::string& label, M
 
 void Rendezvous::ensure_connected() {
   if (client_ && client_->connected()) return;
+  // Within a round the one connection is the master: once it is gone, so is the master. Only a
+  // new round (next_attempt) connects again, and only a join waits for a master to come up.
+  if (client_ && joined_) {
+    throw Error(Error::Kind::io,
+                fmt::format("rendezvous {}: the connection to the master is lost", endpoint()), "connect",
+                endpoint());
+  }
   // Non-master agents keep retrying while the master starts, up to the join timeout.
   // The handshake is pipelined with the first call, so a peer that never answers (not our store)
   // is noticed by that call: bound it by the join timeout too (--rdzv-timeout).
@@ -194,6 +209,13 @@ std::optional<core::Failure> Rendezvous::aborted() {
 
 void Rendezvous::next_attempt() {
   stop_watch();
+  // The connection stays; its liveness promise and label of this attempt go, or the store would
+  // drop it while the next round gathers.
+  try {
+    if (client_ && client_->connected()) client_->watch(labels::main_conn(opts_.node_rank), Millis{0}, {});
+  } catch (const Error&) {
+    client_.reset();  // the next round connects afresh
+  }
   ++opts_.attempt;
   participants_.clear();
   plan_node_rank_ = -1;

@@ -21,9 +21,19 @@ constexpr Millis kGatherPoll{100};       // how often the master looks whether a
 
 bool Rendezvous::publish_result(const std::string& record) {
   if (!joined_) return false;
+  // On the agent's one connection, its answer awaited at most kPublishTimeout.
+  if (client_ && client_->connected()) {
+    try {
+      PrefixStore s(key_prefix(), client_);
+      s.set(keys::result(opts_.node_rank), record);
+      client_->flush(kPublishTimeout);
+      return true;
+    } catch (const Error&) {
+      if (client_->connected()) return false;  // the master did not answer in time
+    }
+  }
   try {
-    // Its own connection: the main one may be blocked, or stuck on a hung master for its long
-    // op timeout.
+    // That connection is gone (the store dropped it): a short one of its own.
     auto conn = connect_client(labels::result(opts_.node_rank), Millis{0}, kPublishTimeout, kPublishTimeout);
     PrefixStore s(key_prefix(), conn);
     s.set(keys::result(opts_.node_rank), record);

@@ -2,7 +2,12 @@
 // sets in client_call.cpp.
 #include "store/client.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
+
+#include <cerrno>
+#include <thread>
+#include <utility>
 
 #include <algorithm>
 
@@ -125,6 +130,74 @@ std::optional<std::size_t> TcpStore::wait_any(const std::vector<std::string>& ke
   proto::Response r = impl_->call(q, timeout);
   if (r.status != proto::Status::ok) return std::nullopt;
   return static_cast<std::size_t>(r.number);
+}
+
+void TcpStore::flush(Millis limit) {
+  std::lock_guard lk(impl_->mu);
+  if (impl_->unacked.empty() && !impl_->hello_pending) return;
+  impl_->require_connected("flush", {});
+  impl_->drain(Clock::now() + clamp_timeout(limit), "flush", {});
+}
+
+void TcpStore::watch(const std::string& label, Millis liveness, const std::vector<std::string>& keys) {
+  for (const auto& k : keys) impl_->check_key(k, "watch");
+  proto::Request q;
+  q.op = proto::Op::watch;
+  q.key = label;
+  q.number = clamp_timeout(liveness).count();
+  q.keys = keys;
+  impl_->call(q);
+}
+
+bool TcpStore::heartbeat(bool want_pong) {
+  static const std::string frames[2] = {[] {
+                                          proto::Request q;
+                                          q.op = proto::Op::heartbeat;
+                                          return proto::encode_request(q);
+                                        }(),
+                                        [] {
+                                          proto::Request q;
+                                          q.op = proto::Op::heartbeat;
+                                          q.number = 1;
+                                          return proto::encode_request(q);
+                                        }()};
+  const std::string& frame = frames[want_pong ? 1 : 0];
+  // Not under the call mutex: a call blocked on this connection must not hold up the heartbeat.
+  std::lock_guard wlk(impl_->wmu);
+  const int f = impl_->fd.load();
+  if (f < 0) return false;
+  // 6 bytes never block in practice; a full send buffer means the server stopped reading, which
+  // the missing pongs report.
+  const ssize_t n = ::send(f, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n == static_cast<ssize_t>(frame.size()) || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+}
+
+std::vector<TcpStore::Event> TcpStore::poll_events(Millis timeout, int wake_fd) {
+  const int f = impl_->fd.load();
+  if (f < 0)
+    throw Error(Error::Kind::io, fmt::format("store watch at {}: not connected", impl_->where), "watch");
+  pollfd p[2] = {{f, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  const int r = ::poll(p, wake_fd >= 0 ? 2 : 1,
+                       static_cast<int>(std::min<Millis>(clamp_timeout(timeout), Millis{1 << 30}).count()));
+  if (r > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+    std::unique_lock lk(impl_->mu, std::try_to_lock);
+    if (lk.owns_lock()) {
+      impl_->pump();
+    } else {
+      // A call is reading this connection; it sets the events aside. Let it.
+      std::this_thread::sleep_for(Millis{5});
+    }
+  }
+  std::lock_guard elk(impl_->ev_mu);
+  return std::exchange(impl_->events, {});
+}
+
+std::uint64_t TcpStore::bytes_received() const {
+  return impl_->received.load();
+}
+
+std::chrono::steady_clock::time_point TcpStore::last_heard() const {
+  return Clock::time_point(Clock::duration(impl_->last_heard.load()));
 }
 
 void TcpStore::ping() {

@@ -45,6 +45,7 @@ void TcpStore::Impl::fail(Error::Kind kind, const std::string& op, const std::st
 }
 
 void TcpStore::Impl::drop(const std::string& why) {
+  std::lock_guard wlk(wmu);
   const int f = fd.exchange(-1);
   if (f >= 0) ::close(f);
   if (broken.empty()) broken = why;
@@ -68,6 +69,7 @@ void TcpStore::Impl::close_quietly() {
 
 void TcpStore::Impl::write_all(const std::string& frame, Clock::time_point deadline, const std::string& op,
                                const std::string& key, int flags) {
+  std::lock_guard wlk(wmu);
   std::size_t off = 0;
   while (off < frame.size()) {
     const int f = fd.load();
@@ -87,13 +89,31 @@ void TcpStore::Impl::write_all(const std::string& frame, Clock::time_point deadl
   }
 }
 
+bool TcpStore::Impl::take_out_of_band(proto::Response& r) {
+  if (!proto::out_of_band(r.status)) return false;
+  if (r.status == proto::Status::event) {
+    std::lock_guard lk(ev_mu);
+    events.push_back({static_cast<std::size_t>(r.number), std::move(r.value)});
+  }
+  return true;  // a pong only tells that the server is there: heard() did that
+}
+
 proto::Response TcpStore::Impl::read_response(Clock::time_point deadline, const std::string& op,
                                               const std::string& key) {
   for (;;) {
+    if (!answers.empty()) {
+      proto::Response r = std::move(answers.front());
+      answers.pop_front();
+      return r;
+    }
     std::optional<std::string> payload;
     try {
       payload = parser.next();
-      if (payload) return proto::decode_response(*payload, opts.limits);
+      if (payload) {
+        proto::Response r = proto::decode_response(*payload, opts.limits);
+        if (take_out_of_band(r)) continue;
+        return r;
+      }
     } catch (const Error& e) {
       fail(Error::Kind::protocol, op, key, e.what());
     }
@@ -108,6 +128,7 @@ proto::Response TcpStore::Impl::read_response(Clock::time_point deadline, const 
     }
     const ssize_t n = ::recv(f, buf.data(), buf.size(), 0);
     if (n > 0) {
+      heard(static_cast<std::size_t>(n));
       parser.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
       continue;
     }
@@ -128,6 +149,32 @@ void TcpStore::Impl::drain(Clock::time_point deadline, const std::string& op, co
       fail(Error::Kind::rejected, "set", set_key, r.value);
     }
     unacked.erase(unacked.begin());
+  }
+}
+
+void TcpStore::Impl::pump() {
+  for (;;) {
+    const int f = fd.load();
+    if (f < 0) fail(Error::Kind::io, "watch", {}, "connection closed");
+    const ssize_t n = ::recv(f, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      heard(static_cast<std::size_t>(n));
+      parser.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+      continue;
+    }
+    if (n == 0) fail(Error::Kind::io, "watch", {}, "connection closed by the store server");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    fail(Error::Kind::io, "watch", {},
+         fmt::format("connection lost while receiving: {}", std::strerror(errno)));
+  }
+  try {
+    while (auto payload = parser.next()) {
+      proto::Response r = proto::decode_response(*payload, opts.limits);
+      if (!take_out_of_band(r)) answers.push_back(std::move(r));
+    }
+  } catch (const Error& e) {
+    fail(Error::Kind::protocol, "watch", {}, e.what());
   }
 }
 

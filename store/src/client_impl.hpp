@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -61,6 +62,26 @@ struct TcpStore::Impl {
   std::vector<std::string> unacked;
   proto::FrameParser parser;
   std::vector<char> buf = std::vector<char>(4096);
+  // One writer at a time: calls (under mu too) and heartbeats from the watching thread (only this).
+  // Closing takes it too, so a heartbeat never writes to a descriptor closed (and reused) under it;
+  // recursive because a failed write closes. Order: mu, then wmu.
+  std::recursive_mutex wmu;
+  // In-order answers poll_events read before a call asked for them (pipelined sets' acks).
+  std::deque<proto::Response> answers;
+  // Out-of-band events, and when any frame last came (steady clock ticks).
+  std::mutex ev_mu;
+  std::vector<TcpStore::Event> events;
+  std::atomic<Clock::rep> last_heard{Clock::now().time_since_epoch().count()};
+
+  std::atomic<std::uint64_t> received{0};
+  void heard(std::size_t n) {
+    received += n;
+    last_heard = Clock::now().time_since_epoch().count();
+  }
+  // Sets an out-of-band frame aside; false for an in-order answer.
+  bool take_out_of_band(proto::Response& r);
+  // Reads what the socket has now without waiting (poll_events); throws once it is lost.
+  void pump();
 
   // client_connect.cpp
   void connect();

@@ -1,5 +1,7 @@
 #include "store/codec.hpp"
 
+#include <algorithm>
+
 #include <fmt/core.h>
 
 #include "store/error.hpp"
@@ -76,9 +78,9 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-std::vector<std::string> read_keys(Reader& r, const Limits& l) {
+std::vector<std::string> read_keys(Reader& r, const Limits& l, bool may_be_empty = false) {
   const std::uint32_t n = r.be<std::uint32_t>("key count");
-  if (n == 0) bad("empty key list");
+  if (n == 0 && !may_be_empty) bad("empty key list");
   if (n > l.max_keys_per_request) {
     bad(fmt::format("{} keys in one request exceed the limit of {}", n, l.max_keys_per_request));
   }
@@ -112,6 +114,10 @@ const char* to_string(Op op) {
       return "wait_any";
     case Op::ping:
       return "ping";
+    case Op::heartbeat:
+      return "heartbeat";
+    case Op::watch:
+      return "watch";
   }
   return "unknown";
 }
@@ -183,6 +189,15 @@ std::string encode_request(const Request& q) {
     case Op::del:
       put_str(f, q.key);
       break;
+    case Op::watch:
+      put_str(f, q.key);
+      put_be<std::uint64_t>(f, static_cast<std::uint64_t>(q.number));
+      put_be<std::uint32_t>(f, static_cast<std::uint32_t>(q.keys.size()));
+      for (const auto& k : q.keys) put_str(f, k);
+      break;
+    case Op::heartbeat:
+      put_u8(f, q.number != 0 ? 1 : 0);  // flags: bit 0 asks for a pong
+      break;
     case Op::num_keys:
     case Op::ping:
       break;
@@ -236,6 +251,17 @@ Request decode_request(std::string_view payload, const Limits& l) {
     case static_cast<std::uint8_t>(Op::ping):
       q.op = Op::ping;
       break;
+    case static_cast<std::uint8_t>(Op::heartbeat):
+      q.op = Op::heartbeat;
+      q.number = r.u8() & 1;
+      break;
+    case static_cast<std::uint8_t>(Op::watch):
+      q.op = Op::watch;
+      q.key = r.str(l.max_id, "label");
+      q.number =
+          static_cast<std::int64_t>(std::min<std::uint64_t>(r.be<std::uint64_t>("liveness"), 1ULL << 40));
+      q.keys = read_keys(r, l, /*may_be_empty=*/true);
+      break;
     default:
       bad(fmt::format("unknown operation code {}", op));
   }
@@ -251,11 +277,16 @@ std::string encode_response(const Response& s) {
   return end_frame(std::move(f));
 }
 
+const std::string& pong_frame() {
+  static const std::string frame = encode_response({Status::pong, 0, {}});
+  return frame;
+}
+
 Response decode_response(std::string_view payload, const Limits& l) {
   Reader r(payload);
   Response s;
   const std::uint8_t st = r.u8();
-  if (st > static_cast<std::uint8_t>(Status::error)) bad(fmt::format("unknown status {}", st));
+  if (st > static_cast<std::uint8_t>(Status::pong)) bad(fmt::format("unknown status {}", st));
   s.status = static_cast<Status>(st);
   s.number = static_cast<std::int64_t>(r.be<std::uint64_t>("number"));
   s.value = r.str(2 * l.max_value, "value");

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include <fmt/core.h>
@@ -50,14 +52,23 @@ bool nothing_unsent(detail::Conn& c) {
 // promise, an idle timeout); a plain handler, not a coroutine: 1000s of agents connect at once.
 void StoreServer::Impl::arm_watchdog(const ConnPtr& c) {
   if (!c->open || c->deadline == Clock::time_point::max()) return;
+  c->watchdog_armed = true;
   c->watchdog.expires_at(c->deadline);
   c->watchdog.async_wait([this, c](const boost::system::error_code&) { on_watchdog(c); });
 }
 
 void StoreServer::Impl::on_watchdog(const ConnPtr& c) {
+  c->watchdog_armed = false;
   if (!c->open) return;
   if (Clock::now() < c->deadline) {
     arm_watchdog(c);  // the deadline moved (a request arrived, or the handshake ended)
+    return;
+  }
+  // A busy master is not a lost agent: when this thread was starved, the peer's heartbeat may be
+  // sitting unread in the socket. Bytes waiting count as a sign of life.
+  if (c->hello_done && bytes_waiting(*c)) {
+    touch(*c);
+    arm_watchdog(c);
     return;
   }
   ++n_dropped;
@@ -68,6 +79,11 @@ void StoreServer::Impl::on_watchdog(const ConnPtr& c) {
   } else {
     close(c, fmt::format("idle for {} ms", opts.idle_timeout.count()));
   }
+}
+
+bool StoreServer::Impl::bytes_waiting(Conn& c) {
+  int n = 0;
+  return ::ioctl(c.sock.native_handle(), FIONREAD, &n) == 0 && n > 0;
 }
 
 void StoreServer::Impl::touch(Conn& c) {
@@ -152,17 +168,82 @@ void StoreServer::Impl::serve_frames(const ConnPtr& c, proto::FrameParser& parse
 }
 
 void StoreServer::Impl::handle(const ConnPtr& c, proto::Request q) {
+  touch(*c);
+  // The heartbeat may come at any time (its pong is out of band): one connection carries both an
+  // agent's blocking calls and its liveness.
+  if (q.op == proto::Op::heartbeat) {
+    static const detail::Shared pong = std::make_shared<const std::string>(proto::pong_frame());
+    if (q.number != 0) send_shared(c, pong);  // only when asked: most heartbeats cost one read
+    return;
+  }
   if (c->blocked) {
     throw Error(Error::Kind::protocol, "protocol error: a request arrived while another was pending");
   }
-  touch(*c);
+  if (q.op == proto::Op::watch) {
+    watch(c, std::move(q));
+    return;
+  }
   if (must_wait(data, q)) {
     block(c, std::move(q));
     return;
   }
   Answer a = answer(data, std::move(q));
-  if (a.changed) waiters.notify(*a.changed, data);
+  if (a.changed) on_changed(*a.changed);
   send(c, proto::encode_response(a.reply));
+}
+
+void StoreServer::Impl::on_changed(const std::string& key) {
+  waiters.notify(key, data);
+  publish(key);
+}
+
+// ---- watches: label, liveness promise and subscriptions of a connection
+
+void StoreServer::Impl::watch(const ConnPtr& c, proto::Request q) {
+  c->label = std::move(q.key);
+  c->liveness = std::chrono::milliseconds(q.number);
+  touch(*c);
+  if (c->watchdog_armed) {
+    c->watchdog.cancel();  // its handler re-arms at the new deadline
+  } else {
+    arm_watchdog(c);
+  }
+  unsubscribe(*c);
+  c->subscribed = std::move(q.keys);
+  for (std::uint32_t i = 0; i < c->subscribed.size(); ++i) subscribers[c->subscribed[i]][c.get()] = {c, i};
+  send(c, proto::encode_response({}));
+  // A key written before the watch began is pushed now: the watcher misses nothing.
+  for (std::uint32_t i = 0; i < c->subscribed.size(); ++i) {
+    if (const auto* v = data.find(c->subscribed[i]))
+      send(c, proto::encode_response({proto::Status::event, i, *v}));
+  }
+}
+
+void StoreServer::Impl::unsubscribe(Conn& c) {
+  for (const auto& k : c.subscribed) {
+    auto it = subscribers.find(k);
+    if (it == subscribers.end()) continue;
+    it->second.erase(&c);
+    if (it->second.empty()) subscribers.erase(it);
+  }
+  c.subscribed.clear();
+}
+
+void StoreServer::Impl::publish(const std::string& key) {
+  const auto it = subscribers.find(key);
+  if (it == subscribers.end()) return;
+  const std::string* v = data.find(key);
+  if (!v) return;
+  // Copied first: a failed send closes its connection, which unsubscribes it.
+  std::vector<std::pair<ConnPtr, std::uint32_t>> subs;
+  subs.reserve(it->second.size());
+  for (const auto& [raw, sub] : it->second) subs.push_back(sub);
+  std::unordered_map<std::uint32_t, detail::Shared> frames;  // one per index; usually one in all
+  for (const auto& [c, i] : subs) {
+    auto& f = frames[i];
+    if (!f) f = std::make_shared<const std::string>(proto::encode_response({proto::Status::event, i, *v}));
+    send_shared(c, f);
+  }
 }
 
 // ---- writing: try the socket directly, queue the rest behind one writer
@@ -181,19 +262,47 @@ void StoreServer::Impl::send(const ConnPtr& c, std::string frame) {
     c->batching = true;
     return;
   }
+  std::size_t off = 0;
   if (!c->writing) {
-    const ssize_t n =
-        ::send(c->sock.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n == static_cast<ssize_t>(frame.size())) {
-      if (c->close_after_write) close(c, c->close_reason);
-      return;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      close(c, std::strerror(errno));
-      return;
-    }
-    frame.erase(0, n > 0 ? static_cast<std::size_t>(n) : 0);
+    const auto sent = write_now(c, frame);
+    if (!sent) return;
+    off = *sent;
   }
+  enqueue(c, {std::make_shared<const std::string>(std::move(frame)), off});
+}
+
+// The same bytes for many connections (a fan-out): never copied, except into a batch.
+void StoreServer::Impl::send_shared(const ConnPtr& c, detail::Shared frame) {
+  if (!c->open) return;
+  if (c->batching) {
+    send(c, *frame);
+    return;
+  }
+  std::size_t off = 0;
+  if (!c->writing) {
+    const auto sent = write_now(c, *frame);
+    if (!sent) return;
+    off = *sent;
+  }
+  enqueue(c, {std::move(frame), off});
+}
+
+// Tries the socket directly; returns how much it took, or nullopt when nothing is left to queue
+// (all sent, or the connection closed on an error).
+std::optional<std::size_t> StoreServer::Impl::write_now(const ConnPtr& c, std::string_view bytes) {
+  const ssize_t n = ::send(c->sock.native_handle(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(bytes.size())) {
+    if (c->close_after_write) close(c, c->close_reason);
+    return std::nullopt;
+  }
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    close(c, std::strerror(errno));
+    return std::nullopt;
+  }
+  return n > 0 ? static_cast<std::size_t>(n) : 0;
+}
+
+void StoreServer::Impl::enqueue(const ConnPtr& c, detail::OutFrame f) {
   // Writes the kernel could not take pile up here only for a peer that sends without reading:
   // drop it before its answers eat the server's memory.
   if (c->outq.size() >= kMaxQueuedAnswers) {
@@ -202,7 +311,7 @@ void StoreServer::Impl::send(const ConnPtr& c, std::string frame) {
     close(c, "peer sends requests without reading the answers", Closing::abortive);
     return;
   }
-  c->outq.push_back(std::move(frame));
+  c->outq.push_back(std::move(f));
   if (!c->writing) {
     c->writing = true;
     asio::co_spawn(io, write_loop(c), asio::detached);
@@ -211,7 +320,9 @@ void StoreServer::Impl::send(const ConnPtr& c, std::string frame) {
 
 asio::awaitable<void> StoreServer::Impl::write_loop(ConnPtr c) {
   while (c->open && !c->outq.empty()) {
-    auto [ec, n] = co_await asio::async_write(c->sock, asio::buffer(c->outq.front()), use_nothrow);
+    const detail::OutFrame& f = c->outq.front();
+    auto [ec, n] = co_await asio::async_write(
+        c->sock, asio::buffer(f.buf->data() + f.off, f.buf->size() - f.off), use_nothrow);
     if (ec) {
       close(c, ec.message());
       break;
@@ -236,6 +347,7 @@ void StoreServer::Impl::close(const ConnPtr& c, const std::string& reason, Closi
   c->sock.close(ignored);
   c->watchdog.cancel();
   if (c->waiter) c->waiter->timer.cancel();
+  unsubscribe(*c);
   conns.erase(c);
   n_conns = conns.size();
   if (!stopping && c->hello_done && !c->label.empty() && opts.on_lost) {

@@ -36,7 +36,10 @@ std::optional<std::string> refusal(const proto::Hello& h, const std::string& run
 
 void StoreServer::Impl::handshake(const ConnPtr& c, const std::string& payload) {
   const proto::Hello h = proto::decode_hello(payload, opts.limits);
-  if (auto why = refusal(h, opts.run_id, verifier)) {
+  std::optional<std::string> why;
+  if (c->over_cap) why = connection_limit_message(max_conns, fd_limits);
+  if (!why) why = refusal(h, opts.run_id, verifier);
+  if (why) {
     ++n_refused;
     log_rejection(*c, h.label, *why);
     c->close_after_write = true;
@@ -64,6 +67,16 @@ void StoreServer::Impl::log_rejection(const Conn& c, const std::string& label, c
   for (char& ch : line) {
     if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
   }
+  emit_log(line);
+}
+
+void StoreServer::Impl::log_rejection_line(const std::string& why) {
+  if (!log_limit.allow(detail::Clock::now())) return;
+  (void)log_limit.take_suppressed();
+  emit_log("ddprun: rendezvous store: " + why);
+}
+
+void StoreServer::Impl::emit_log(const std::string& line) {
   if (opts.log) {
     opts.log(line);
   } else {

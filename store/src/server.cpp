@@ -18,6 +18,7 @@
 #include <boost/asio/post.hpp>
 
 #include "server_impl.hpp"
+#include "store/answer.hpp"
 #include "store/error.hpp"
 
 namespace ddprun::rdzv {
@@ -27,6 +28,9 @@ namespace asio = boost::asio;
 using detail::Clock;
 using detail::tcp;
 using detail::use_nothrow;
+constexpr int kListenBacklog = 65535;
+// Over the cap, this many more are admitted just long enough to read the one-line reason.
+constexpr std::size_t kOverCapGrace = 64;
 
 tcp::endpoint listen_endpoint(const std::string& host, std::uint16_t port) {
   boost::system::error_code ec;
@@ -65,7 +69,8 @@ void StoreServer::Impl::listen() {
   if (!ec) acceptor.set_option(tcp::no_delay(true), ec);
   if (!ec) acceptor.set_option(asio::socket_base::keep_alive(true), ec);
   if (!ec) acceptor.bind(ep, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  // An accept storm of 16k nodes: the kernel clamps this to net.core.somaxconn (docs/rendezvous.md).
+  if (!ec) acceptor.listen(kListenBacklog, ec);
   if (!ec) acceptor.non_blocking(true, ec);
   if (ec) {
     boost::system::error_code ignored;
@@ -93,6 +98,7 @@ asio::awaitable<void> StoreServer::Impl::accept_loop() {
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EMFILE || errno == ENFILE) {
+          log_rejection_line(connection_limit_message(max_conns, fd_limits));
           // Out of descriptors: back off briefly instead of spinning on a readable listener.
           asio::steady_timer t(io, std::chrono::milliseconds(20));
           co_await t.async_wait(use_nothrow);
@@ -105,7 +111,8 @@ asio::awaitable<void> StoreServer::Impl::accept_loop() {
 }
 
 void StoreServer::Impl::admit(int fd, const sockaddr_storage& peer) {
-  if (conns.size() >= opts.max_connections) {
+  const bool over_cap = conns.size() >= max_conns;
+  if (over_cap && conns.size() >= max_conns + kOverCapGrace) {
     ::close(fd);
     ++n_refused;
     return;
@@ -120,7 +127,8 @@ void StoreServer::Impl::admit(int fd, const sockaddr_storage& peer) {
   // The descriptor is non-blocking (accept4), and the fast paths call recv/send with
   // MSG_DONTWAIT themselves: one peer that does not read can never stall the server.
   auto c = std::make_shared<Conn>(std::move(s));
-  c->peer_addr = peer;  // formatted only if a rejection is logged
+  c->peer_addr = peer;     // formatted only if a rejection is logged
+  c->over_cap = over_cap;  // its hello is answered with the limit and the fix, then it goes
   c->deadline = Clock::now() + opts.handshake_timeout;
   conns.insert(c);
   n_conns = conns.size();
@@ -138,6 +146,9 @@ void StoreServer::Impl::shutdown_now() {
 }
 
 StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->fd_limits = raise_fd_limit();
+  impl_->max_conns =
+      impl_->opts.max_connections > 0 ? impl_->opts.max_connections : connection_cap(impl_->fd_limits.soft);
   impl_->listen();
   asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
   impl_->thread = std::thread([impl = impl_.get()] {
@@ -170,6 +181,31 @@ std::uint64_t StoreServer::refused_count() const {
   return impl_->n_refused.load();
 }
 
+std::size_t StoreServer::connection_limit() const {
+  return impl_->max_conns;
+}
+
+proto::Response StoreServer::apply(proto::Request q) const {
+  if (q.op == proto::Op::heartbeat || q.op == proto::Op::watch) {
+    throw Error(Error::Kind::usage, "store apply: heartbeat and watch need a connection", "apply");
+  }
+  q.timeout_ms = 0;  // the server thread never blocks for us
+  auto result = std::make_shared<std::promise<proto::Response>>();
+  auto fut = result->get_future();
+  if (!impl_->stopped.load()) {
+    asio::post(impl_->io, [impl = impl_.get(), q = std::move(q), result]() mutable {
+      Answer a = answer(impl->data, std::move(q));
+      if (a.changed) impl->on_changed(*a.changed);
+      result->set_value(std::move(a.reply));
+    });
+    // Slices: a server stopping under us never runs the handler.
+    while (!impl_->stopped.load()) {
+      if (fut.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready) return fut.get();
+    }
+  }
+  throw Error(Error::Kind::io, "store apply: the store server has stopped", "apply");
+}
+
 std::size_t StoreServer::labelled_count(const std::string& prefix) const {
   return labels(prefix).size();
 }
@@ -185,8 +221,11 @@ std::vector<std::string> StoreServer::labels(const std::string& prefix) const {
     }
     result->set_value(std::move(out));
   });
-  // The server thread answers at once unless it is stopping; do not wait on a dead loop.
-  if (fut.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return {};
+  // The server thread answers as soon as it runs, which on a busy node may take seconds: an empty
+  // answer then would read as "nobody is connected". Only a stopping server gives up.
+  while (fut.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (impl_->stopped.load()) return {};
+  }
   return fut.get();
 }
 

@@ -9,9 +9,13 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -22,6 +26,7 @@
 
 #include "store/auth.hpp"
 #include "store/codec.hpp"
+#include "store/limits.hpp"
 #include "store/server.hpp"
 #include "store/store.hpp"
 #include "waiters.hpp"
@@ -33,6 +38,14 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
+// An answer waiting for the socket: a frame of its own, or one shared by many connections (a
+// fan-out encodes once), and how much of it has left.
+struct OutFrame {
+  std::shared_ptr<const std::string> buf;
+  std::size_t off = 0;
+};
+using Shared = std::shared_ptr<const std::string>;
+
 struct Conn {
   explicit Conn(tcp::socket s) : sock(std::move(s)), watchdog(sock.get_executor()) {}
   tcp::socket sock;
@@ -43,12 +56,15 @@ struct Conn {
   std::chrono::milliseconds liveness{0};
   bool open = true;
   bool hello_done = false;
+  bool over_cap = false;  // admitted only to be told, at its hello, that the cap is reached
+  bool watchdog_armed = false;
   // A get/wait/wait_any is blocked: the protocol allows no request behind it (docs/protocol.md).
   bool blocked = false;
   bool writing = false;
   bool close_after_write = false;
   std::string close_reason;
-  std::deque<std::string> outq;
+  std::deque<OutFrame> outq;
+  std::vector<std::string> subscribed;  // the keys of its watch, in order (event index)
   // While the frames of one read are served, their answers collect here and go out in one write.
   bool batching = false;
   std::string batch;
@@ -75,6 +91,10 @@ struct StoreServer::Impl {
   StoreData data;
   detail::Waiters waiters;
   std::unordered_set<ConnPtr> conns;
+  // Watched keys: subscriber -> its index of the key (the event's number).
+  std::unordered_map<std::string, std::unordered_map<Conn*, std::pair<ConnPtr, std::uint32_t>>> subscribers;
+  FdLimits fd_limits;
+  std::size_t max_conns = 0;  // in force: opts.max_connections, or what RLIMIT_NOFILE allows
   std::atomic<std::size_t> n_conns{0};
   std::atomic<std::uint64_t> n_dropped{0};
   std::atomic<std::uint64_t> n_refused{0};
@@ -89,6 +109,7 @@ struct StoreServer::Impl {
   void listen();
   boost::asio::awaitable<void> accept_loop();
   void admit(int fd, const sockaddr_storage& peer);
+  void refuse_over_cap(int fd);
   void shutdown_now();
 
   // connection.cpp
@@ -99,7 +120,16 @@ struct StoreServer::Impl {
   boost::system::error_code read_rest(Conn& c, proto::FrameParser& parser);
   void serve_frames(const ConnPtr& c, proto::FrameParser& parser);
   void handle(const ConnPtr& c, proto::Request q);
+  void watch(const ConnPtr& c, proto::Request q);
+  void unsubscribe(Conn& c);
+  // After a write to `key`: its value goes to every subscriber, encoded once per event index.
+  void publish(const std::string& key);
+  void on_changed(const std::string& key);
+  bool bytes_waiting(Conn& c);
   void send(const ConnPtr& c, std::string frame);
+  void send_shared(const ConnPtr& c, detail::Shared frame);
+  std::optional<std::size_t> write_now(const ConnPtr& c, std::string_view bytes);
+  void enqueue(const ConnPtr& c, detail::OutFrame f);
   boost::asio::awaitable<void> write_loop(ConnPtr c);
   // graceful: FIN after what is queued; abortive: reset, queued data dropped; peer_gone: the peer
   // closed or reset, so a plain close() (a shutdown would be a syscall for nothing).
@@ -109,6 +139,8 @@ struct StoreServer::Impl {
   // handshake.cpp
   void handshake(const ConnPtr& c, const std::string& payload);
   void log_rejection(const Conn& c, const std::string& label, const std::string& why);
+  void log_rejection_line(const std::string& why);
+  void emit_log(const std::string& line);
 
   // waiters.cpp
   void block(const ConnPtr& c, proto::Request q);

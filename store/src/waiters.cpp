@@ -20,6 +20,11 @@ std::span<const std::string> waited_keys(const proto::Request& q) {
   return q.keys;
 }
 
+// The reply a woken waiter gets; its requests change nothing, so the data is only read.
+proto::Response answer_of(const StoreData& data, const proto::Request& q) {
+  return answer(const_cast<StoreData&>(data), q).reply;
+}
+
 }  // namespace
 
 void Waiters::add(const WaiterPtr& w) {
@@ -50,8 +55,16 @@ void Waiters::notify(const std::string& key, const StoreData& data) {
     return true;
   });
   if (it->second.empty()) by_key_.erase(it);
+  std::shared_ptr<const std::string> get_reply;  // every get on `key` gets the same value
   for (const auto& w : fired) {
     w->fired_by = key;
+    if (w->request.op == proto::Op::get) {
+      if (!get_reply)
+        get_reply = std::make_shared<const std::string>(proto::encode_response(answer_of(data, w->request)));
+      w->reply = get_reply;
+    } else {
+      w->reply = std::make_shared<const std::string>(proto::encode_response(answer_of(data, w->request)));
+    }
     w->timer.cancel();
   }
 }
@@ -82,7 +95,11 @@ boost::asio::awaitable<void> StoreServer::Impl::wait_for(ConnPtr c, proto::Reque
   c->waiter.reset();
   c->blocked = false;
   if (!c->open) co_return;
-  // Woken or timed out, the reply is what the data says now.
+  if (w->reply) {
+    send_shared(c, std::move(w->reply));
+    co_return;
+  }
+  // Timed out (or the server stops): the reply is what the data says now.
   send(c, proto::encode_response(answer(data, std::move(w->request)).reply));
 }
 

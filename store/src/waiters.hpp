@@ -20,6 +20,9 @@ struct Waiter {
   Waiter(boost::asio::any_io_executor ex, proto::Request q) : request(std::move(q)), timer(std::move(ex)) {}
   proto::Request request;
   std::string fired_by;  // the key whose write satisfied it; empty on timeout
+  // The answer, encoded when the write woke it; waiters woken by one write for the same value
+  // share one buffer (a plan reaching 16k agents is encoded once). Empty on timeout.
+  std::shared_ptr<const std::string> reply;
   boost::asio::steady_timer timer;
 };
 using WaiterPtr = std::shared_ptr<Waiter>;

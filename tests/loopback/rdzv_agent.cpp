@@ -80,7 +80,9 @@ int main(int argc, char** argv) {
       std::rename(tmp.c_str(), port_file.c_str());
     }
     rdzv::JoinInfo me{o.node_rank, "host-" + std::to_string(o.node_rank), "127.0.0.1", 2, {}};
-    const core::Plan plan = testplan::join_plan(r, me, testplan::plan_fn(simple_plan));
+    const auto joined = r.join(me, testplan::plan_fn(simple_plan));
+    core::Plan plan = core::plan_from_json(nlohmann::json::parse(joined.plan));
+    plan.node_rank = joined.node_rank;
     say("PLAN " + std::to_string(plan.node_rank) + " " + std::to_string(plan.nnodes) + " " +
         std::to_string(plan.world_size) + " " + std::to_string(plan.master_port));
     // A node that hangs or dies between the plan and its watch: only the master can notice.
@@ -98,6 +100,7 @@ int main(int argc, char** argv) {
       aborted = a;
       cv.notify_all();
     });
+    say("WATCHING");
     if (mode == "abort") {
       core::Failure cause;
       cause.reason = "worker exited with code " + std::to_string(abort_code);
@@ -109,6 +112,8 @@ int main(int argc, char** argv) {
     } else if (mode == "barrier") {
       const bool ok = r.barrier("exit", 30s);
       say(std::string("BARRIER ") + (ok ? "1" : "0"));
+      // The traffic budget (issue 16): what came over the connection, beside the plan itself.
+      say("RECEIVED " + std::to_string(r.bytes_received()) + " " + std::to_string(joined.plan.size()));
       return ok ? 0 : 1;
     }
     std::unique_lock lk(mu);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -171,10 +172,20 @@ TEST_CASE("loopback: 2, 8 and 16 agent processes rendezvous and pass the exit ba
                                                 std::vector<std::string>{"--mode", "barrier"});
     Cluster c(n, extra);
     c.require_plans();
-    for (auto& a : c.agents) {
+    for (std::size_t r = 0; r < c.agents.size(); ++r) {
+      auto& a = c.agents[r];
       INFO(a->output());
       CHECK(a->wait_exit(60s) == 0);
       CHECK(a->line("BARRIER 1", 0ms).has_value());
+      // Each agent receives the plan, then at most 64 bytes per node and 4 KB beyond it (issue 16):
+      // the join's answers, the pongs, the barrier.
+      const auto got = a->line("RECEIVED ", 0ms);
+      REQUIRE(got.has_value());
+      std::istringstream in(got->substr(9));
+      std::uint64_t bytes = 0, plan = 0;
+      in >> bytes >> plan;
+      CHECK(plan > 0);
+      CHECK(bytes <= plan + 64 * static_cast<std::uint64_t>(n) + 4096);
     }
   }
 }
@@ -204,6 +215,39 @@ TEST_CASE("loopback: a SIGKILLed master is noticed by every agent", "[loopback]"
   }
 }
 
+TEST_CASE("loopback: a SIGSTOPped master is noticed by every agent: its heartbeats go unanswered",
+          "[loopback]") {
+  Cluster c(3);
+  c.require_plans();
+  c.agents[0]->signal(SIGSTOP);
+  // Bound: the master timeout (2 × 1.5 s here); generous for loaded or TSan runs.
+  for (std::size_t r : {1u, 2u}) {
+    const auto j = c.abort_of(r, 30s);
+    CHECK(j.at("node_rank") == 0);
+    const auto reason = j.at("reason").get<std::string>();
+    CHECK(reason.find("lost the rendezvous master") != std::string::npos);
+    CHECK(reason.find("no answer to heartbeats") != std::string::npos);
+    CHECK(c.agents[r]->wait_exit(30s) == 1);
+  }
+  c.agents[0]->kill_all();
+}
+
+TEST_CASE("loopback: each agent holds one connection to the master, its own agent included", "[loopback]") {
+  Cluster c(4);
+  c.require_plans();
+  for (auto& a : c.agents) REQUIRE(a->line("WATCHING", 30s).has_value());
+  // Every agent watches now: count the connections the master's store serves (server side: the
+  // store port is their source port).
+  const std::string port = c.port;
+  const std::string cmd = "ss -Htn state established '( sport = :" + port + " )' | wc -l";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  REQUIRE(f != nullptr);
+  int n = -1;
+  REQUIRE(std::fscanf(f, "%d", &n) == 1);
+  ::pclose(f);
+  CHECK(n == 4);
+}
+
 TEST_CASE("loopback: a SIGSTOPped agent misses its heartbeats and the job aborts", "[loopback]") {
   Cluster c(3);
   c.require_plans();
@@ -222,13 +266,16 @@ TEST_CASE("loopback: an agent that stops or dies right after the plan, before wa
     INFO(mode);
     Cluster c(3, {{}, {"--mode", mode}, {}});
     c.require_plans();
-    // Bound: the heartbeat timeout (1.5 s) after the plan; generous for loaded or TSan runs.
+    // Bound: the heartbeat timeout (1.5 s); generous for loaded or TSan runs.
     for (std::size_t r : {0u, 2u}) {
       const auto j = c.abort_of(r, 20s);
       CHECK(j.at("node_rank") == 1);
       CHECK(j.at("host") == "host-1");
-      CHECK(j.at("reason").get<std::string>().find("lost the agent on host-1") != std::string::npos);
-      CHECK(j.at("reason").get<std::string>().find("heartbeat") != std::string::npos);
+      const auto reason = j.at("reason").get<std::string>();
+      CHECK(reason.find("lost the agent on host-1") != std::string::npos);
+      // Its heartbeats began when it arrived: a stopped one misses them, a dead one's connection closes.
+      CHECK(reason.find(mode == "stop-before-watch" ? "heartbeat" : "connection closed") !=
+            std::string::npos);
       CHECK(c.agents[r]->wait_exit(30s) == 1);
     }
     c.agents[1]->kill_all();

@@ -61,7 +61,9 @@ struct RendezvousOptions {
   int nnodes_max = 1;
   std::chrono::milliseconds join_timeout{900000};
   std::chrono::milliseconds last_call{30000};
-  std::chrono::milliseconds heartbeat_interval{250};
+  // Liveness (docs/rendezvous.md): the effective values grow with the node count, see
+  // liveness_timing().
+  std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{5000};
   int attempt = 0;
   // Optional: hostname of each node rank (e.g. from SLURM_JOB_NODELIST), so that a join timeout
@@ -88,6 +90,17 @@ struct Joined {
   int nnodes = 0;
 };
 
+// The liveness timing of a round of `nnodes` (docs/rendezvous.md, "Liveness"): the heartbeat
+// interval grows so that the master receives at most kMaxHeartbeatRate heartbeats a second; an
+// agent silent for agent_timeout is lost; an agent that hears nothing from the master (no pong,
+// no answer) for master_timeout declares it lost.
+struct LivenessTiming {
+  std::chrono::milliseconds interval;
+  std::chrono::milliseconds agent_timeout;
+  std::chrono::milliseconds master_timeout;
+};
+inline constexpr int kMaxHeartbeatRate = 4000;
+
 class Rendezvous {
  public:
   // Node rank 0 starts serving the store here (throws Error when it cannot listen).
@@ -107,12 +120,14 @@ class Rendezvous {
   // The returned plan's node_rank is this node's rank in the plan.
   Joined join(const JoinInfo& me, const PlanFn& make_plan);
 
-  // Starts the liveness connection and the abort watch. on_abort is called at most once per
-  // attempt, from a background thread: with the published root cause, or with a "lost master"
-  // cause when the store stops answering. On the master it also turns a lost agent (connection
-  // dropped, heartbeats stopped) into a published abort.
-  // The callback should only hand the cause over (set a flag, post to the supervisor); it may call
-  // abort() and aborted(), and should not destroy the Rendezvous.
+  // Heartbeats and the abort watch run on the agent's one connection from the agent's arrival in
+  // join() on (the master's lost-agent monitor from the plan on).
+  // watch() installs the callback: it is called at most once per attempt, from a background
+  // thread (or at once, here, for an abort that came before), with the published root cause, or
+  // with a "lost master" cause when the store stops answering. On the master it also turns a lost agent
+  // (connection dropped, heartbeats stopped) into a published abort. The callback should only hand the cause
+  // over (set a flag, post to the supervisor); it may call abort() and aborted(), and should not destroy the
+  // Rendezvous.
   void watch(std::function<void(const core::Failure&)> on_abort);
 
   // Publishes `cause` unless another abort was published first; returns the root cause that won
@@ -128,11 +143,15 @@ class Rendezvous {
   // have seen the barrier pass (bounded too), so it keeps serving until then.
   bool barrier(const std::string& name, std::chrono::milliseconds timeout);
 
+  // Bytes this agent has received from the master on its connection so far.
+  std::uint64_t bytes_received() const;
+
   // Restarts: stops the watch, moves to namespace "/attempt_<n+1>/" for a fresh join round.
   void next_attempt();
 
-  // The end of an attempt (results.cpp): every agent publishes a compact record (opaque bytes) on a
-  // short connection of its own, bounded by about 2 s whatever state the master is in; false when
+  // The end of an attempt (results.cpp): every agent publishes a compact record (opaque bytes) on its
+  // connection (a short new one if that is gone), bounded by about 2 s whatever state the master is
+  // in; false when
   // the master did not take it. The master then gathers every joined agent's record, in plan order,
   // waiting at most `timeout`, and less once no other agent is connected any more (a record that
   // has not come by then never will); it does not wait for `lost` (a plan rank known to be gone).
@@ -175,10 +194,14 @@ class Rendezvous {
   Joined read_plan(const std::string& published);
 
   // liveness.cpp
-  void watch_loop(TcpStore& wc, const std::string& abort_key);
+  void start_liveness();
+  void start_monitor();
+  void watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t);
+  void fire_lost_master(const std::string& why);
+  void fire_event(const std::string& value);
   void stop_watch();
   void fire(const core::Failure& info);
-  void monitor_loop(int attempt, std::shared_ptr<TcpStore> mon);
+  void monitor_loop(int attempt);
   void publish_missing_watches(PrefixStore& s, int attempt);
   void publish_lost(PrefixStore& s, int orig, const std::string& reason);
   void on_lost(const std::string& label, const std::string& reason);
@@ -198,9 +221,11 @@ class Rendezvous {
   // Watch state.
   std::mutex cb_mu_;
   std::function<void(const core::Failure&)> on_abort_;
+  std::optional<core::Failure> pending_;  // fired before watch() installed a callback
+  std::string master_host_;               // for the lost-master cause, once the plan named it
   std::atomic<bool> fired_{false};
   std::atomic<bool> watching_{false};
-  std::shared_ptr<TcpStore> watch_client_;
+  int wake_fd_ = -1;  // an eventfd that ends the watch thread's wait
   std::thread watch_thread_;
 
   // Master: lost-peer reports from the server thread, handled on the monitor thread.
@@ -209,11 +234,13 @@ class Rendezvous {
   std::deque<std::pair<std::string, std::string>> lost_;
   std::set<std::string> lost_labels_;  // this attempt's lost or missing connections
   bool monitor_stop_ = false;
-  std::shared_ptr<TcpStore> monitor_client_;
-  std::thread monitor_thread_;
+  std::thread monitor_thread_;  // talks to the store in-process (StoreServer::apply)
 };
 
 // ---- pure helpers (unit-tested)
+
+LivenessTiming liveness_timing(std::chrono::milliseconds heartbeat_interval,
+                               std::chrono::milliseconds heartbeat_timeout, int nnodes);
 
 // Describes the nodes of 0..nnodes_max-1 that did not join: "host-b (node rank 1), node rank 3".
 std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_max,

@@ -70,7 +70,31 @@ class TcpStore final : public Store {
 
   // Reads every outstanding answer (the hello's, pipelined sets'); throws what they report.
   void flush();
+  // The same, bounded by `limit` instead of op_timeout (an end-of-run record on a hung master).
+  void flush(Millis limit);
   void ping();
+
+  // ---- one connection per agent (docs/protocol.md): watch, heartbeat, pushed events
+
+  // Sets this connection's label and liveness promise (0: none) and subscribes it to `keys`: the
+  // value of each, now if present and after every write, arrives as an event (poll_events).
+  void watch(const std::string& label, Millis liveness, const std::vector<std::string>& keys);
+  // Sends a heartbeat frame at once, even while another thread's call is blocked on this
+  // connection. With `want_pong` the server answers it out of band (a pong), which last_heard()
+  // then shows. False when the connection is gone.
+  bool heartbeat(bool want_pong = true);
+  struct Event {
+    std::size_t index = 0;  // of the key in watch()'s list
+    std::string value;
+  };
+  // For the thread that watches: waits up to `timeout` (or until `wake_fd` is readable) for frames,
+  // reads them unless a call is reading them itself, and returns the events that came (also those a
+  // call set aside). Never holds up a call for long. Throws Error(io) once the connection is lost.
+  std::vector<Event> poll_events(Millis timeout, int wake_fd = -1);
+  // Bytes read from the server on this connection so far (the issue-16 traffic budget).
+  std::uint64_t bytes_received() const;
+  // When the last frame of any kind came from the server (the connect time before any).
+  std::chrono::steady_clock::time_point last_heard() const;
   // Closes the connection; later calls fail. Safe to call from another thread to interrupt a
   // blocked call (it then fails promptly).
   void close();

@@ -35,10 +35,19 @@ enum class Op : std::uint8_t {
   wait = 9,
   wait_any = 10,
   ping = 11,
+  // One connection per agent (docs/protocol.md): a heartbeat is allowed even while a blocking
+  // request is pending and is answered out of band (Status::pong); watch sets the connection's
+  // label and liveness promise and subscribes it to keys, whose writes are pushed (Status::event).
+  heartbeat = 12,
+  watch = 13,
 };
 const char* to_string(Op op);
 
-enum class Status : std::uint8_t { ok = 0, timeout = 1, not_found = 2, error = 3 };
+// event and pong are out-of-band frames: they may arrive between any two in-order answers.
+enum class Status : std::uint8_t { ok = 0, timeout = 1, not_found = 2, error = 3, event = 4, pong = 5 };
+inline bool out_of_band(Status s) {
+  return s == Status::event || s == Status::pong;
+}
 
 struct Hello {
   std::uint32_t magic = kMagic;
@@ -55,21 +64,23 @@ struct Request {
   std::string key;
   std::string value;              // set: value; compare_set: expected
   std::string value2;             // compare_set: desired
-  std::int64_t number = 0;        // add: delta
+  std::int64_t number = 0;        // add: delta; watch: liveness in ms (0 = none); heartbeat: 1 = pong wanted
   std::uint64_t timeout_ms = 0;   // get / wait / wait_any
-  std::vector<std::string> keys;  // check / wait / wait_any
+  std::vector<std::string> keys;  // check / wait / wait_any; watch: the subscribed keys (may be empty)
 };
 
 struct Response {
   Status status = Status::ok;
-  std::int64_t number = 0;  // add: new value; check/del: 0/1; num_keys; wait_any: index
-  std::string value;        // get / compare_set value, or the error message
+  std::int64_t number = 0;  // add: new value; check/del: 0/1; num_keys; wait_any, event: index
+  std::string value;        // get / compare_set / event value, or the error message
 };
 
 // Encoders return whole frames (header included).
 std::string encode_hello(const Hello& h);
 std::string encode_request(const Request& r);
 std::string encode_response(const Response& r);
+// The one pong frame every heartbeat gets (encoded once).
+const std::string& pong_frame();
 
 // Decoders take one payload (header stripped) and throw rdzv::Error(Kind::protocol) on anything
 // malformed: truncation, trailing bytes, unknown op, a field over the limits.

@@ -10,6 +10,7 @@
 
 #include "store/auth.hpp"
 #include "store/codec.hpp"
+#include "store/store.hpp"
 
 namespace ddprun::rdzv {
 
@@ -17,7 +18,10 @@ struct ServerOptions {
   std::string host = "0.0.0.0";  // address to listen on; "::" for IPv6
   std::uint16_t port = 0;        // 0 = ephemeral; StoreServer::port() tells which
   std::string run_id;            // clients presenting another run id are refused
-  std::size_t max_connections = 8192;
+  // 0 (default): follows the machine, connection_cap() of RLIMIT_NOFILE after raising its soft
+  // limit to the hard one (store/limits.hpp). A peer over the cap is refused with a one-line error
+  // naming the limit and the fix.
+  std::size_t max_connections = 0;
   std::size_t max_waiters = 65536;  // blocked get/wait/wait_any requests at once
   // A connection must complete its handshake this fast (port scanners, half-open peers).
   std::chrono::milliseconds handshake_timeout{5000};
@@ -55,10 +59,37 @@ class StoreServer {
   std::size_t labelled_count(const std::string& prefix) const;
   // Their labels, so a caller can tell which peers are still connected.
   std::vector<std::string> labels(const std::string& prefix) const;
+  // The connection cap in force (max_connections, or the one RLIMIT_NOFILE gave).
+  std::size_t connection_limit() const;
+
+  // Serves a request in-process on the server thread, as if a client had sent it: the master's
+  // own lost-agent monitor needs no connection. Waiting requests answer at once (timeout 0 is
+  // used); heartbeat and watch are refused. Throws Error(io) when the server has stopped.
+  proto::Response apply(proto::Request q) const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// A Store over StoreServer::apply(): the master's in-process view of its own store. wait and
+// wait_any only look (they never block the server thread).
+class ServerStore final : public Store {
+ public:
+  explicit ServerStore(const StoreServer& server) : server_(server) {}
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> get(const std::string& key, Millis timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  std::string compare_set(const std::string& key, const std::string& expected,
+                          const std::string& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool del(const std::string& key) override;
+  std::int64_t num_keys() override;
+  bool wait(const std::vector<std::string>& keys, Millis timeout) override;
+  std::optional<std::size_t> wait_any(const std::vector<std::string>& keys, Millis timeout) override;
+
+ private:
+  const StoreServer& server_;
 };
 
 }  // namespace ddprun::rdzv

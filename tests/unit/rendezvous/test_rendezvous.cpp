@@ -315,11 +315,14 @@ TEST_CASE("rendezvous: a lost agent aborts everyone else, naming it", "[rendezvo
   }
 }
 
-TEST_CASE("rendezvous: an agent that never starts watching is lost after the heartbeat timeout",
+TEST_CASE("rendezvous: an agent whose watch is gone right after the plan is lost after the heartbeat timeout",
           "[rendezvous]") {
   Job job(3);
   AbortSink sink;
   const auto start = std::chrono::steady_clock::now();
+  // Heartbeats start by themselves at the join; leaving the attempt drops this one's watch while
+  // its connection stays: only the master's check of every participant's watch notices.
+  job.agents[2]->next_attempt();
   for (int r : {0, 1}) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
   REQUIRE(sink.wait_for(2));
   CHECK(std::chrono::steady_clock::now() - start < 10s);  // heartbeat timeout: 1 s
@@ -563,4 +566,31 @@ TEST_CASE("rendezvous: an agent whose master is gone cannot publish its record, 
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_FALSE(job.agents[1]->publish_result("rec 1"));
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("rendezvous: liveness timing keeps the master's heartbeat load bounded as nodes grow",
+          "[rendezvous]") {
+  struct Row {
+    int nnodes;
+    long interval, agent, master;
+  };
+  // Defaults (1 s, 5 s), then a job large enough that the rate bound takes over.
+  const Row rows[] = {{1, 1000, 5000, 10000},        {64, 1000, 5000, 10000},   {4000, 1000, 5000, 10000},
+                      {4001, 1001, 5000, 10000},     {8192, 2048, 6144, 12288}, {16384, 4096, 12288, 24576},
+                      {131072, 32768, 98304, 196608}};
+  for (const auto& r : rows) {
+    INFO(r.nnodes);
+    const auto t = liveness_timing(1000ms, 5000ms, r.nnodes);
+    CHECK(t.interval.count() == r.interval);
+    CHECK(t.agent_timeout.count() == r.agent);
+    CHECK(t.master_timeout.count() == r.master);
+    // At most kMaxHeartbeatRate heartbeats a second reach the master, and three fit in a timeout.
+    CHECK(r.nnodes * 1000.0 / static_cast<double>(t.interval.count()) <= kMaxHeartbeatRate);
+    CHECK(t.agent_timeout >= 3 * t.interval);
+  }
+  // Short test settings stay as given.
+  const auto t = liveness_timing(100ms, 1500ms, 4);
+  CHECK(t.interval == 100ms);
+  CHECK(t.agent_timeout == 1500ms);
+  CHECK(t.master_timeout == 3000ms);
 }

@@ -72,6 +72,14 @@ TEST_CASE("codec: every request op round trips", "[codec]") {
   reqs.push_back(r);
   r = {}, r.op = Op::ping;
   reqs.push_back(r);
+  r = {}, r.op = Op::heartbeat;
+  reqs.push_back(r);
+  r = {}, r.op = Op::heartbeat, r.number = 1;  // pong wanted
+  reqs.push_back(r);
+  r = {}, r.op = Op::watch, r.key = "agent/0/3", r.number = 12000, r.keys = {"/attempt_0/abort"};
+  reqs.push_back(r);
+  r = {}, r.op = Op::watch, r.key = "main/3";  // unwatch: no liveness, no keys
+  reqs.push_back(r);
   for (const auto& q : reqs) {
     INFO(to_string(q.op));
     const Request back = decode_request(payload_of(encode_request(q)));
@@ -83,6 +91,21 @@ TEST_CASE("codec: every request op round trips", "[codec]") {
     CHECK(back.timeout_ms == q.timeout_ms);
     CHECK(back.keys == q.keys);
   }
+}
+
+TEST_CASE("codec: a heartbeat is 6 bytes on the wire and its pong is one shared out-of-band frame",
+          "[codec]") {
+  Request h;
+  h.op = Op::heartbeat;
+  CHECK(encode_request(h) == std::string("\0\0\0\2\x0c\0", 6));
+  h.number = 1;  // a pong wanted
+  CHECK(encode_request(h) == std::string("\0\0\0\2\x0c\1", 6));
+  const Response pong = decode_response(payload_of(pong_frame()));
+  CHECK(pong.status == Status::pong);
+  CHECK(out_of_band(pong.status));
+  CHECK(out_of_band(Status::event));
+  CHECK_FALSE(out_of_band(Status::ok));
+  CHECK(&pong_frame() == &pong_frame());
 }
 
 TEST_CASE("codec: response round trip", "[codec]") {
