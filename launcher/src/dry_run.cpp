@@ -1,5 +1,7 @@
 #include "launcher/dry_run.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -18,10 +20,45 @@ std::string rank_range(int lo, int hi) {
   return lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi);
 }
 
+std::string cpu_bind_line(const core::Resolved& r) {
+  if (r.cpu_bind == core::CpuBind::none) return "";
+  const char* mode = core::to_string(r.cpu_bind);
+  if (r.context == core::SlurmContext::batch) {
+    return fmt::format("cpu binding: {}, decided by each node's agent on its own topology after the re-launch\n",
+                       mode);
+  }
+  return fmt::format(
+      "cpu binding: {}; cpus are this node's (from hwloc and this process's affinity); other nodes decide "
+      "their own when they start (?)\n",
+      mode);
+}
+
 }  // namespace
 
 core::Plan dry_run_plan(const core::Resolved& r) {
   return core::build_plan(r.job, r.nodes);
+}
+
+std::optional<std::string> bind_this_node(const core::Resolved& r, core::Plan& plan, const core::Topology& topo,
+                                          const std::set<int>& allowed) {
+  if (r.cpu_bind == core::CpuBind::none || r.context == core::SlurmContext::batch) return std::nullopt;
+  std::vector<core::Worker*> mine;
+  for (auto& w : plan.workers) {
+    const bool this_task = plan.mode != core::Mode::per_task || w.rank == r.job.task_rank;
+    if (w.node_rank == plan.node_rank && this_task) mine.push_back(&w);
+  }
+  std::sort(mine.begin(), mine.end(),
+            [](const core::Worker* a, const core::Worker* b) { return a->local_rank < b->local_rank; });
+  std::vector<std::optional<std::string>> first_gpus;
+  for (const auto* w : mine) {
+    first_gpus.push_back(w->gpus.empty() ? std::nullopt : std::optional<std::string>(w->gpus.front()));
+  }
+  const core::CpuBinding b = core::decide_cpu_binding(r.cpu_bind, topo, allowed, first_gpus);
+  std::vector<core::Worker> local;
+  for (const auto* w : mine) local.push_back(*w);
+  core::apply_cpu_binding(b, r.job.user_omp_num_threads.has_value(), local);
+  for (std::size_t i = 0; i < mine.size(); ++i) *mine[i] = std::move(local[i]);
+  return b.warning;
 }
 
 std::string gpus_seen(const std::vector<core::Worker>& ws) {
@@ -101,21 +138,25 @@ std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
   if (plan.mode != core::Mode::standalone) {
     out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
   }
+  out += cpu_bind_line(r);
   std::size_t host_w = 4;
   for (const auto& w : plan.workers) host_w = std::max(host_w, w.host ? w.host->size() : std::size_t{1});
   const bool mp = r.job.procs_per_replica > 1;
+  const bool bind = r.cpu_bind != core::CpuBind::none;
   // A batch script or salloc shell is not one of the nodes that will run workers.
   auto this_node = [&](int node_rank) {
     return r.context != core::SlurmContext::batch && node_rank == plan.node_rank;
   };
-  out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}\n", "node", "host", host_w, "rank", "local", "gpus",
-                     mp ? "  mp/dp" : "");
+  out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", "node", "host", host_w, "rank", "local", "gpus",
+                     mp ? "  mp/dp" : "", bind ? "  cpus" : "");
   for (const auto& w : plan.workers) {
     std::string gpus = w.gpus.empty() ? "-" : fmt::format("{}", fmt::join(w.gpus, ","));
     std::string mpdp =
         mp ? fmt::format("  {}/{}", w.env.at("DDPRUN_MP_RANK"), w.env.at("DDPRUN_DP_RANK")) : "";
-    out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
-                       w.rank, w.local_rank, gpus, mpdp, this_node(w.node_rank) ? "  <- this node" : "");
+    // Other nodes' CPUs are decided by their own agents: "?".
+    std::string cpus = bind ? fmt::format("  {:<12}", w.cpus.empty() ? "?" : core::format_cpu_list(w.cpus)) : "";
+    out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
+                       w.rank, w.local_rank, gpus, mpdp, cpus, this_node(w.node_rank) ? "  <- this node" : "");
   }
   std::string cmd;
   for (const auto& a : r.command) cmd += (cmd.empty() ? "" : " ") + a;
@@ -131,6 +172,13 @@ std::string render_plan_json(const core::Resolved& r, const core::Plan& plan) {
   j["nnodes_min"] = r.nnodes_min;
   j["nnodes_max"] = r.nnodes_max;
   j["gpus_from_nodes"] = r.gpus_on_nodes;
+  j["cpu_bind"] = core::to_string(r.cpu_bind);
+  if (r.cpu_bind != core::CpuBind::none) {
+    for (std::size_t i = 0; i < plan.workers.size(); ++i) {
+      const auto& c = plan.workers[i].cpus;  // null: decided by that node's agent when it starts
+      j["workers"][i]["cpus"] = c.empty() ? nlohmann::json(nullptr) : nlohmann::json(c);
+    }
+  }
   return core::dump_json(j, 2) + "\n";
 }
 

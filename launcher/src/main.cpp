@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "agent/error.hpp"
+#include "agent/topology.hpp"
 #include "core/hostlist.hpp"
 #include "launcher/agent_options.hpp"
 #include "launcher/cli.hpp"
@@ -51,7 +52,14 @@ int main(int argc, char** argv) {
     const auto resolved = core::resolve(o, launcher::snapshot_environ(), launcher::probe_system());
     // Building the plan and the agent's options validates the input before anything starts, in
     // every mode, and a dry run the same as a run.
-    const auto plan = launcher::dry_run_plan(resolved);
+    auto plan = launcher::dry_run_plan(resolved);
+    // --cpu-bind: an impossible request fails here, before anything starts; the run binds again on
+    // the agreed plan.
+    if (resolved.cpu_bind != core::CpuBind::none && resolved.context != core::SlurmContext::batch) {
+      const auto warning =
+          launcher::bind_this_node(resolved, plan, agent::read_topology(), agent::own_affinity());
+      if (warning && o.dry_run) fmt::print(stderr, "ddprun: warning: {}\n", *warning);
+    }
     auto agent_opts = launcher::agent_options(o, resolved);
     if (o.dry_run) {
       std::cout << (o.format == "json" ? launcher::render_plan_json(resolved, plan)

@@ -1,8 +1,11 @@
 #pragma once
 // `ddprun --dry-run`: the plan as a readable table or as one JSON object. Pure rendering.
+#include <optional>
+#include <set>
 #include <string>
 
 #include "core/config.hpp"
+#include "core/cpu_bind.hpp"
 
 namespace ddprun::launcher {
 
@@ -21,5 +24,12 @@ std::string gpus_seen(const std::vector<core::Worker>& node_workers);
 
 // The plan this node would run before the rendezvous replaces assumptions with facts.
 core::Plan dry_run_plan(const core::Resolved& r);
+
+// --cpu-bind for the dry run: binds the workers this ddprun would spawn (this node's; in per-task
+// mode its one task) on `topo` within `allowed`, as the run will. Other nodes' workers stay unbound:
+// their agents decide on their own machines. A batch script binds nothing (it is not a node that runs
+// workers). Returns the decision's warning; throws core::Error for an impossible request.
+std::optional<std::string> bind_this_node(const core::Resolved& r, core::Plan& plan, const core::Topology& topo,
+                                          const std::set<int>& allowed);
 
 }  // namespace ddprun::launcher
