@@ -1,8 +1,8 @@
 #include "agent/spawn.hpp"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -131,7 +131,8 @@ struct ChildSetup {
 
   if (::dup2(c.devnull, 0) < 0 || ::dup2(c.out_w, 1) < 0 || ::dup2(c.err_w, 2) < 0) child_fail(sync_w, 1);
   // Before exec, so the program and everything it starts inherit the binding from the first instruction.
-  if (c.cpus->size != 0 && ::sched_setaffinity(0, c.cpus->size, c.cpus->set.get()) != 0) child_fail(sync_w, 2);
+  if (c.cpus->size != 0 && ::sched_setaffinity(0, c.cpus->size, c.cpus->set.get()) != 0)
+    child_fail(sync_w, 2);
   // Every other descriptor closes at exec (the sync pipe must survive until then).
   if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     rlimit rl{};

@@ -42,7 +42,8 @@ std::vector<int> bits(hwloc_const_bitmap_t set) {
 // Cores in hwloc's logical order (package, NUMA node, core); machines or synthetic topologies that
 // report no cores count each hardware thread as one.
 std::vector<core::Core> cores_of(hwloc_topology_t t) {
-  const hwloc_obj_type_t unit = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+  const hwloc_obj_type_t unit =
+      hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
   std::vector<core::Core> out;
   for (hwloc_obj_t o = hwloc_get_next_obj_by_type(t, unit, nullptr); o != nullptr;
        o = hwloc_get_next_obj_by_type(t, unit, o)) {
@@ -118,25 +119,26 @@ core::Topology read_topology() {
 }
 
 core::Topology topology_from_synthetic(const std::string& description) {
-  return to_model(load([&](hwloc_topology_t t) { return hwloc_topology_set_synthetic(t, description.c_str()); },
-                       fmt::format("synthetic '{}'", description))
-                      .get());
+  return to_model(
+      load([&](hwloc_topology_t t) { return hwloc_topology_set_synthetic(t, description.c_str()); },
+           fmt::format("synthetic '{}'", description))
+          .get());
 }
 
 core::Topology topology_from_xml(const std::string& xml) {
-  return to_model(
-      load(
-          [&](hwloc_topology_t t) {
-            return hwloc_topology_set_xmlbuffer(t, xml.c_str(), static_cast<int>(xml.size()) + 1);
-          },
-          "an XML topology")
-          .get());
+  return to_model(load(
+                      [&](hwloc_topology_t t) {
+                        return hwloc_topology_set_xmlbuffer(t, xml.c_str(), static_cast<int>(xml.size()) + 1);
+                      },
+                      "an XML topology")
+                      .get());
 }
 
 std::set<int> own_affinity() {
   // A dynamic set: machines with more CPUs than CPU_SETSIZE exist.
   for (std::size_t n = CPU_SETSIZE;; n *= 2) {
-    const std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> guard(CPU_ALLOC(n), [](cpu_set_t* s) { CPU_FREE(s); });
+    const std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> guard(CPU_ALLOC(n),
+                                                                 [](cpu_set_t* s) { CPU_FREE(s); });
     cpu_set_t* set = guard.get();
     const std::size_t size = CPU_ALLOC_SIZE(n);
     if (::sched_getaffinity(0, size, set) == 0) {

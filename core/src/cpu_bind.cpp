@@ -134,9 +134,10 @@ CpuBinding decide_cpu_binding(CpuBind mode, const Topology& topo, const std::set
   if (mode == CpuBind::none || workers == 0) return {};
   const std::vector<Core> cores = allowed_cores(topo, allowed);
   if (cores.empty()) {
-    throw Error(fmt::format("--cpu-bind {}: none of the CPUs this agent may use appear in the machine's "
-                            "topology; run with --cpu-bind none",
-                            to_string(mode)));
+    throw Error(
+        fmt::format("--cpu-bind {}: none of the CPUs this agent may use appear in the machine's "
+                    "topology; run with --cpu-bind none",
+                    to_string(mode)));
   }
   if (mode == CpuBind::cores) return bind_cores(cores, workers);
   if (mode == CpuBind::numa) return bind_numa(cores, workers);

@@ -24,8 +24,8 @@ std::string cpu_bind_line(const core::Resolved& r) {
   if (r.cpu_bind == core::CpuBind::none) return "";
   const char* mode = core::to_string(r.cpu_bind);
   if (r.context == core::SlurmContext::batch) {
-    return fmt::format("cpu binding: {}, decided by each node's agent on its own topology after the re-launch\n",
-                       mode);
+    return fmt::format(
+        "cpu binding: {}, decided by each node's agent on its own topology after the re-launch\n", mode);
   }
   return fmt::format(
       "cpu binding: {}; cpus are this node's (from hwloc and this process's affinity); other nodes decide "
@@ -39,8 +39,8 @@ core::Plan dry_run_plan(const core::Resolved& r) {
   return core::build_plan(r.job, r.nodes);
 }
 
-std::optional<std::string> bind_this_node(const core::Resolved& r, core::Plan& plan, const core::Topology& topo,
-                                          const std::set<int>& allowed) {
+std::optional<std::string> bind_this_node(const core::Resolved& r, core::Plan& plan,
+                                          const core::Topology& topo, const std::set<int>& allowed) {
   if (r.cpu_bind == core::CpuBind::none || r.context == core::SlurmContext::batch) return std::nullopt;
   std::vector<core::Worker*> mine;
   for (auto& w : plan.workers) {
@@ -147,16 +147,18 @@ std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
   auto this_node = [&](int node_rank) {
     return r.context != core::SlurmContext::batch && node_rank == plan.node_rank;
   };
-  out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", "node", "host", host_w, "rank", "local", "gpus",
-                     mp ? "  mp/dp" : "", bind ? "  cpus" : "");
+  out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", "node", "host", host_w, "rank", "local",
+                     "gpus", mp ? "  mp/dp" : "", bind ? "  cpus" : "");
   for (const auto& w : plan.workers) {
     std::string gpus = w.gpus.empty() ? "-" : fmt::format("{}", fmt::join(w.gpus, ","));
     std::string mpdp =
         mp ? fmt::format("  {}/{}", w.env.at("DDPRUN_MP_RANK"), w.env.at("DDPRUN_DP_RANK")) : "";
     // Other nodes' CPUs are decided by their own agents: "?".
-    std::string cpus = bind ? fmt::format("  {:<12}", w.cpus.empty() ? "?" : core::format_cpu_list(w.cpus)) : "";
-    out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
-                       w.rank, w.local_rank, gpus, mpdp, cpus, this_node(w.node_rank) ? "  <- this node" : "");
+    std::string cpus =
+        bind ? fmt::format("  {:<12}", w.cpus.empty() ? "?" : core::format_cpu_list(w.cpus)) : "";
+    out +=
+        fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
+                    w.rank, w.local_rank, gpus, mpdp, cpus, this_node(w.node_rank) ? "  <- this node" : "");
   }
   std::string cmd;
   for (const auto& a : r.command) cmd += (cmd.empty() ? "" : " ") + a;

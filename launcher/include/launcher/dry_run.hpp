@@ -29,7 +29,7 @@ core::Plan dry_run_plan(const core::Resolved& r);
 // mode its one task) on `topo` within `allowed`, as the run will. Other nodes' workers stay unbound:
 // their agents decide on their own machines. A batch script binds nothing (it is not a node that runs
 // workers). Returns the decision's warning; throws core::Error for an impossible request.
-std::optional<std::string> bind_this_node(const core::Resolved& r, core::Plan& plan, const core::Topology& topo,
-                                          const std::set<int>& allowed);
+std::optional<std::string> bind_this_node(const core::Resolved& r, core::Plan& plan,
+                                          const core::Topology& topo, const std::set<int>& allowed);
 
 }  // namespace ddprun::launcher

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.hpp"
+#include "core/cpu_bind.hpp"
 #include "core/plan.hpp"
 #include "launcher/dry_run.hpp"
 #include "support/plan_nodes.hpp"
@@ -89,4 +92,77 @@ TEST_CASE("startup table: the GPU column says what each rank sees", "[plan][tabl
     CHECK(gpus_seen(p.workers_on(1)) == r.node1);
     CHECK_THAT(render_startup_table(p, 0), Catch::Contains(" " + r.node1 + "\n"));
   }
+}
+
+namespace {
+
+// 2 NUMA nodes of 4 single-thread cores; GPU 0 on node 1, GPU 1 on node 0.
+Topology two_numa() {
+  Topology t;
+  for (int c = 0; c < 8; ++c) t.cores.push_back({{c}, c / 4});
+  t.gpu_numa = {{"0", {1}}, {"1", {0}}};
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("dry-run --cpu-bind shows this node's CPUs and '?' for other nodes", "[plan][dryrun][cpubind]") {
+  Resolved r;
+  r.mode = Mode::agent;
+  r.context = SlurmContext::step;
+  r.job.mode = Mode::agent;
+  r.job.nnodes = 2;
+  r.job.node_rank = 1;
+  r.job.gpus_per_proc = 1;
+  r.cpu_bind = CpuBind::gpu;
+  Plan p = build_plan(r.job, nodes({2, 2}, {"0", "1"}));
+  p.node_rank = 1;
+  const auto warning = ddprun::launcher::bind_this_node(r, p, two_numa(), {0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK_FALSE(warning);
+  CHECK(p.workers[0].cpus.empty());  // node 0 decides on its own machine
+  CHECK(format_cpu_list(p.workers[2].cpus) == "4-7");
+  CHECK(format_cpu_list(p.workers[3].cpus) == "0-3");
+  CHECK(p.workers[3].env.at("OMP_NUM_THREADS") == "4");
+  const std::string text = ddprun::launcher::render_plan_text(r, p);
+  CHECK_THAT(text, Catch::Contains("cpu binding: gpu; cpus are this node's"));
+  CHECK_THAT(text, Catch::Contains("  cpus\n"));
+  CHECK_THAT(text, Catch::Contains("  ?  "));
+  CHECK_THAT(text, Catch::Contains("  4-7" + std::string(11, ' ') + "<- this node"));
+  const auto j = nlohmann::json::parse(ddprun::launcher::render_plan_json(r, p));
+  CHECK(j.at("cpu_bind") == "gpu");
+  CHECK(j.at("workers").at(0).at("cpus").is_null());
+  CHECK(j.at("workers").at(3).at("cpus") == nlohmann::json({0, 1, 2, 3}));
+}
+
+TEST_CASE("dry-run --cpu-bind: errors before anything starts, a batch script binds nothing",
+          "[plan][dryrun][cpubind]") {
+  Resolved r;
+  r.job.nnodes = 1;
+  r.cpu_bind = CpuBind::cores;
+  Plan p = build_plan(r.job, nodes({3}));
+  CHECK_THROWS_WITH(ddprun::launcher::bind_this_node(r, p, two_numa(), {0, 1}),
+                    Catch::StartsWith("--cpu-bind cores: 3 workers but only 2 cores available"));
+  r.context = SlurmContext::batch;
+  CHECK_FALSE(ddprun::launcher::bind_this_node(r, p, two_numa(), {0, 1}));
+  CHECK(p.workers[0].cpus.empty());
+  CHECK_THAT(ddprun::launcher::render_plan_text(r, p),
+             Catch::Contains("cpu binding: cores, decided by each node's agent on its own topology"));
+}
+
+TEST_CASE("dry-run --cpu-bind in per-task mode binds this task's one worker in its own mask",
+          "[plan][dryrun][cpubind]") {
+  Resolved r;
+  r.mode = Mode::per_task;
+  r.context = SlurmContext::step;
+  r.job.mode = Mode::per_task;
+  r.job.nnodes = 1;
+  r.job.task_rank = 1;
+  r.job.task_local_rank = 1;
+  r.cpu_bind = CpuBind::cores;
+  Plan p = build_plan(r.job, nodes({2}));
+  // srun gave this task CPUs 4-7 (its --cpu-bind); the one worker gets the whole mask.
+  CHECK_FALSE(ddprun::launcher::bind_this_node(r, p, two_numa(), {4, 5, 6, 7}));
+  CHECK(p.workers[0].cpus.empty());
+  CHECK(format_cpu_list(p.workers[1].cpus) == "4-7");
+  CHECK(p.workers[1].env.at("OMP_NUM_THREADS") == "4");
 }
