@@ -46,7 +46,7 @@ std::set<int> own_cpus() {
   ::sched_getaffinity(0, sizeof set, &set);
   std::set<int> out;
   for (int i = 0; i < CPU_SETSIZE; ++i) {
-    if (CPU_ISSET(i, &set)) out.insert(i);
+    if (CPU_ISSET(static_cast<std::size_t>(i), &set)) out.insert(i);
   }
   return out;
 }
@@ -59,7 +59,7 @@ Proc run_two(TempDir& dir, const std::string& mode, const std::set<int>& inherit
   if (!inherit.empty()) {
     cpu_set_t narrow;
     CPU_ZERO(&narrow);
-    for (int c : inherit) CPU_SET(c, &narrow);
+    for (int c : inherit) CPU_SET(static_cast<std::size_t>(c), &narrow);
     REQUIRE(::sched_setaffinity(0, sizeof narrow, &narrow) == 0);
   }
   Proc p = start({DDPRUN_EXE, "--standalone", "--nproc-per-node", "2", "--cpu-bind", mode, "--no-python",
