@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "agent/error.hpp"
+#include "agent/spawn.hpp"
 #include "agent/topology.hpp"
 
 using namespace ddprun;
@@ -203,4 +204,13 @@ TEST_CASE("the live machine: every core is in the topology, the affinity is ours
   REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
   CHECK(static_cast<int>(mine.size()) == CPU_COUNT(&set));
   for (int cpu : mine) CHECK(all_of(t).count(cpu) == 1);
+}
+
+TEST_CASE("a CPU set the kernel refuses is a start error naming the CPUs", "[cpubind][spawn]") {
+  agent::SpawnRequest req;
+  req.program = "/bin/true";
+  req.argv = {"/bin/true"};
+  req.cpus = {4000};  // no such CPU: sched_setaffinity says EINVAL
+  CHECK_THROWS_WITH(agent::spawn_process(req),
+                    Catch::StartsWith("cannot bind the worker to CPUs 4000 (--cpu-bind): Invalid argument"));
 }
