@@ -155,14 +155,8 @@ std::set<int> own_affinity() {
 }
 
 std::optional<std::string> bind_workers(core::CpuBind mode, bool user_omp, std::vector<core::Worker>& local) {
-  if (mode == core::CpuBind::none || local.empty()) return std::nullopt;
-  std::vector<std::optional<std::string>> first_gpus;
-  for (const auto& w : local) {
-    first_gpus.push_back(w.gpus.empty() ? std::nullopt : std::optional<std::string>(w.gpus.front()));
-  }
-  const core::CpuBinding b = core::decide_cpu_binding(mode, read_topology(), own_affinity(), first_gpus);
-  core::apply_cpu_binding(b, user_omp, local);
-  return b.warning;
+  if (mode == core::CpuBind::none || local.empty()) return std::nullopt;  // reads nothing
+  return core::bind_local_workers(mode, read_topology(), own_affinity(), user_omp, local);
 }
 
 }  // namespace ddprun::agent

@@ -163,6 +163,19 @@ void apply_cpu_binding(const CpuBinding& b, bool user_omp, std::vector<Worker>& 
   }
 }
 
+std::optional<std::string> bind_local_workers(CpuBind mode, const Topology& topo,
+                                              const std::set<int>& allowed, bool user_omp,
+                                              std::vector<Worker>& local) {
+  if (mode == CpuBind::none || local.empty()) return std::nullopt;
+  std::vector<std::optional<std::string>> first_gpus;
+  for (const auto& w : local) {
+    first_gpus.push_back(w.gpus.empty() ? std::nullopt : std::optional<std::string>(w.gpus.front()));
+  }
+  const CpuBinding b = decide_cpu_binding(mode, topo, allowed, first_gpus);
+  apply_cpu_binding(b, user_omp, local);
+  return b.warning;
+}
+
 std::string format_cpu_list(const std::vector<int>& cpus) {
   std::string out;
   for (std::size_t i = 0; i < cpus.size();) {

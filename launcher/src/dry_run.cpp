@@ -49,16 +49,12 @@ std::optional<std::string> bind_this_node(const core::Resolved& r, core::Plan& p
   }
   std::sort(mine.begin(), mine.end(),
             [](const core::Worker* a, const core::Worker* b) { return a->local_rank < b->local_rank; });
-  std::vector<std::optional<std::string>> first_gpus;
-  for (const auto* w : mine) {
-    first_gpus.push_back(w->gpus.empty() ? std::nullopt : std::optional<std::string>(w->gpus.front()));
-  }
-  const core::CpuBinding b = core::decide_cpu_binding(r.cpu_bind, topo, allowed, first_gpus);
   std::vector<core::Worker> local;
   for (const auto* w : mine) local.push_back(*w);
-  core::apply_cpu_binding(b, r.job.user_omp_num_threads.has_value(), local);
+  auto warning =
+      core::bind_local_workers(r.cpu_bind, topo, allowed, r.job.user_omp_num_threads.has_value(), local);
   for (std::size_t i = 0; i < mine.size(); ++i) *mine[i] = std::move(local[i]);
-  return b.warning;
+  return warning;
 }
 
 std::string gpus_seen(const std::vector<core::Worker>& ws) {

@@ -58,6 +58,12 @@ CpuBinding decide_cpu_binding(CpuBind mode, const Topology& topo, const std::set
 // `user_omp` (the user set OMP_NUM_THREADS). A binding without CPUs (mode none) changes nothing.
 void apply_cpu_binding(const CpuBinding& b, bool user_omp, std::vector<Worker>& local);
 
+// Both steps for one node's workers (in local-rank order): their first GPUs, the decision, applied.
+// Returns the decision's warning, if any.
+std::optional<std::string> bind_local_workers(CpuBind mode, const Topology& topo,
+                                              const std::set<int>& allowed, bool user_omp,
+                                              std::vector<Worker>& local);
+
 // "0-3,8,10-11": the compact form of a CPU list, as in /proc/self/status Cpus_allowed_list.
 std::string format_cpu_list(const std::vector<int>& cpus);
 
