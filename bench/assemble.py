@@ -90,6 +90,13 @@ def store_section(d):
     return "\n".join(lines) + verdict, png
 
 
+CPU_BIND_TEXT = """`bench/torch_train/cpu_bind.py`: ddprun launching 2 ranks of ddprun-train (one epoch of the
+Fashion-MNIST MLP) with `--cpu-bind none` and `--cpu-bind cores`, interleaved; OMP_NUM_THREADS is
+ddprun's (1 per worker either way here: one core each when bound). On a 2-core machine binding can
+only stop the two ranks from migrating between the cores; the gain it is for (keeping ranks and
+their memory on separate NUMA nodes, near their GPUs) needs a bigger node."""
+
+
 def main():
     d, out = sys.argv[1], sys.argv[2]
     rel = os.path.relpath(d, os.path.dirname(out))
@@ -142,6 +149,10 @@ def main():
               "its default `--allreduce auto`: shared memory on one node (Python DDP uses gloo over",
               "loopback TCP); see docs/trainer.md.", "", table, "",
               eff.replace("\n", "; ") + ".", ""]
+    cpu_bind = os.path.join(d, "cpu_bind.md")
+    if os.path.exists(cpu_bind):
+        parts += ["## ddprun-train with and without --cpu-bind", "", CPU_BIND_TEXT, "",
+                  read(cpu_bind).strip(), ""]
     with open(out, "w") as f:
         f.write("\n".join(parts) + "\n")
 

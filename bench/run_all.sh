@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command for every benchmark, each side by side with its PyTorch counterpart in the same run:
 #   launcher (launch, teardown, SIGTERM to exit, log throughput, RSS) against torchrun,
-#   store scaling against c10d::TCPStore, ddprun-train against Python DDP.
+#   store scaling against c10d::TCPStore, ddprun-train against Python DDP, ddprun-train with and
+#   without --cpu-bind.
 # Writes docs/benchmarks.md and the plots under docs/bench/. Run it on a quiet machine.
 #   bench/run_all.sh [--quick]     (--quick: fewer repeats, torchrun only at --monitor_interval 0.1)
 set -euo pipefail
@@ -45,6 +46,10 @@ done
 echo "== ddprun-train against Python DDP"
 /usr/bin/python3 bench/torch_train/run.py --trainer build/examples/train/ddprun-train --reps "$reps" \
   | tee "$out/trainer.md"
+
+echo "== ddprun-train with and without --cpu-bind"
+/usr/bin/python3 bench/torch_train/cpu_bind.py --ddprun build/launcher/ddprun \
+  --trainer build/examples/train/ddprun-train --reps "$reps" 2>/dev/null | tee "$out/cpu_bind.md"
 
 /usr/bin/python3 bench/assemble.py "$out" docs/benchmarks.md
 echo "wrote docs/benchmarks.md"

@@ -8,6 +8,8 @@ PACKAGES=(
   build-essential cmake ccache pkg-config git
   # core libraries
   libboost1.81-dev libcli11-dev nlohmann-json3-dev libfmt-dev catch2
+  # CPU/NUMA binding (--cpu-bind): the node's topology
+  libhwloc-dev
   # rendezvous authentication: HMAC-SHA256 and random nonces (libcrypto)
   libssl-dev
   # Slurm (hostlist oracle, local test cluster) and MUNGE

@@ -2,14 +2,20 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "agent/error.hpp"
 
@@ -70,8 +76,32 @@ namespace {
 
 // What the child reports through the sync pipe when it cannot exec.
 struct ChildError {
-  int stage;  // 0 = exec, 1 = fd setup
+  int stage;  // 0 = exec, 1 = fd setup, 2 = CPU binding
   int err;
+};
+
+// A CPU set for sched_setaffinity, built in the agent (the child must not allocate).
+struct CpuMask {
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> set{nullptr, [](cpu_set_t* s) { CPU_FREE(s); }};
+  std::size_t size = 0;
+};
+
+CpuMask cpu_mask(const std::vector<int>& cpus) {
+  CpuMask m;
+  if (cpus.empty()) return m;
+  const auto n = static_cast<std::size_t>(*std::max_element(cpus.begin(), cpus.end())) + 1;
+  m.set.reset(CPU_ALLOC(n));
+  m.size = CPU_ALLOC_SIZE(n);
+  CPU_ZERO_S(m.size, m.set.get());
+  for (int c : cpus) CPU_SET_S(static_cast<std::size_t>(c), m.size, m.set.get());
+  return m;
+}
+
+// The child's fixed inputs, prepared before fork.
+struct ChildSetup {
+  pid_t parent;
+  int devnull, out_w, err_w, sync_w;
+  const CpuMask* cpus;
 };
 
 [[noreturn]] void child_fail(int sync_fd, int stage) {
@@ -82,11 +112,11 @@ struct ChildError {
 
 // Runs between fork and exec: only async-signal-safe calls, no allocation (the agent may have
 // other threads, whose locks are frozen in the child).
-[[noreturn]] void child_main(pid_t parent, int devnull, int out_w, int err_w, int sync_w, const char* program,
-                             char* const* argv, char* const* envp) {
+[[noreturn]] void child_main(const ChildSetup& c, const char* program, char* const* argv, char* const* envp) {
+  const int sync_w = c.sync_w;
   ::setpgid(0, 0);  // own group: teardown and forwarded signals reach the worker's children too
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::raise(SIGKILL);  // the agent died before prctl took effect
+  if (::getppid() != c.parent) ::raise(SIGKILL);  // the agent died before prctl took effect
 
   // Handlers point into the agent's code; ignored signals would be inherited by exec.
   struct sigaction dfl {};
@@ -99,7 +129,10 @@ struct ChildError {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocked everything around fork
 
-  if (::dup2(devnull, 0) < 0 || ::dup2(out_w, 1) < 0 || ::dup2(err_w, 2) < 0) child_fail(sync_w, 1);
+  if (::dup2(c.devnull, 0) < 0 || ::dup2(c.out_w, 1) < 0 || ::dup2(c.err_w, 2) < 0) child_fail(sync_w, 1);
+  // Before exec, so the program and everything it starts inherit the binding from the first instruction.
+  if (c.cpus->size != 0 && ::sched_setaffinity(0, c.cpus->size, c.cpus->set.get()) != 0)
+    child_fail(sync_w, 2);
   // Every other descriptor closes at exec (the sync pipe must survive until then).
   if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     rlimit rl{};
@@ -140,7 +173,8 @@ void ensure_stdio_open() {
 
 // The sync pipe closes at exec (close-on-exec), or carries the child's error: then it is reaped and
 // the error thrown.
-void wait_for_exec(const UniqueFd& sync_r, pid_t pid, const std::string& program) {
+void wait_for_exec(const UniqueFd& sync_r, pid_t pid, const SpawnRequest& req) {
+  const std::string& program = req.program;
   ChildError ce{};
   ssize_t n;
   do {
@@ -153,6 +187,11 @@ void wait_for_exec(const UniqueFd& sync_r, pid_t pid, const std::string& program
   if (ce.stage == 0) {
     auto [msg, code] = describe_exec_error(ce.err, program);
     throw Error(msg, code);
+  }
+  if (ce.stage == 2) {
+    throw Error(fmt::format("cannot bind the worker to CPUs {} (--cpu-bind): {}", fmt::join(req.cpus, ","),
+                            std::strerror(ce.err)),
+                1);
   }
   throw Error(std::string("cannot set up the worker's stdio: ") + std::strerror(ce.err), 1);
 }
@@ -173,7 +212,8 @@ Spawned spawn_process(const SpawnRequest& req) {
   auto [err_r, err_w] = make_pipe();
   auto [sync_r, sync_w] = make_pipe();
 
-  const pid_t parent = ::getpid();
+  const CpuMask cpus = cpu_mask(req.cpus);
+  const ChildSetup setup{::getpid(), devnull.get(), out_w.get(), err_w.get(), sync_w.get(), &cpus};
   // Block every signal across fork so no agent handler runs in the child before it resets them.
   sigset_t all;
   sigset_t old;
@@ -181,8 +221,7 @@ Spawned spawn_process(const SpawnRequest& req) {
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    child_main(parent, devnull.get(), out_w.get(), err_w.get(), sync_w.get(), req.program.c_str(),
-               argv.data(), envp.data());
+    child_main(setup, req.program.c_str(), argv.data(), envp.data());
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -195,7 +234,7 @@ Spawned spawn_process(const SpawnRequest& req) {
   err_w.reset();
   sync_w.reset();
 
-  wait_for_exec(sync_r, pid, req.program);
+  wait_for_exec(sync_r, pid, req);
 
   Spawned s;
   s.pid = pid;

@@ -92,7 +92,7 @@ std::string native_stack(pid_t pid, const std::string& path_env, std::chrono::mi
   Spawned s;
   try {
     s = spawn_process(
-        SpawnRequest{*program, {"eu-stack", "-p", std::to_string(pid)}, current_environment(), {}});
+        SpawnRequest{*program, {"eu-stack", "-p", std::to_string(pid)}, current_environment(), {}, {}});
   } catch (const Error& e) {
     return fmt::format("eu-stack could not start: {}\n", e.what());
   }

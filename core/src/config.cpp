@@ -167,6 +167,7 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
   job.procs_per_replica = o.procs_per_replica.value_or(1);
   job.max_restarts = o.max_restarts.value_or(0);
   job.role = o.role;
+  r.cpu_bind = parse_cpu_bind(o.cpu_bind);
   job.user_omp_num_threads = env_get(env, "OMP_NUM_THREADS");
   job.user_set_nccl_async = env_get(env, "NCCL_ASYNC_ERROR_HANDLING").has_value() ||
                             env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING");

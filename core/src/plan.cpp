@@ -95,6 +95,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                        {"local_rank", w.local_rank},
                        {"gpus", w.gpus},
                        {"env", w.env}});
+    if (!w.cpus.empty()) workers.back()["cpus"] = w.cpus;  // bound on this node only
   }
   return {{"mode", to_string(plan.mode)},    {"world_size", plan.world_size},
           {"nnodes", plan.nnodes},           {"node_rank", plan.node_rank},
@@ -120,6 +121,7 @@ Plan plan_from_json(const nlohmann::json& j) {
       w.rank = wj.at("rank").get<int>();
       w.local_rank = wj.at("local_rank").get<int>();
       w.gpus = wj.value("gpus", std::vector<std::string>{});
+      w.cpus = wj.value("cpus", std::vector<int>{});
       w.env = wj.at("env").get<EnvMap>();
       p.workers.push_back(std::move(w));
     }

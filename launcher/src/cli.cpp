@@ -132,6 +132,14 @@ void add_job_options(CLI::App& app, core::Options& o) {
       ->envname(env("STANDALONE"))
       ->group(g);
   app.add_option("--role", o.role, "Role name exported as ROLE_NAME (default: default)")->group(g);
+  one_of(app.add_option(
+             "--cpu-bind", o.cpu_bind,
+             "Bind each local worker to CPUs (hwloc topology, within this agent's affinity): none "
+             "(default), cores (an equal share of whole cores each), numa (NUMA nodes in blocks), gpu "
+             "(the NUMA node of its first GPU, else as numa); OMP_NUM_THREADS follows unless set"),
+         {"none", "cores", "numa", "gpu"})
+      ->envname(env("CPU_BIND"))
+      ->group(g);
   one_of(
       app.add_option("--start-method,--start_method", o.start_method,
                      "Accepted for torchrun compatibility; ignored (workers are always separate processes)"),

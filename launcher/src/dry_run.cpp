@@ -1,5 +1,7 @@
 #include "launcher/dry_run.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -15,6 +17,19 @@ bool has_run_id(const core::JobConstants& job) {
 
 std::string rank_range(int lo, int hi) {
   return lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi);
+}
+
+std::string cpu_bind_line(const core::Resolved& r) {
+  if (r.cpu_bind == core::CpuBind::none) return "";
+  const char* mode = core::to_string(r.cpu_bind);
+  if (r.context == core::SlurmContext::batch) {
+    return fmt::format(
+        "cpu binding: {}, decided by each node's agent on its own topology after the re-launch\n", mode);
+  }
+  return fmt::format(
+      "cpu binding: {}; cpus are this node's (from hwloc and this process's affinity); other nodes decide "
+      "their own when they start (?)\n",
+      mode);
 }
 
 // The text header: mode, sizes, ports, the batch and store lines.
@@ -43,13 +58,33 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
   if (job.mode != core::Mode::standalone) {
     out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
   }
-  return out;
+  return out + cpu_bind_line(r);
 }
 
 }  // namespace
 
+const core::Worker& bound_or(const core::Worker& derived, const std::vector<core::Worker>& bound) {
+  for (const auto& b : bound) {
+    if (b.rank == derived.rank) return b;
+  }
+  return derived;
+}
+
 core::PlanTable dry_run_table(const core::Resolved& r) {
   return core::make_plan_table(r.job, r.nodes);
+}
+
+BoundNode bind_this_node(const core::Resolved& r, const core::PlanTable& t, const core::Topology& topo,
+                         const std::set<int>& allowed) {
+  BoundNode out;
+  if (r.cpu_bind == core::CpuBind::none || r.context == core::SlurmContext::batch) return out;
+  const auto slot = core::task_slot(r.job);
+  for (auto& w : core::derive_workers(t, r.job.node_rank, slot)) {
+    if (!slot || w.rank == slot->rank) out.workers.push_back(std::move(w));
+  }
+  out.warning = core::bind_local_workers(r.cpu_bind, topo, allowed, r.job.user_omp_num_threads.has_value(),
+                                         out.workers);
+  return out;
 }
 
 std::string gpus_seen(const std::vector<core::Worker>& ws) {
@@ -112,7 +147,8 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
   return out;
 }
 
-void write_plan_text(std::ostream& os, const core::Resolved& r, const core::PlanTable& t) {
+void write_plan_text(std::ostream& os, const core::Resolved& r, const core::PlanTable& t,
+                     const std::vector<core::Worker>& this_node) {
   ChunkedOut out(os);
   out.buf += text_header(r, t.job);
   std::size_t host_w = 4;
@@ -120,20 +156,25 @@ void write_plan_text(std::ostream& os, const core::Resolved& r, const core::Plan
     if (!row.spare) host_w = std::max(host_w, row.host ? row.host->size() : std::size_t{1});
   }
   const bool mp = t.job.procs_per_replica > 1;
+  const bool bind = r.cpu_bind != core::CpuBind::none;
   // A batch script or salloc shell is not one of the nodes that will run workers.
   const bool batch = r.context == core::SlurmContext::batch;
-  out.buf += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}\n", "node", "host", host_w, "rank", "local",
-                         "gpus", mp ? "  mp/dp" : "");
+  out.buf += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", "node", "host", host_w, "rank", "local",
+                         "gpus", mp ? "  mp/dp" : "", bind ? "  cpus" : "");
   const auto slot = core::task_slot(r.job);
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
-    const bool this_node = !batch && static_cast<int>(n) == r.job.node_rank;
-    for (const auto& w : core::derive_workers(t, static_cast<int>(n), slot)) {
+    const bool mine = !batch && static_cast<int>(n) == r.job.node_rank;
+    for (const auto& derived : core::derive_workers(t, static_cast<int>(n), slot)) {
+      const core::Worker& w = mine ? bound_or(derived, this_node) : derived;
       const std::string gpus = w.gpus.empty() ? "-" : fmt::format("{}", fmt::join(w.gpus, ","));
       const std::string mpdp =
           mp ? fmt::format("  {}/{}", w.env.at("DDPRUN_MP_RANK"), w.env.at("DDPRUN_DP_RANK")) : "";
-      fmt::format_to(std::back_inserter(out.buf), "{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", w.node_rank,
-                     w.host.value_or("?"), host_w, w.rank, w.local_rank, gpus, mpdp,
-                     this_node ? "  <- this node" : "");
+      // Other nodes' CPUs are decided by their own agents: "?".
+      const std::string cpus =
+          bind ? fmt::format("  {:<12}", w.cpus.empty() ? "?" : core::format_cpu_list(w.cpus)) : "";
+      fmt::format_to(std::back_inserter(out.buf), "{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}{}\n", w.node_rank,
+                     w.host.value_or("?"), host_w, w.rank, w.local_rank, gpus, mpdp, cpus,
+                     mine ? "  <- this node" : "");
     }
     out.maybe_flush();
   }

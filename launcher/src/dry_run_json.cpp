@@ -27,8 +27,21 @@ void put_string(std::string& out, const std::string& s) {
 }
 
 // One worker at the depth of the "workers" array (indent 4), keys in nlohmann's sorted order.
-void put_worker(std::string& out, const core::Worker& w) {
-  out += "    {\n      \"env\": ";
+// `cpus` only under --cpu-bind: the bound list, or null where that node's agent decides.
+void put_worker(std::string& out, const core::Worker& w, bool cpus) {
+  out += "    {\n      ";
+  if (cpus) {
+    if (w.cpus.empty()) {
+      out += "\"cpus\": null,\n      ";
+    } else {
+      out += "\"cpus\": [\n";
+      for (std::size_t i = 0; i < w.cpus.size(); ++i) {
+        fmt::format_to(std::back_inserter(out), "{}        {}", i == 0 ? "" : ",\n", w.cpus[i]);
+      }
+      out += "\n      ],\n      ";
+    }
+  }
+  out += "\"env\": ";
   if (w.env.empty()) {
     out += "{}";
   } else {
@@ -77,12 +90,14 @@ nlohmann::json skeleton(const core::Resolved& r, const core::JobConstants& job) 
   j["nnodes_min"] = r.nnodes_min;
   j["nnodes_max"] = r.nnodes_max;
   j["gpus_from_nodes"] = r.gpus_on_nodes;
+  j["cpu_bind"] = core::to_string(r.cpu_bind);
   return j;
 }
 
 }  // namespace
 
-void write_plan_json(std::ostream& os, const core::Resolved& r, const core::PlanTable& t) {
+void write_plan_json(std::ostream& os, const core::Resolved& r, const core::PlanTable& t,
+                     const std::vector<core::Worker>& this_node) {
   const std::string whole = core::dump_json(skeleton(r, t.job), 2) + "\n";
   // Strings are escaped in the dump, so this line (two spaces: the top level) is the workers key.
   constexpr std::string_view kEmpty = "\n  \"workers\": []";
@@ -90,12 +105,15 @@ void write_plan_json(std::ostream& os, const core::Resolved& r, const core::Plan
   ChunkedOut out(os);
   out.buf.append(whole, 0, at + kEmpty.size() - 2);
   const auto slot = core::task_slot(r.job);
+  const bool cpus = r.cpu_bind != core::CpuBind::none;
+  const bool batch = r.context == core::SlurmContext::batch;
   bool first = true;
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
-    for (const auto& w : core::derive_workers(t, static_cast<int>(n), slot)) {
+    const bool mine = !batch && static_cast<int>(n) == r.job.node_rank;
+    for (const auto& derived : core::derive_workers(t, static_cast<int>(n), slot)) {
       out.buf += first ? "[\n" : ",\n";
       first = false;
-      put_worker(out.buf, w);
+      put_worker(out.buf, mine ? bound_or(derived, this_node) : derived, cpus);
     }
     out.maybe_flush();
   }

@@ -14,6 +14,7 @@
 #include "agent/events.hpp"
 #include "agent/signals.hpp"
 #include "agent/supervisor.hpp"
+#include "agent/topology.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
@@ -269,11 +270,19 @@ int finished(agent::Events& ev, int code) {
   return code;
 }
 
+// --cpu-bind: this node's workers of the agreed plan, on this machine's topology and affinity.
+void bind_cpus(agent::Events& ev, const core::Resolved& r, Round& round, int attempt) {
+  const auto warning = agent::bind_workers(r.cpu_bind, r.job.user_omp_num_threads.has_value(), round.local);
+  if (warning && attempt == 0) ev.warn(*warning);
+}
+
 // The one attempts loop: join, run, then restart or exit by agent::after_attempt.
-int run_attempts(Session& session, const core::Options& o, agent::AgentOptions ao, int max_restarts,
+int run_attempts(Session& session, const core::Options& o, const core::Resolved& r, agent::AgentOptions ao,
                  agent::Events& ev) {
+  const int max_restarts = r.job.max_restarts;
   for (int attempt = 0;; ++attempt) {
-    const Round round = session.join(attempt);
+    Round round = session.join(attempt);
+    bind_cpus(ev, r, round, attempt);
     announce(ev, o, round, attempt);
     ao.attempt = attempt;
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
@@ -317,7 +326,7 @@ int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions
     } else {
       session = std::make_unique<RendezvousSession>(o, r, std::move(auth), ev);
     }
-    return run_attempts(*session, o, ao, r.job.max_restarts, ev);
+    return run_attempts(*session, o, r, ao, ev);
   } catch (const rdzv::Error& e) {
     return fail(e.what(), 1);
   } catch (const core::Error& e) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "agent/error.hpp"
+#include "agent/topology.hpp"
 #include "core/hostlist.hpp"
 #include "launcher/agent_options.hpp"
 #include "launcher/cli.hpp"
@@ -52,12 +53,19 @@ int main(int argc, char** argv) {
     // Building the plan's node table and the agent's options validates the input before anything
     // starts, in every mode, and a dry run the same as a run; the workers are derived only for output.
     const auto table = launcher::dry_run_table(resolved);
+    // --cpu-bind: an impossible request fails here, before anything starts; the run binds again on
+    // the agreed plan.
+    launcher::BoundNode bound;
+    if (resolved.cpu_bind != core::CpuBind::none && resolved.context != core::SlurmContext::batch) {
+      bound = launcher::bind_this_node(resolved, table, agent::read_topology(), agent::own_affinity());
+      if (bound.warning && o.dry_run) fmt::print(stderr, "ddprun: warning: {}\n", *bound.warning);
+    }
     auto agent_opts = launcher::agent_options(o, resolved);
     if (o.dry_run) {
       if (o.format == "json") {
-        launcher::write_plan_json(std::cout, resolved, table);
+        launcher::write_plan_json(std::cout, resolved, table, bound.workers);
       } else {
-        launcher::write_plan_text(std::cout, resolved, table);
+        launcher::write_plan_text(std::cout, resolved, table, bound.workers);
       }
       std::cout.flush();
       return 0;

@@ -2,6 +2,9 @@
 // Streaming output for the dry-run: text appended to a buffer, handed to the stream in large chunks.
 #include <ostream>
 #include <string>
+#include <vector>
+
+#include "core/plan.hpp"
 
 namespace ddprun::launcher {
 
@@ -23,5 +26,8 @@ struct ChunkedOut {
   std::ostream& os;
   std::string buf;
 };
+
+// This node's worker as bind_this_node bound it (same rank), else the derived one.
+const core::Worker& bound_or(const core::Worker& derived, const std::vector<core::Worker>& bound);
 
 }  // namespace ddprun::launcher

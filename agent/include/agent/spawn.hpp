@@ -43,6 +43,8 @@ struct SpawnRequest {
   std::vector<std::string> env;  // "K=V"
   // Called in the agent right after fork with the worker's pid, which is its process group id.
   std::function<void(pid_t)> forked;
+  // CPUs the worker is bound to with sched_setaffinity before exec (--cpu-bind); empty: inherited.
+  std::vector<int> cpus;
 };
 
 struct Spawned {
@@ -53,8 +55,8 @@ struct Spawned {
 };
 
 // Starts the process. Returns once the program was exec'd. Throws Error with a message like
-// "no such file: /x/y" or "permission denied: /x/y" (exit code 127/126) when exec failed; the
-// failed child is reaped before throwing.
+// "no such file: /x/y" or "permission denied: /x/y" (exit code 127/126) when exec failed, or naming
+// the CPUs when the binding was refused; the failed child is reaped before throwing.
 Spawned spawn_process(const SpawnRequest& req);
 
 // Message and exit code for an exec errno, e.g. (ENOENT, "/x") -> "no such file: /x", 127.

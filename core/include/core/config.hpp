@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/command.hpp"
+#include "core/cpu_bind.hpp"
 #include "core/plan.hpp"
 #include "core/slurm_env.hpp"
 
@@ -33,6 +34,7 @@ struct Options {
   std::optional<int> procs_per_replica;
   std::string role = "default";
   std::optional<std::string> start_method;  // torchrun's --start_method: checked, ignored
+  std::string cpu_bind = "none";            // none | cores | numa | gpu (core/cpu_bind.hpp)
 
   // How to run the command.
   std::vector<std::string> command;
@@ -85,6 +87,7 @@ struct Resolved {
   bool gpus_on_nodes = false;        // batch context without GPU variables: GPU counts come from the nodes
   std::vector<std::string> command;  // final argv: build_argv(command_spec(options))
   std::optional<std::set<int>> local_ranks_filter;
+  CpuBind cpu_bind = CpuBind::none;  // applied by each agent to its own workers (agent/topology.hpp)
 };
 
 // Deterministic ports for a Slurm step ("JOBID.STEPID"; a batch context plans with the job id): every

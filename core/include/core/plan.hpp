@@ -65,6 +65,7 @@ struct Worker {
   int local_rank = 0;
   std::vector<std::string> gpus;  // this worker's CUDA_VISIBLE_DEVICES
   EnvMap env;                     // every variable ddprun exports to it
+  std::vector<int> cpus;          // CPUs it is bound to (--cpu-bind, this node only); empty: not bound
 };
 
 struct Plan {

@@ -2,18 +2,26 @@
 // `ddprun --dry-run`: the plan as a readable table or as one JSON object, and the startup table.
 // The whole plan is never held at once: each node's workers are derived (core::derive_workers) and
 // written in turn: memory is the table plus one node's workers (16,384 nodes x 8: 25 MB, docs/scale.md).
+#include <optional>
 #include <ostream>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
+#include "core/cpu_bind.hpp"
 #include "core/plan_table.hpp"
 
 namespace ddprun::launcher {
 
 // The same bytes as the whole plan rendered at once: the text table, or core::plan_to_json plus the
 // CLI's fields dumped by core::dump_json with indent 2.
-void write_plan_text(std::ostream& out, const core::Resolved& r, const core::PlanTable& table);
-void write_plan_json(std::ostream& out, const core::Resolved& r, const core::PlanTable& table);
+// `this_node`: this ddprun's own workers as bind_this_node bound them (they replace the derived
+// ones, with their CPUs); empty: nothing bound.
+void write_plan_text(std::ostream& out, const core::Resolved& r, const core::PlanTable& table,
+                     const std::vector<core::Worker>& this_node = {});
+void write_plan_json(std::ostream& out, const core::Resolved& r, const core::PlanTable& table,
+                     const std::vector<core::Worker>& this_node = {});
 
 // The startup table node rank 0 prints once the plan is agreed: one row per node (first and last
 // rows only past `max_rows` nodes) with its host, ranks and the GPUs each rank sees, and the master
@@ -28,5 +36,16 @@ std::string gpus_seen(const std::vector<core::Worker>& node_workers);
 // The plan this node would run before the rendezvous replaces assumptions with facts. Building it
 // checks every node's layout (O(nodes), no worker environments), in every mode.
 core::PlanTable dry_run_table(const core::Resolved& r);
+
+// --cpu-bind for the dry run: the workers this ddprun would spawn (this node's; in per-task mode its
+// one task), derived from the table and bound on `topo` within `allowed`, as the run will bind them.
+// Other nodes' workers stay unbound: their agents decide on their own machines. A batch script binds
+// nothing (it is not a node that runs workers). Throws core::Error for an impossible request.
+struct BoundNode {
+  std::vector<core::Worker> workers;
+  std::optional<std::string> warning;
+};
+BoundNode bind_this_node(const core::Resolved& r, const core::PlanTable& table, const core::Topology& topo,
+                         const std::set<int>& allowed);
 
 }  // namespace ddprun::launcher

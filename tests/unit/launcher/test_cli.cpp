@@ -110,6 +110,16 @@ TEST_CASE("cli: fixed choices are checked for flags and DDPRUN_* variables alike
   ::unsetenv("DDPRUN_LOG_FORMAT");
 }
 
+TEST_CASE("cli: --cpu-bind takes a mode from the flag or DDPRUN_CPU_BIND, default none", "[cli][cpubind]") {
+  CHECK(parse({"true"}).options.cpu_bind == "none");
+  CHECK(parse({"--cpu-bind", "gpu", "true"}).options.cpu_bind == "gpu");
+  CHECK_THROWS_WITH(parse({"--cpu-bind", "socket", "true"}), Catch::Contains("--cpu-bind: socket not in"));
+  ::setenv("DDPRUN_CPU_BIND", "numa", 1);
+  CHECK(parse({"true"}).options.cpu_bind == "numa");
+  CHECK(parse({"--cpu-bind", "cores", "true"}).options.cpu_bind == "cores");
+  ::unsetenv("DDPRUN_CPU_BIND");
+}
+
 TEST_CASE("cli: hostlist is a subcommand, but after -- it is a command like any other", "[cli]") {
   auto r = parse({"hostlist", "a[1-2]", "b"});
   REQUIRE(r.hostlist);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.hpp"
+#include "core/cpu_bind.hpp"
 #include "core/json.hpp"
 #include "core/plan.hpp"
 #include "core/plan_table.hpp"
@@ -37,6 +38,7 @@ std::string json_reference(const ddprun::core::Resolved& r) {
   j["nnodes_min"] = r.nnodes_min;
   j["nnodes_max"] = r.nnodes_max;
   j["gpus_from_nodes"] = r.gpus_on_nodes;
+  j["cpu_bind"] = to_string(r.cpu_bind);
   return dump_json(j, 2) + "\n";
 }
 
@@ -144,4 +146,96 @@ TEST_CASE("the streamed dry-run JSON is the whole plan dumped at once, whatever 
   CHECK(spare_out.str() == json_reference(r));
   CHECK(text_of(with_spare, ddprun::launcher::dry_run_table(with_spare)) ==
         text_of(r, ddprun::launcher::dry_run_table(r)));
+}
+
+namespace {
+
+// 2 NUMA nodes of 4 single-thread cores; GPU 0 on node 1, GPU 1 on node 0.
+Topology two_numa() {
+  Topology t;
+  for (int c = 0; c < 8; ++c) t.cores.push_back({{c}, c / 4});
+  t.gpu_numa = {{"0", {1}}, {"1", {0}}};
+  return t;
+}
+
+std::string json_of(const ddprun::core::Resolved& r, const PlanTable& t, const std::vector<Worker>& bound) {
+  std::ostringstream out;
+  ddprun::launcher::write_plan_json(out, r, t, bound);
+  return out.str();
+}
+
+std::string bound_text(const ddprun::core::Resolved& r, const PlanTable& t,
+                       const std::vector<Worker>& bound) {
+  std::ostringstream out;
+  ddprun::launcher::write_plan_text(out, r, t, bound);
+  return out.str();
+}
+
+}  // namespace
+
+TEST_CASE("dry-run --cpu-bind shows this node's CPUs and '?' for other nodes", "[plan][dryrun][cpubind]") {
+  ddprun::core::Resolved r;
+  r.mode = Mode::agent;
+  r.context = SlurmContext::step;
+  r.job.mode = Mode::agent;
+  r.job.nnodes = 2;
+  r.job.node_rank = 1;
+  r.job.gpus_per_proc = 1;
+  r.cpu_bind = CpuBind::gpu;
+  r.nodes = nodes({2, 2}, {"0", "1"});
+  const PlanTable t = ddprun::launcher::dry_run_table(r);
+  const auto b = ddprun::launcher::bind_this_node(r, t, two_numa(), {0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK_FALSE(b.warning);
+  REQUIRE(b.workers.size() == 2);  // node 0 decides on its own machine
+  CHECK(format_cpu_list(b.workers[0].cpus) == "4-7");
+  CHECK(format_cpu_list(b.workers[1].cpus) == "0-3");
+  CHECK(b.workers[1].env.at("OMP_NUM_THREADS") == "4");
+  const std::string text = bound_text(r, t, b.workers);
+  CHECK_THAT(text, Catch::Contains("cpu binding: gpu; cpus are this node's"));
+  CHECK_THAT(text, Catch::Contains("  cpus\n"));
+  CHECK_THAT(text, Catch::Contains("  ?  "));
+  CHECK_THAT(text, Catch::Contains("  4-7" + std::string(11, ' ') + "<- this node"));
+  const auto j = nlohmann::json::parse(json_of(r, t, b.workers));
+  CHECK(j.at("cpu_bind") == "gpu");
+  CHECK(j.at("workers").at(0).at("cpus").is_null());
+  CHECK(j.at("workers").at(3).at("cpus") == nlohmann::json({0, 1, 2, 3}));
+  CHECK(j.at("workers").at(3).at("env").at("OMP_NUM_THREADS") == "4");
+}
+
+TEST_CASE("dry-run --cpu-bind: errors before anything starts, a batch script binds nothing",
+          "[plan][dryrun][cpubind]") {
+  ddprun::core::Resolved r;
+  r.job.nnodes = 1;
+  r.cpu_bind = CpuBind::cores;
+  r.nodes = nodes({3});
+  const PlanTable t = ddprun::launcher::dry_run_table(r);
+  CHECK_THROWS_WITH(ddprun::launcher::bind_this_node(r, t, two_numa(), {0, 1}),
+                    Catch::StartsWith("--cpu-bind cores: 3 workers but only 2 cores available"));
+  r.context = SlurmContext::batch;
+  const auto b = ddprun::launcher::bind_this_node(r, t, two_numa(), {0, 1});
+  CHECK_FALSE(b.warning);
+  CHECK(b.workers.empty());
+  CHECK_THAT(bound_text(r, t, b.workers),
+             Catch::Contains("cpu binding: cores, decided by each node's agent on its own topology"));
+}
+
+TEST_CASE("dry-run --cpu-bind in per-task mode binds this task's one worker in its own mask",
+          "[plan][dryrun][cpubind]") {
+  ddprun::core::Resolved r;
+  r.mode = Mode::per_task;
+  r.context = SlurmContext::step;
+  r.job.mode = Mode::per_task;
+  r.job.nnodes = 1;
+  r.job.task_rank = 1;
+  r.job.task_local_rank = 1;
+  r.cpu_bind = CpuBind::cores;
+  r.nodes = nodes({2});
+  const PlanTable t = ddprun::launcher::dry_run_table(r);
+  // srun gave this task CPUs 4-7 (its --cpu-bind); the one worker gets the whole mask.
+  const auto b = ddprun::launcher::bind_this_node(r, t, two_numa(), {4, 5, 6, 7});
+  CHECK_FALSE(b.warning);
+  REQUIRE(b.workers.size() == 1);
+  CHECK(b.workers[0].rank == 1);
+  CHECK(format_cpu_list(b.workers[0].cpus) == "4-7");
+  CHECK(b.workers[0].env.at("OMP_NUM_THREADS") == "4");
 }
