@@ -54,8 +54,21 @@ nlohmann::json failure_to_json(const Failure& f) {
   j["stderr_tail"] = f.stderr_tail;
   j["fatal"] = f.fatal;
   j["after_signal"] = f.after_signal;
+  j["error_message"] = f.error_message.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.error_message);
+  j["traceback"] = f.traceback.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.traceback);
   return j;
 }
+
+namespace {
+
+// A string field that older records lack and that is null when empty.
+std::string optional_string(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->get<std::string>();
+}
+
+}  // namespace
 
 Failure failure_from_json(const nlohmann::json& j) {
   try {
@@ -72,6 +85,8 @@ Failure failure_from_json(const nlohmann::json& j) {
     f.stderr_tail = j.value("stderr_tail", std::vector<std::string>{});
     f.fatal = j.value("fatal", false);
     f.after_signal = j.value("after_signal", 0);
+    f.error_message = optional_string(j, "error_message");
+    f.traceback = optional_string(j, "traceback");
     return f;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("malformed failure record from another node: ") + e.what(), 1);

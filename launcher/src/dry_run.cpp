@@ -18,6 +18,12 @@ std::string rank_range(int lo, int hi) {
   return lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi);
 }
 
+std::string joined(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + a;
+  return out;
+}
+
 }  // namespace
 
 core::Plan dry_run_plan(const core::Resolved& r) {
@@ -117,14 +123,23 @@ std::string render_plan_text(const core::Resolved& r, const core::Plan& plan) {
     out += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", w.node_rank, w.host.value_or("?"), host_w,
                        w.rank, w.local_rank, gpus, mpdp, this_node(w.node_rank) ? "  <- this node" : "");
   }
-  std::string cmd;
-  for (const auto& a : r.command) cmd += (cmd.empty() ? "" : " ") + a;
-  out += fmt::format("command: {}\n", cmd);
+  if (r.command_spec.local_rank_arg == core::LocalRankArg::none) {
+    out += fmt::format("command: {}\n", joined(r.command));
+    return out;
+  }
+  // Workers differ only by their local rank: one line for each.
+  int max_local = -1;
+  for (const auto& w : plan.workers) max_local = std::max(max_local, w.local_rank);
+  for (int l = 0; l <= max_local; ++l) {
+    out += fmt::format("command (local rank {}): {}\n", l, joined(core::worker_argv(r.command_spec, l)));
+  }
   return out;
 }
 
 std::string render_plan_json(const core::Resolved& r, const core::Plan& plan) {
   nlohmann::json j = core::plan_to_json(plan);
+  for (auto& w : j.at("workers"))
+    w["argv"] = core::worker_argv(r.command_spec, w.at("local_rank").get<int>());
   j["command"] = r.command;
   j["context"] = to_string(r.context);
   j["rdzv_endpoint"] = fmt::format("{}:{}", r.rdzv_host, r.rdzv_port);
