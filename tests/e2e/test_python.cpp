@@ -64,7 +64,7 @@ TEST_CASE("@record: the exception and its traceback reach every node's report an
     job.start(2, 1, {script("record_worker.py")}, extra);  // rank 1 (node 1) raises
     job.wait_all(240s);
     for (int n = 0; n < 2; ++n) {
-      const auto& a = job.agents[n];
+      const auto& a = job.agents[static_cast<std::size_t>(n)];
       INFO("node " << n << " stderr:\n" << a.err());
       CHECK(a.code == 1);  // the failed worker's exit code, as without @record
       const auto err = a.err();
