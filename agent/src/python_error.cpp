@@ -124,4 +124,15 @@ std::string ErrorFiles::prepare(int rank) const {
   return path;
 }
 
+std::unique_ptr<ErrorFiles> open_error_files(const std::optional<std::string>& log_dir, int requeue,
+                                             int attempt,
+                                             const std::function<void(const std::string&)>& warn) {
+  try {
+    return std::make_unique<ErrorFiles>(log_dir, requeue, attempt);
+  } catch (const Error& e) {
+    warn(fmt::format("{}; Python tracebacks will not be in the report", e.what()));
+    return nullptr;
+  }
+}
+
 }  // namespace ddprun::agent

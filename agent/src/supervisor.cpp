@@ -87,7 +87,6 @@ class Supervisor final : ProcListener {
   void on_local_failure(const Failure& f);
   void on_all_exited();
 
-  void open_error_files();
   std::optional<StartFailure> spawn_all();
   RunResult start_failure(const StartFailure& s);
   void start_teardown(int sig, const char* reason, const Failure& root);
@@ -107,7 +106,7 @@ class Supervisor final : ProcListener {
   asio::io_context io_;  // declared before everything that uses it
   Reporter reporter_;
   OutputRelay relay_;
-  std::optional<ErrorFiles> error_files_;  // the workers' TORCHELASTIC_ERROR_FILEs; outlives them
+  std::unique_ptr<ErrorFiles> error_files_;  // the workers' TORCHELASTIC_ERROR_FILEs; outlives them
   std::vector<std::unique_ptr<Proc>> procs_;
   Reaper reaper_;  // declared after procs_: says goodbye before their zombies are reaped
   Teardown teardown_;
@@ -134,8 +133,11 @@ RunResult Supervisor::run() {
       coord_, [this](const Failure& f) { asio::post(io_, [this, f] { on_remote_abort(f); }); });
   SignalWatcher sigw(forwarded_signals());
   sig_sd_.assign(::fcntl(sigw.fd(), F_DUPFD_CLOEXEC, 3));
-  if (!local_.empty()) reaper_.start();
-  open_error_files();
+  if (!local_.empty()) {
+    reaper_.start();
+    error_files_ = open_error_files(opts_.log_dir, opts_.requeue, opts_.attempt,
+                                    [this](const std::string& m) { reporter_.warn(m); });
+  }
   if (const auto failed = spawn_all()) return start_failure(*failed);
 
   if (!procs_.empty()) {
@@ -150,17 +152,6 @@ RunResult Supervisor::run() {
   abort_handler.reset();
   deliver_posted();  // nothing can be posted any more
   return finish();
-}
-
-// Python tracebacks are a diagnostic: without a place for them the job still runs, as torchrun's
-// workers do without TORCHELASTIC_ERROR_FILE.
-void Supervisor::open_error_files() {
-  if (local_.empty()) return;
-  try {
-    error_files_.emplace(opts_.log_dir, opts_.requeue, opts_.attempt);
-  } catch (const Error& e) {
-    reporter_.warn(fmt::format("{}; Python tracebacks will not be in the report", e.what()));
-  }
 }
 
 std::optional<StartFailure> Supervisor::spawn_all() {

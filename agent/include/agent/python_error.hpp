@@ -3,6 +3,8 @@
 // a main decorated with torch's @record (torch.distributed.elastic.multiprocessing.errors) writes the
 // exception that ended it. After a failure the agent reads that file into the root cause.
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,5 +52,12 @@ class ErrorFiles {
   int attempt_;
   std::string temp_dir_;  // "" with --log-dir
 };
+
+// The ErrorFiles of a run, or nullptr after telling `warn` why the temporary directory could not be made:
+// tracebacks are a diagnostic, and the job runs without them, as torchrun's workers do without
+// TORCHELASTIC_ERROR_FILE.
+std::unique_ptr<ErrorFiles> open_error_files(const std::optional<std::string>& log_dir, int requeue,
+                                             int attempt,
+                                             const std::function<void(const std::string&)>& warn);
 
 }  // namespace ddprun::agent

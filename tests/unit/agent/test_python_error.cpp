@@ -2,6 +2,7 @@
 // that no file, however broken, breaks the report.
 #include <sys/stat.h>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -154,4 +155,24 @@ TEST_CASE("python error files: a fresh path per rank, stale files removed, the t
     std::ofstream(temp_path) << "{}";
   }
   CHECK_FALSE(std::filesystem::exists(std::filesystem::path(temp_path).parent_path()));
+}
+
+TEST_CASE("python error files: no temporary directory is a warning, not a failed job", "[python_error]") {
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("TMPDIR", "/nonexistent/ddprun-test", 1);
+  std::string warned;
+  const auto files =
+      ddprun::agent::open_error_files(std::nullopt, 0, 0, [&](const std::string& m) { warned = m; });
+  if (old != nullptr) {
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  CHECK(files == nullptr);
+  CHECK_THAT(warned, Catch::StartsWith("cannot create a directory for the workers' error files in "
+                                       "/nonexistent/ddprun-test: No such file or directory") &&
+                         Catch::EndsWith("Python tracebacks will not be in the report"));
+  ddprun::test::TempDir logs;  // with --log-dir, no temporary directory is needed
+  CHECK(ddprun::agent::open_error_files(logs.str(), 0, 0, [](const std::string&) {}) != nullptr);
 }
