@@ -209,8 +209,7 @@ void add_run_options(CLI::App& app, core::Options& o) {
                         "module or program (default none: LOCAL_RANK only)"),
          {"none", "underscore", "dash"})
       ->envname(env("LOCAL_RANK_ARG"))
-      ->group(g)
-      ->type_name("STYLE");
+      ->group(g);
   app.add_flag_function(
          "--use-env,--use_env", [](std::int64_t) {},
          "torch.distributed.launch's --use_env: accepted; ignored (LOCAL_RANK and the rest are always in "
