@@ -5,6 +5,7 @@
 #include <exception>
 #include <utility>
 
+#include "agent/python_error.hpp"
 #include "core/duration.hpp"
 
 namespace ddprun::agent {
@@ -120,6 +121,11 @@ Failure FailureTracker::failure_of(const Proc& p) const {
   f.time = p.end.time;
   f.stderr_tail = relay_.stderr_tail(p.index());
   f.after_signal = p.end.after_signal;
+  // Read once the worker ended: @record writes the file before the exception leaves Python.
+  if (const auto py = p.error_file.empty() ? std::nullopt : read_python_error(p.error_file)) {
+    f.error_message = py->message;
+    f.traceback = py->traceback;
+  }
   return f;
 }
 

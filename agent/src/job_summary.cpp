@@ -130,6 +130,20 @@ std::chrono::milliseconds gather_timeout(bool success, std::chrono::milliseconds
   return term_timeout + std::chrono::milliseconds{3000};
 }
 
+namespace {
+
+// The first line of a Python exception, short enough for a one-line message.
+std::string one_line(const std::string& message) {
+  constexpr std::size_t kMax = 160;
+  std::string s = message.substr(0, message.find('\n'));
+  if (s.size() <= kMax) return s;
+  std::size_t n = kMax;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // whole UTF-8 sequences
+  return s.substr(0, n) + "...";
+}
+
+}  // namespace
+
 std::string format_member_line(const RunResult& r, std::optional<int> task_rank, bool colour) {
   const std::string who = task_rank ? fmt::format("rank {} on node {} ({})", *task_rank, r.node_rank, r.host)
                                     : fmt::format("node {} ({})", r.node_rank, r.host);
@@ -147,6 +161,7 @@ std::string format_member_line(const RunResult& r, std::optional<int> task_rank,
   if (const auto& f = r.root_cause) {
     cause = f->rank >= 0 ? fmt::format("root cause rank {} on {}", f->rank, f->host)
                          : fmt::format("root cause: {}", f->reason);
+    if (!f->error_message.empty()) cause += fmt::format(" ({})", one_line(f->error_message));
   }
   // Ranks that exited after a checkpoint signal stopped on request: the same words as the report.
   const int after = r.root_cause ? r.root_cause->after_signal : 0;

@@ -24,6 +24,18 @@ std::string exit_text(int exit_code, int sig) {
   return fmt::format("{}", exit_code);
 }
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 std::string duration_text(std::chrono::milliseconds d) {
   return fmt::format("{:.2f}s", static_cast<double>(d.count()) / 1000.0);
 }
@@ -44,6 +56,25 @@ std::string hung_text(const std::vector<HungWorker>& hung) {
       if (end == std::string::npos) break;
       start = end + 1;
     }
+  }
+  return out;
+}
+
+// The exception a @record worker wrote to TORCHELASTIC_ERROR_FILE, and its traceback.
+std::string python_error_text(const Failure& f) {
+  std::string out;
+  if (!f.error_message.empty()) {
+    std::string_view first = f.error_message;
+    first = first.substr(0, first.find('\n'));
+    out += fmt::format("  error     : {}\n", first);
+    if (first.size() < f.error_message.size()) {
+      for (const auto& l : lines_of(f.error_message.substr(first.size() + 1)))
+        out += "              " + l + "\n";
+    }
+  }
+  if (!f.traceback.empty()) {
+    out += "  traceback (from TORCHELASTIC_ERROR_FILE):\n";
+    for (const auto& l : lines_of(f.traceback)) out += "    | " + l + "\n";
   }
   return out;
 }
@@ -77,6 +108,7 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
       out += fmt::format("  pid       : {}\n", f->pid);
     }
     out += fmt::format("  reason    : {}\n", f->reason);
+    out += python_error_text(*f);
     if (!f->stderr_tail.empty() && !hang) {
       out += fmt::format("  last {} stderr lines:\n", f->stderr_tail.size());
       for (const auto& l : f->stderr_tail) out += "    | " + l + "\n";

@@ -19,6 +19,7 @@
 #include "agent/io.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
+#include "agent/python_error.hpp"
 #include "agent/reaper.hpp"
 #include "agent/reporter.hpp"
 #include "agent/signals.hpp"
@@ -29,8 +30,16 @@ namespace ddprun::agent {
 
 namespace asio = boost::asio;
 
+namespace {
+
+CommandSpec command_spec(const AgentOptions& opts) {
+  return CommandSpec{opts.command, opts.no_python, opts.module, opts.python, opts.local_rank_arg};
+}
+
+}  // namespace
+
 void validate_options(const AgentOptions& opts) {
-  build_argv(CommandSpec{opts.command, opts.no_python, opts.module, opts.python});
+  build_argv(command_spec(opts));
   if (opts.prefix_template) render_prefix(*opts.prefix_template, PrefixFields{});
   if (opts.tee && !opts.log_dir) {
     throw Error("--tee writes per-rank files and needs --log-dir DIR to know where");
@@ -73,7 +82,7 @@ class Supervisor final : ProcListener {
 
  private:
   // Lifecycle hooks.
-  void on_spawned(Proc& p);
+  void on_spawned(Proc& p, const std::vector<std::string>& argv);
   void on_line(Proc& p, bool is_err, std::string_view line) override;
   void on_read(Proc& p, bool is_err) override;
   void on_eof(Proc& p, bool is_err) override;
@@ -104,6 +113,7 @@ class Supervisor final : ProcListener {
   asio::io_context io_;  // declared before everything that uses it
   Reporter reporter_;
   OutputRelay relay_;
+  std::unique_ptr<ErrorFiles> error_files_;  // the workers' TORCHELASTIC_ERROR_FILEs; outlives them
   std::vector<std::unique_ptr<Proc>> procs_;
   Reaper reaper_;  // declared after procs_: says goodbye before their zombies are reaped
   Teardown teardown_;
@@ -112,7 +122,6 @@ class Supervisor final : ProcListener {
   HangGuard hang_;
   asio::posix::stream_descriptor sig_sd_;
   unsigned char sig_buf_[64] = {};
-  std::vector<std::string> argv_;
   std::string host_;
   int node_rank_ = 0;
   bool running_ = false;  // the loop runs; after it, signals wait for finish() and nothing is torn down
@@ -132,7 +141,11 @@ RunResult Supervisor::run() {
       coord_, [this](const Failure& f) { asio::post(io_, [this, f] { on_remote_abort(f); }); });
   SignalWatcher sigw(forwarded_signals());
   sig_sd_.assign(::fcntl(sigw.fd(), F_DUPFD_CLOEXEC, 3));
-  if (!local_.empty()) reaper_.start();
+  if (!local_.empty()) {
+    reaper_.start();
+    error_files_ = open_error_files(opts_.log_dir, opts_.requeue, opts_.attempt,
+                                    [this](const std::string& m) { reporter_.warn(m); });
+  }
   if (const auto failed = spawn_all()) return start_failure(*failed);
 
   if (!procs_.empty()) {
@@ -151,7 +164,7 @@ RunResult Supervisor::run() {
 
 std::optional<StartFailure> Supervisor::spawn_all() {
   if (local_.empty()) return std::nullopt;
-  const CommandSpec spec{opts_.command, opts_.no_python, opts_.module, opts_.python};
+  const CommandSpec spec = command_spec(opts_);
   ResolvedCommand cmd;
   try {
     const auto& wenv = local_.front().env;
@@ -165,21 +178,22 @@ std::optional<StartFailure> Supervisor::spawn_all() {
   } catch (const Error& e) {
     return StartFailure{e.what(), e.exit_code(), 0};
   }
-  argv_ = cmd.argv;
   const auto base_env = current_environment();
   for (std::size_t i = 0; i < local_.size(); ++i) {
     const auto& w = local_[i];
     auto p = std::make_unique<Proc>(io_, i, w, w.host.value_or(host_));
     try {
       relay_.add(w, p->host());
-      const auto env = hang_.worker_env(w, base_env);
+      cmd.argv = worker_argv(spec, w.local_rank);
+      auto env = hang_.worker_env(w, base_env);
+      if (error_files_) env["TORCHELASTIC_ERROR_FILE"] = p->error_file = error_files_->prepare(w.rank);
       p->start(cmd, merge_environment(base_env, env), [this](pid_t pgid) { reaper_.watch(pgid); });
       hang_.started(i, w.rank, env);
     } catch (const Error& e) {
       return StartFailure{e.what(), e.exit_code(), i};
     }
     procs_.push_back(std::move(p));
-    on_spawned(*procs_.back());
+    on_spawned(*procs_.back(), cmd.argv);
   }
   return std::nullopt;
 }
@@ -199,8 +213,8 @@ RunResult Supervisor::start_failure(const StartFailure& s) {
   return r;
 }
 
-void Supervisor::on_spawned(Proc& p) {
-  reporter_.worker_started(p, argv_);
+void Supervisor::on_spawned(Proc& p, const std::vector<std::string>& argv) {
+  reporter_.worker_started(p, argv);
 }
 
 void Supervisor::on_line(Proc& p, bool is_err, std::string_view line) {

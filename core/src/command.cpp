@@ -1,5 +1,7 @@
 #include "core/command.hpp"
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 
 namespace ddprun::core {
@@ -11,6 +13,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 }  // namespace
+
+LocalRankArg parse_local_rank_arg(const std::string& v) {
+  if (v == "none") return LocalRankArg::none;
+  if (v == "underscore") return LocalRankArg::underscore;
+  if (v == "dash") return LocalRankArg::dash;
+  throw Error(fmt::format(
+      "--local-rank-arg '{}' is not a style; give underscore (--local_rank=N), dash (--local-rank=N) or none",
+      v));
+}
 
 bool runs_under_python(const CommandSpec& spec) {
   return !spec.no_python &&
@@ -29,6 +40,16 @@ std::vector<std::string> build_argv(const CommandSpec& spec) {
   std::vector<std::string> argv{spec.python, "-u"};
   if (spec.module) argv.emplace_back("-m");
   argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+  return argv;
+}
+
+std::vector<std::string> worker_argv(const CommandSpec& spec, int local_rank) {
+  std::vector<std::string> argv = build_argv(spec);
+  if (spec.local_rank_arg == LocalRankArg::none) return argv;
+  const char* name = spec.local_rank_arg == LocalRankArg::underscore ? "--local_rank" : "--local-rank";
+  // build_argv puts its prefix (python3 -u [-m]) before the user's words: skip it and the first word.
+  const auto at = argv.size() - spec.command.size() + 1;
+  argv.insert(argv.begin() + static_cast<std::ptrdiff_t>(at), fmt::format("{}={}", name, local_rank));
   return argv;
 }
 

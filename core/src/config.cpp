@@ -86,7 +86,7 @@ std::set<int> parse_rank_filter(const std::string& v) {
 }
 
 CommandSpec command_spec(const Options& o) {
-  return CommandSpec{o.command, o.no_python, o.module, o.python};
+  return CommandSpec{o.command, o.no_python, o.module, o.python, parse_local_rank_arg(o.local_rank_arg)};
 }
 
 namespace {
@@ -360,7 +360,8 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   const SlurmEnv s = read_slurm_env(env);
   r.context = o.standalone ? SlurmContext::none : s.context;
   check_numbers(o);
-  r.command = build_argv(command_spec(o));
+  r.command_spec = command_spec(o);
+  r.command = build_argv(r.command_spec);
   if (o.local_ranks_filter) r.local_ranks_filter = parse_rank_filter(*o.local_ranks_filter);
   if (o.master_port) parse_port("--master-port", *o.master_port);  // a bad port before the layout's errors
   std::optional<Endpoint> endpoint;

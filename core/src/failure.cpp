@@ -58,8 +58,21 @@ nlohmann::json failure_to_json(const Failure& f) {
   nlohmann::json silent = nlohmann::json::array();
   for (const auto& s : f.silent) silent.push_back({{"rank", s.rank}, {"silent_s", s.silent_s}});
   j["silent"] = std::move(silent);
+  j["error_message"] = f.error_message.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.error_message);
+  j["traceback"] = f.traceback.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.traceback);
   return j;
 }
+
+namespace {
+
+// A string field that older records lack and that is null when empty.
+std::string optional_string(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->get<std::string>();
+}
+
+}  // namespace
 
 Failure failure_from_json(const nlohmann::json& j) {
   try {
@@ -81,6 +94,8 @@ Failure failure_from_json(const nlohmann::json& j) {
     for (const auto& s : j.value("silent", nlohmann::json::array())) {
       f.silent.push_back({s.at("rank").get<int>(), s.at("silent_s").get<double>()});
     }
+    f.error_message = optional_string(j, "error_message");
+    f.traceback = optional_string(j, "traceback");
     return f;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("malformed failure record from another node: ") + e.what(), 1);

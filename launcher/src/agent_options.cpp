@@ -11,6 +11,7 @@ agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& 
   a.no_python = o.no_python;
   a.module = o.module;
   a.python = o.python;
+  a.local_rank_arg = r.command_spec.local_rank_arg;
   a.term_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.term_timeout));
   if (o.hang_timeout) {

@@ -211,6 +211,18 @@ void add_run_options(CLI::App& app, core::Options& o) {
   app.add_option("--python", o.python, "Python interpreter for .py and -m (default python3 from PATH)")
       ->envname(env("PYTHON"))
       ->group(g);
+  one_of(app.add_option("--local-rank-arg,--local_rank_arg", o.local_rank_arg,
+                        "For scripts written for torch.distributed.launch: pass each worker its local rank "
+                        "as --local_rank=N (underscore) or --local-rank=N (dash), right after the script, "
+                        "module or program (default none: LOCAL_RANK only)"),
+         {"none", "underscore", "dash"})
+      ->envname(env("LOCAL_RANK_ARG"))
+      ->group(g);
+  app.add_flag_function(
+         "--use-env,--use_env", [](std::int64_t) {},
+         "torch.distributed.launch's --use_env: accepted; ignored (LOCAL_RANK and the rest are always in "
+         "the environment)")
+      ->group(g);
   app.add_flag("--dry-run", o.dry_run,
                "Print the plan (every worker of the job, with its environment) and exit")
       ->group(g);

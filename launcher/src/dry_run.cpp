@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/command.hpp"
 #include "plan_writer.hpp"
 
 namespace ddprun::launcher {
@@ -59,6 +60,12 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
     out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
   }
   return out + cpu_bind_line(r);
+}
+
+std::string joined(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + a;
+  return out;
 }
 
 }  // namespace
@@ -162,10 +169,12 @@ void write_plan_text(std::ostream& os, const core::Resolved& r, const core::Plan
   out.buf += fmt::format("{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}\n", "node", "host", host_w, "rank", "local",
                          "gpus", mp ? "  mp/dp" : "", bind ? "  cpus" : "");
   const auto slot = core::task_slot(r.job);
+  int max_local = -1;
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     const bool mine = !batch && static_cast<int>(n) == r.job.node_rank;
     for (const auto& derived : core::derive_workers(t, static_cast<int>(n), slot)) {
       const core::Worker& w = mine ? bound_or(derived, this_node) : derived;
+      max_local = std::max(max_local, w.local_rank);
       const std::string gpus = w.gpus.empty() ? "-" : fmt::format("{}", fmt::join(w.gpus, ","));
       const std::string mpdp =
           mp ? fmt::format("  {}/{}", w.env.at("DDPRUN_MP_RANK"), w.env.at("DDPRUN_DP_RANK")) : "";
@@ -178,9 +187,14 @@ void write_plan_text(std::ostream& os, const core::Resolved& r, const core::Plan
     }
     out.maybe_flush();
   }
-  std::string cmd;
-  for (const auto& a : r.command) cmd += (cmd.empty() ? "" : " ") + a;
-  out.buf += fmt::format("command: {}\n", cmd);
+  if (r.command_spec.local_rank_arg == core::LocalRankArg::none) {
+    out.buf += fmt::format("command: {}\n", joined(r.command));
+    return;
+  }
+  // Workers differ only by their local rank: one line for each.
+  for (int l = 0; l <= max_local; ++l) {
+    out.buf += fmt::format("command (local rank {}): {}\n", l, joined(core::worker_argv(r.command_spec, l)));
+  }
 }
 
 }  // namespace ddprun::launcher

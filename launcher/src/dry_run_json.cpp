@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/command.hpp"
 #include "core/json.hpp"
 #include "launcher/dry_run.hpp"
 #include "plan_writer.hpp"
@@ -27,9 +28,26 @@ void put_string(std::string& out, const std::string& s) {
 }
 
 // One worker at the depth of the "workers" array (indent 4), keys in nlohmann's sorted order.
-// `cpus` only under --cpu-bind: the bound list, or null where that node's agent decides.
-void put_worker(std::string& out, const core::Worker& w, bool cpus) {
-  out += "    {\n      ";
+// A list of strings at the depth of a worker's key (indent 6).
+void put_strings(std::string& out, const std::vector<std::string>& v) {
+  if (v.empty()) {
+    out += "[]";
+    return;
+  }
+  out += "[\n";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    out += i == 0 ? "        " : ",\n        ";
+    put_string(out, v[i]);
+  }
+  out += "\n      ]";
+}
+
+// `argv`: what this worker runs (its own --local-rank-arg); `cpus` only under --cpu-bind: the bound
+// list, or null where that node's agent decides.
+void put_worker(std::string& out, const core::Worker& w, const std::vector<std::string>& argv, bool cpus) {
+  out += "    {\n      \"argv\": ";
+  put_strings(out, argv);
+  out += ",\n      ";
   if (cpus) {
     if (w.cpus.empty()) {
       out += "\"cpus\": null,\n      ";
@@ -57,16 +75,7 @@ void put_worker(std::string& out, const core::Worker& w, bool cpus) {
     out += "\n      }";
   }
   out += ",\n      \"gpus\": ";
-  if (w.gpus.empty()) {
-    out += "[]";
-  } else {
-    out += "[\n";
-    for (std::size_t i = 0; i < w.gpus.size(); ++i) {
-      out += i == 0 ? "        " : ",\n        ";
-      put_string(out, w.gpus[i]);
-    }
-    out += "\n      ]";
-  }
+  put_strings(out, w.gpus);
   out += ",\n      \"host\": ";
   if (w.host) {
     put_string(out, *w.host);
@@ -113,7 +122,8 @@ void write_plan_json(std::ostream& os, const core::Resolved& r, const core::Plan
     for (const auto& derived : core::derive_workers(t, static_cast<int>(n), slot)) {
       out.buf += first ? "[\n" : ",\n";
       first = false;
-      put_worker(out.buf, mine ? bound_or(derived, this_node) : derived, cpus);
+      put_worker(out.buf, mine ? bound_or(derived, this_node) : derived,
+                 core::worker_argv(r.command_spec, derived.local_rank), cpus);
     }
     out.maybe_flush();
   }

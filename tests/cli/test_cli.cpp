@@ -199,6 +199,42 @@ TEST_CASE("a .py script runs as python3 -u SCRIPT, -m MODULE as python3 -u -m MO
         nlohmann::json({"python3", "-u", "train.py", "--lr", "1"}));
 }
 
+TEST_CASE(
+    "torch.distributed.launch scripts: --local-rank-arg passes each worker its local rank, --use_env is "
+    "accepted",
+    "[cli][command]") {
+  // The seed-style command line of a torch.distributed.launch user, with ddprun in front.
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "--nproc_per_node", "2", "--use_env",
+                                "--local-rank-arg", "underscore", "train.py", "--lr", "0.1"}));
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.at("workers").size() == 2);
+  for (int l = 0; l < 2; ++l) {
+    CHECK(j.at("workers")[static_cast<std::size_t>(l)].at("argv") ==
+          nlohmann::json({"python3", "-u", "train.py", "--local_rank=" + std::to_string(l), "--lr", "0.1"}));
+  }
+  r = run_process(cmdline({"--dry-run", "--nproc-per-node", "2", "--use-env", "--local-rank-arg", "dash",
+                           "-m", "pkg.train", "x"}));
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("command (local rank 0): python3 -u -m pkg.train --local-rank=0 x\n") &&
+                 Catch::Contains("command (local rank 1): python3 -u -m pkg.train --local-rank=1 x\n"));
+  // The run itself: /bin/echo stands in for the interpreter and shows each worker's argv.
+  ddprun::test::TempDir dir;
+  const std::string script = dir / "train.py";
+  std::ofstream(script) << "print('hi')\n";
+  r = run_process(cmdline({"--nproc-per-node", "2", "--no-prefix", "--python", "/bin/echo",
+                           "--local_rank_arg", "underscore", script, "--lr", "1"}));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("-u " + script + " --local_rank=0 --lr 1\n") &&
+                        Catch::Contains("-u " + script + " --local_rank=1 --lr 1\n"));
+  // From the environment too; the flag wins.
+  r = run_process(cmdline({"--dry-run", "--format", "json", "train.py"}),
+                  {{"DDPRUN_LOCAL_RANK_ARG", "dash"}});
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("workers")[0].at("argv")[3] == "--local-rank=0");
+}
+
 TEST_CASE("a command that cannot start fails before any worker, with one line", "[cli][command][error]") {
   ddprun::test::TempDir dir;
   check_cannot_start({"--nproc-per-node", "1", "--", "nosuch.py"}, 127, "no such file: nosuch.py");
@@ -226,6 +262,8 @@ TEST_CASE("bad input table", "[cli][error]") {
   check_bad({"--bogus", "true"}, "unknown flag '--bogus'");
   check_bad({"--dry-run"}, "no command");
   check_bad({"--dry-run", "--format", "xml", "true"}, "--format: xml not in {text,json}");
+  check_bad({"--local-rank-arg", "snake", "true"}, "--local-rank-arg: snake not in {none,underscore,dash}");
+  check_bad({"--dry-run", "true"}, "--local-rank-arg", {{"DDPRUN_LOCAL_RANK_ARG", "yes"}});
   check_bad({"--nproc-per-node", "0", "true"}, "--nproc-per-node 0");
   check_bad({"--nproc-per-node", "gpu", "true"}, "no GPUs are visible");
   check_bad({"--gpus-per-proc", "0", "true"}, "--gpus-per-proc 0");

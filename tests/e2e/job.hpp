@@ -1,6 +1,7 @@
 #pragma once
 // Several ddprun agents on loopback acting as the nodes of one job (shared by the e2e tests).
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct Job {
   std::string token = "ddprun-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
   int port = free_port();
   std::vector<Proc> agents;
+  std::map<std::string, std::string> env;  // more variables for the agents
 
   // Starts `nnodes` agents, each running `nproc` workers of `command`.
   void start(int nnodes, int nproc, const std::vector<std::string>& command,
@@ -36,8 +38,10 @@ struct Job {
       argv.insert(argv.end(), extra.begin(), extra.end());
       argv.push_back("--");
       argv.insert(argv.end(), command.begin(), command.end());
-      agents.push_back(ddprun::test::start(argv, {{"DDPRUN_TEST_TOKEN", token}, {"DIR", dir.path()}},
-                                           dir.path(), "agent" + std::to_string(n)));
+      auto vars = env;
+      vars["DDPRUN_TEST_TOKEN"] = token;
+      vars["DIR"] = dir.path();
+      agents.push_back(ddprun::test::start(argv, vars, dir.path(), "agent" + std::to_string(n)));
     }
   }
   void wait_all(std::chrono::milliseconds limit = 120s) {

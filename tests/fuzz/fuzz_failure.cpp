@@ -25,6 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   };
   f.host = next();
   f.reason = next();
+  f.error_message = next();
+  f.traceback = next();
   while (!rest.empty() && f.stderr_tail.size() < 64) f.stderr_tail.push_back(next());
   f.exit_code = static_cast<int>(size % 256);
   f.rank = static_cast<int>(size % 7) - 1;

@@ -78,6 +78,7 @@ class Proc {
   WorkerExit exit_record() const;
 
   ProcEnd end;
+  std::string error_file;  // its TORCHELASTIC_ERROR_FILE; "" if none
 
  private:
   struct Pipe {

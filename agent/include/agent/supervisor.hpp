@@ -8,6 +8,7 @@
 
 #include "agent/coordinator.hpp"
 #include "agent/result.hpp"
+#include "core/command.hpp"
 #include "core/plan.hpp"
 
 namespace ddprun::agent {
@@ -26,6 +27,7 @@ struct AgentOptions {
   bool no_python = false;
   bool module = false;
   std::string python = "python3";
+  core::LocalRankArg local_rank_arg = core::LocalRankArg::none;  // --local-rank-arg
   std::chrono::milliseconds term_timeout = kDefaultTermTimeout;
   std::chrono::milliseconds exit_barrier_timeout = kDefaultExitBarrierTimeout;
   // A rank without output or heartbeat for this long is hung (hang_watch.hpp); null: never.

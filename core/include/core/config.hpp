@@ -42,6 +42,7 @@ struct Options {
   bool no_python = false;  // --no-python
   bool run_path = false;   // torchrun's --run_path: accepted, overrides --no-python
   std::string python = "python3";
+  std::string local_rank_arg = "none";  // none | underscore | dash: torch.distributed.launch's --local_rank
 
   // Supervision and logs (used by the agent).
   double term_timeout = 10.0;
@@ -85,7 +86,8 @@ struct Resolved {
   std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
   bool gpus_on_nodes = false;        // batch context without GPU variables: GPU counts come from the nodes
-  std::vector<std::string> command;  // final argv: build_argv(command_spec(options))
+  CommandSpec command_spec;          // command_spec(options)
+  std::vector<std::string> command;  // final argv: build_argv(command_spec); per worker: worker_argv
   std::optional<std::set<int>> local_ranks_filter;
   CpuBind cpu_bind = CpuBind::none;  // applied by each agent to its own workers (agent/topology.hpp)
 };

@@ -3,6 +3,7 @@
 // shared between nodes. One type and one codec for every layer, at one time precision (µs), so
 // that every node compares the same timestamps when it names the root cause.
 #include <chrono>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,7 +44,15 @@ struct Failure {
   // No rank failed: these ranks made no progress for --hang-timeout (exit_code kHangExitCode).
   bool hang = false;
   std::vector<SilentRank> silent;  // the hung ranks of the node that declared the hang
+  // What a Python worker decorated with torch's @record wrote to TORCHELASTIC_ERROR_FILE: the
+  // exception ("ValueError: ...") and its traceback, together at most kPythonErrorCap bytes; empty
+  // when it wrote nothing usable.
+  std::string error_message;
+  std::string traceback;
 };
+
+// Bound on error_message + traceback in one record (it travels through the store with the abort).
+inline constexpr std::size_t kPythonErrorCap = 16 * 1024;
 
 // Whether this root cause ends the job whatever --max-restarts says: a command that cannot start,
 // an agent stopped by a signal (scancel, a time limit), where restarting would fight Slurm, or a
@@ -57,7 +66,8 @@ std::string signal_name(int sig);
 std::string format_time(FailureTime t);
 
 // Failure <-> JSON (reports, events, and what travels through the store). from_json throws
-// core::Error (exit 1) on malformed input.
+// core::Error (exit 1) on malformed input; fields added later (error_message, traceback, ...) may be
+// missing or null, so records of older versions still decode.
 nlohmann::json failure_to_json(const Failure& f);
 Failure failure_from_json(const nlohmann::json& j);
 

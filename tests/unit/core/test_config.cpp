@@ -209,6 +209,65 @@ TEST_CASE("multi-node outside Slurm needs an endpoint and a node rank", "[config
   CHECK(r.nnodes_max == 4);
 }
 
+TEST_CASE("local-rank-arg: each worker's argv has its local rank where torch.distributed.launch puts it",
+          "[config]") {
+  struct Row {
+    std::vector<std::string> command;
+    bool module;
+    bool no_python;
+    LocalRankArg style;
+    int local_rank;
+    std::vector<std::string> argv;
+  };
+  using V = std::vector<std::string>;
+  const auto U = LocalRankArg::underscore;
+  const auto D = LocalRankArg::dash;
+  const Row table[] = {
+      // After the script, before the user's own arguments.
+      {{"train.py", "--lr", "0.1"},
+       false,
+       false,
+       U,
+       3,
+       V{"python3", "-u", "train.py", "--local_rank=3", "--lr", "0.1"}},
+      {{"train.py", "--lr", "0.1"},
+       false,
+       false,
+       D,
+       0,
+       V{"python3", "-u", "train.py", "--local-rank=0", "--lr", "0.1"}},
+      {{"train.py"}, false, false, U, 1, V{"python3", "-u", "train.py", "--local_rank=1"}},
+      // After the module name (python -m pkg.mod --local_rank=N ARGS).
+      {{"pkg.mod", "x"}, true, false, U, 2, V{"python3", "-u", "-m", "pkg.mod", "--local_rank=2", "x"}},
+      // Any other program (and --no-python): after its first word, as with launch's --no_python.
+      {{"./a.out", "x", "y"}, false, false, D, 7, V{"./a.out", "--local-rank=7", "x", "y"}},
+      {{"run.py", "x"}, false, true, U, 1, V{"run.py", "--local_rank=1", "x"}},
+      // none: torchrun's way, the command is untouched.
+      {{"train.py", "a"}, false, false, LocalRankArg::none, 5, V{"python3", "-u", "train.py", "a"}},
+  };
+  for (const auto& row : table) {
+    const CommandSpec spec{row.command, row.no_python, row.module, "python3", row.style};
+    CHECK(worker_argv(spec, row.local_rank) == row.argv);
+  }
+  // An argument that looks like the flag is the user's and stays where it was.
+  CHECK(worker_argv({{"t.py", "--local_rank=9"}, false, false, "python3", U}, 0) ==
+        V{"python3", "-u", "t.py", "--local_rank=0", "--local_rank=9"});
+}
+
+TEST_CASE("local-rank-arg: styles, and a bad one is a one-line error", "[config]") {
+  CHECK(parse_local_rank_arg("underscore") == LocalRankArg::underscore);
+  CHECK(parse_local_rank_arg("dash") == LocalRankArg::dash);
+  CHECK(parse_local_rank_arg("none") == LocalRankArg::none);
+  CHECK_THROWS_WITH(parse_local_rank_arg("Underscore"),
+                    "--local-rank-arg 'Underscore' is not a style; give underscore (--local_rank=N), dash "
+                    "(--local-rank=N) or none");
+  auto o = cmd({"train.py", "--lr", "1"});
+  o.local_rank_arg = "dash";
+  const auto r = resolve(o, {}, sys());
+  CHECK(r.command_spec.local_rank_arg == LocalRankArg::dash);
+  CHECK(r.command == std::vector<std::string>{"python3", "-u", "train.py", "--lr", "1"});  // the common part
+}
+
 TEST_CASE("command forms: .py, -m, --no-python", "[config]") {
   auto argv = [](const Options& o) { return build_argv(command_spec(o)); };
   auto o = cmd({"train.py", "--lr", "0.1"});

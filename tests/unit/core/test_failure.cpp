@@ -49,6 +49,33 @@ TEST_CASE("failure: the wire form round-trips every field at microsecond precisi
   CHECK(decode_failure(encode_failure(on_request)).after_signal == SIGUSR2);
 }
 
+TEST_CASE("failure: a Python exception and traceback travel with the record", "[failure]") {
+  Failure f = sample();
+  f.error_message = "ValueError: distinctive-message";
+  f.traceback = "Traceback (most recent call last):\n  File \"t.py\", line 3, in main\n";
+  const Failure g = decode_failure(encode_failure(f));
+  CHECK(g.error_message == f.error_message);
+  CHECK(g.traceback == f.traceback);
+  // 16 KB, all of it escaped (control bytes take six), stays far below the store's value limit.
+  f.traceback = std::string(kPythonErrorCap, '\x01');
+  CHECK(encode_failure(f).size() < 7 * kPythonErrorCap);
+  CHECK(decode_failure(encode_failure(f)).traceback == f.traceback);
+}
+
+TEST_CASE("failure: records without the Python fields (older versions) still decode", "[failure]") {
+  nlohmann::json j = failure_to_json(sample());
+  CHECK(j.at("error_message").is_null());  // empty is null in the JSON
+  CHECK(j.at("traceback").is_null());
+  j.erase("error_message");
+  j.erase("traceback");
+  const Failure g = decode_failure(dump_json(j));
+  CHECK(g.error_message.empty());
+  CHECK(g.traceback.empty());
+  CHECK(g.rank == 5);
+  j["traceback"] = 42;  // a wrong type is malformed, as for every other field
+  CHECK_THROWS_AS(decode_failure(dump_json(j)), Error);
+}
+
 TEST_CASE("failure: now() is already at the record's precision, so a round trip never reorders",
           "[failure]") {
   const Failure a = [] {
