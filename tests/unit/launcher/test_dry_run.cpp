@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/command.hpp"
 #include "core/config.hpp"
 #include "core/cpu_bind.hpp"
 #include "core/json.hpp"
@@ -32,6 +33,7 @@ std::string text_of(const ddprun::core::Resolved& r, const PlanTable& t) {
 // The dry-run JSON as it was built before streaming: the whole tree, dumped once.
 std::string json_reference(const ddprun::core::Resolved& r) {
   nlohmann::json j = plan_to_json(build_plan(r.job, r.nodes));
+  for (auto& w : j.at("workers")) w["argv"] = worker_argv(r.command_spec, w.at("local_rank").get<int>());
   j["command"] = r.command;
   j["context"] = to_string(r.context);
   j["rdzv_endpoint"] = fmt::format("{}:{}", r.rdzv_host, r.rdzv_port);
@@ -130,6 +132,7 @@ TEST_CASE("the streamed dry-run JSON is the whole plan dumped at once, whatever 
   r.job.role = "t\tz";
   r.job.gpus_per_proc = 1;
   r.command = {"echo", "\xfe", "x y"};
+  r.command_spec.command = r.command;
   r.nodes = nodes({2, 2, 2}, {"0", "g\"1"});
   r.nodes[0].host.reset();        // unknown outside Slurm: null
   r.nodes[2].host = "h\xe2\x82";  // truncated UTF-8
@@ -182,6 +185,7 @@ TEST_CASE("dry-run --cpu-bind shows this node's CPUs and '?' for other nodes", "
   r.job.node_rank = 1;
   r.job.gpus_per_proc = 1;
   r.cpu_bind = CpuBind::gpu;
+  r.command = r.command_spec.command = {"train"};
   r.nodes = nodes({2, 2}, {"0", "1"});
   const PlanTable t = ddprun::launcher::dry_run_table(r);
   const auto b = ddprun::launcher::bind_this_node(r, t, two_numa(), {0, 1, 2, 3, 4, 5, 6, 7});
@@ -207,6 +211,7 @@ TEST_CASE("dry-run --cpu-bind: errors before anything starts, a batch script bin
   ddprun::core::Resolved r;
   r.job.nnodes = 1;
   r.cpu_bind = CpuBind::cores;
+  r.command = r.command_spec.command = {"train"};
   r.nodes = nodes({3});
   const PlanTable t = ddprun::launcher::dry_run_table(r);
   CHECK_THROWS_WITH(ddprun::launcher::bind_this_node(r, t, two_numa(), {0, 1}),
