@@ -1,0 +1,225 @@
+#pragma once
+// A simulated ddprun agent (node rank >= 1) as a few steps over sim::Conn, following what
+// rendezvous/src/{join,liveness,barrier}.cpp do on a real agent (keys from rendezvous/src/keys.hpp):
+//   connect + hello (token auth) -> join -> wait for and read the plan -> heartbeat/watch loop,
+//   and meanwhile on the main connection, once the driver says go: publish an abort (one agent)
+//   or the exit barrier.
+// Protocol of today's main: two connections per agent (main, and the watch: a long poll on the
+// abort key renewed every 250 ms, which is the heartbeat). Adapt the steps when it changes.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include "core/failure.hpp"
+#include "sim_conn.hpp"
+
+namespace sim {
+
+using Clock = std::chrono::steady_clock;
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+enum class Scenario { abort, barrier };
+
+struct Config {
+  std::uint16_t port = 0;
+  std::string run_id;
+  std::string token;
+  int nnodes = 0;
+  int nproc = 8;
+  Scenario scenario = Scenario::barrier;
+  std::chrono::milliseconds hb_interval{250};  // the watch's renewal (RendezvousOptions default)
+  std::uint32_t hb_timeout_ms = 5000;          // liveness promised in the watch's hello
+  std::string prefix = "/attempt_0/";
+};
+
+struct Stat {
+  std::int64_t plan_ns = 0, abort_ns = 0, barrier_ns = 0;
+  std::uint64_t bytes = 0;     // every byte this agent received, on all its connections
+  std::size_t plan_bytes = 0;  // the published plan's value
+  std::string error;
+};
+
+// Wakes every coroutine of one io_context waiting on it (fire() from any thread).
+struct Gate {
+  explicit Gate(asio::io_context& io) : t(io, Clock::time_point::max()) {}
+  awaitable<void> wait() {
+    while (!open) {
+      boost::system::error_code ec;
+      co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+  }
+  void fire() {
+    asio::post(t.get_executor(), [this] {
+      open = true;
+      t.cancel();
+    });
+  }
+  asio::steady_timer t;
+  bool open = false;
+};
+
+struct Run {
+  Config cfg;
+  std::vector<Stat> stats;  // by node rank; each touched only by its agent until finished
+  std::atomic<int> plans{0}, finished{0}, failed{0};
+  std::atomic<std::int64_t> abort_t0{0};
+};
+
+inline proto::Request req(proto::Op op, std::string key, std::string value = {}) {
+  proto::Request r;
+  r.op = op;
+  r.key = std::move(key);
+  r.value = std::move(value);
+  return r;
+}
+
+class Agent {
+ public:
+  Agent(asio::io_context& io, Run& run, Gate& go, int rank)
+      : run_(run),
+        cfg_(run.cfg),
+        go_(go),
+        rank_(rank),
+        st_(run.stats[static_cast<std::size_t>(rank)]),
+        main_(io, st_.bytes),
+        watch_(io, st_.bytes) {}
+
+  awaitable<void> run() {
+    using namespace asio::experimental::awaitable_operators;
+    try {
+      co_await main_.open(cfg_.port, cfg_.run_id, cfg_.token, fmt::format("main/{}", rank_), 0);
+      co_await join();
+      co_await read_plan();
+      st_.plan_ns = now_ns();
+      run_.plans.fetch_add(1);
+      co_await watch_.open(cfg_.port, cfg_.run_id, cfg_.token, fmt::format("agent/0/{}", rank_),
+                           cfg_.hb_timeout_ms);
+      co_await (watch_loop() && main_after_go());
+    } catch (const std::exception& e) {
+      st_.error = e.what();
+      run_.failed.fetch_add(1);
+    }
+    main_.close();
+    watch_.close();
+    run_.finished.fetch_add(1);
+  }
+
+ private:
+  std::string key(const std::string& k) const { return cfg_.prefix + k; }
+
+  awaitable<Answer> call(Conn& c, proto::Request r) {
+    Answer a = co_await c.call(r);
+    if (a.status == proto::Status::error)
+      throw std::runtime_error(fmt::format("{} {}: {}", proto::to_string(r.op), r.key, a.value));
+    co_return a;
+  }
+  awaitable<std::int64_t> add(const std::string& k, std::int64_t d) {
+    proto::Request r = req(proto::Op::add, key(k));
+    r.number = d;
+    co_return (co_await call(main_, r)).number;
+  }
+  awaitable<void> set(const std::string& k, std::string v) {
+    co_await call(main_, req(proto::Op::set, key(k), std::move(v)));
+  }
+  awaitable<Answer> wait_any(Conn& c, std::vector<std::string> ks, std::uint64_t timeout_ms) {
+    proto::Request r = req(proto::Op::wait_any, {});
+    for (auto& k : ks) r.keys.push_back(key(k));
+    r.timeout_ms = timeout_ms;
+    co_return co_await call(c, r);
+  }
+
+  // Claim the node rank, publish the join record, count the arrival (join.cpp).
+  awaitable<void> join() {
+    if (co_await add(fmt::format("rank/{}", rank_), 1) > 1) throw std::runtime_error("node rank taken");
+    co_await set(
+        fmt::format("node/{}", rank_),
+        fmt::format(
+            R"({{"addr":"127.0.0.1","gpus":[],"hostname":"sim{}","local_world_size":{},"node_rank":{}}})",
+            rank_, cfg_.nproc, rank_));
+    const std::int64_t n = co_await add("arrivals", 1);
+    co_await set(fmt::format("arrived/{}", n), std::to_string(rank_));
+  }
+
+  awaitable<void> read_plan() {
+    std::vector<std::string> ks{"plan",
+                                "join_error"};  // a named list: GCC 12 fumbles braced lists in co_await
+    const Answer got = co_await wait_any(main_, std::move(ks), 600000);
+    if (got.status != proto::Status::ok) throw std::runtime_error("no plan in time");
+    if (got.number == 1) throw std::runtime_error("join error on the master");
+    const Answer plan = co_await call(main_, req(proto::Op::get, key("plan")));
+    if (plan.status != proto::Status::ok) throw std::runtime_error("plan vanished");
+    st_.plan_bytes = plan.value_size;
+  }
+
+  // The heartbeat: a long poll on the abort key, renewed every interval (liveness.cpp).
+  awaitable<void> watch_loop() {
+    try {
+      for (;;) {
+        std::vector<std::string> ks{"abort"};
+        const Answer a =
+            co_await wait_any(watch_, std::move(ks), static_cast<std::uint64_t>(cfg_.hb_interval.count()));
+        if (leaving_) co_return;
+        if (a.status == proto::Status::ok) {
+          st_.abort_ns = now_ns();
+          co_return;
+        }
+      }
+    } catch (const std::exception&) {
+      if (!leaving_) throw;
+    }
+  }
+
+  awaitable<void> main_after_go() {
+    co_await go_.wait();
+    if (cfg_.scenario == Scenario::abort) {
+      if (rank_ == 1) co_await publish_abort();
+      co_return;
+    }
+    co_await barrier();
+  }
+
+  awaitable<void> publish_abort() {
+    ddprun::core::Failure f;
+    f.host = fmt::format("sim{}", rank_);
+    f.node_rank = rank_;
+    f.rank = rank_ * cfg_.nproc;
+    f.local_rank = 0;
+    f.exit_code = 3;
+    f.reason = "exited with code 3 (simulated)";
+    f.time = ddprun::core::failure_now();
+    proto::Request r = req(proto::Op::compare_set, key("abort"), "");
+    r.value2 = ddprun::core::encode_failure(f);
+    run_.abort_t0.store(now_ns());
+    co_await call(main_, r);
+  }
+
+  // The exit barrier (barrier.cpp): leaving, count, wait for done, acknowledge, stop watching.
+  awaitable<void> barrier() {
+    co_await set(fmt::format("left/{}", rank_), "1");
+    if (co_await add("barrier/exit/count", 1) >= cfg_.nnodes) co_await set("barrier/exit/done", "1");
+    std::vector<std::string> ks{"barrier/exit/done", "abort"};
+    const Answer a = co_await wait_any(main_, std::move(ks), 120000);
+    if (a.status != proto::Status::ok || a.number != 0) throw std::runtime_error("exit barrier failed");
+    st_.barrier_ns = now_ns();
+    leaving_ = true;
+    co_await set(fmt::format("barrier/exit/ack/{}", rank_), "1");
+    watch_.close();
+  }
+
+  Run& run_;
+  const Config& cfg_;
+  Gate& go_;
+  int rank_;
+  Stat& st_;
+  Conn main_;
+  Conn watch_;
+  bool leaving_ = false;
+};
+
+}  // namespace sim
