@@ -33,7 +33,7 @@ struct Options {
   double idle_s = 3;
   std::vector<Scenario> scenarios{Scenario::abort, Scenario::barrier};
   std::string json;
-  long rss_cap_mb = 6000;  // the master is killed above this (it would take the machine down)
+  long rss_cap_mb = 4000;  // the master is killed above this (it would take the machine down)
   std::vector<int> sizes;
 };
 
@@ -354,6 +354,7 @@ int main(int argc, char** argv) {
       const Result r = run_one(o, n, sc);
       print_row(r);
       if (js) js << json_line(r) << std::endl;
+      if (r.plan_s < 0) break;  // the other scenario would fail the same way before the plan
     }
   }
   return 0;
