@@ -3,7 +3,8 @@
 // Per N and scenario (abort | barrier) it measures: time until the last agent holds its plan, the
 // abort's or the exit barrier's time to reach every agent, the master's CPU and peak RSS, bytes
 // received per agent, and the master's idle CPU with every agent heartbeating.
-// Usage: rdzv_scale [--ddprun PATH] [--threads T] [--idle S] [--scenarios abort,barrier]
+// Usage: rdzv_scale [--ddprun PATH] [--protocol main|conn16] [--threads T] [--idle S] [--scenarios
+// abort,barrier]
 //                   [--json FILE] [--rss-cap-mb M] N...
 // Figures only, never a pass/fail: see docs/scale.md and bench/rdzv_scale.sh.
 #include <signal.h>
@@ -35,10 +36,12 @@ struct Options {
   std::string json;
   long rss_cap_mb = 4000;  // the master is killed above this (it would take the machine down)
   std::vector<int> sizes;
+  bool one_conn = false;  // --protocol conn16
 };
 
 struct Result {
   int n = 0;
+  bool one_conn = false;
   Scenario scenario{};
   int failed = 0;
   std::string first_error;
@@ -196,6 +199,7 @@ void summarize(const sim::Run& run, std::int64_t t0, std::int64_t t_go, Result& 
 Result run_one(const Options& o, int n, Scenario sc) {
   Result r;
   r.n = n;
+  r.one_conn = o.one_conn;
   r.scenario = sc;
   sim::Run run;
   run.cfg.port = free_port();
@@ -221,10 +225,15 @@ Result run_one(const Options& o, int n, Scenario sc) {
     gates.push_back(std::make_unique<sim::Gate>(*ios.back()));
   }
   std::vector<std::unique_ptr<sim::Agent>> agents;
+  run.cfg.one_conn = o.one_conn;
   const std::int64_t t0 = sim::now_ns();
   for (int rank = 1; rank < n; ++rank) {
     const auto lane = static_cast<std::size_t>(rank % o.threads);
-    agents.push_back(std::make_unique<sim::Agent>(*ios[lane], run, *gates[lane], rank));
+    if (o.one_conn) {
+      agents.push_back(std::make_unique<sim::AgentOneConn>(*ios[lane], run, *gates[lane], rank));
+    } else {
+      agents.push_back(std::make_unique<sim::AgentTwoConns>(*ios[lane], run, *gates[lane], rank));
+    }
     asio::co_spawn(*ios[lane], agents.back()->run(), asio::detached);
   }
   std::vector<std::thread> threads;
@@ -237,10 +246,14 @@ Result run_one(const Options& o, int n, Scenario sc) {
     // Every watch is open a moment after its plan; then the job "runs" with nothing but heartbeats.
     ok = watch_master(master, r, o, 10s, [end = sim::Clock::now() + 1s] { return sim::Clock::now() > end; });
     const double c0 = proc_cpu_s(master);
-    const auto idle = std::chrono::duration<double>(o.idle_s);
+    // conn16's heartbeat interval grows with N: the window spans at least two of them.
+    const double idle_s =
+        o.one_conn ? std::max(o.idle_s, 2.0 * static_cast<double>(sim::conn16_interval(n).count()) / 1000.0)
+                   : o.idle_s;
+    const auto idle = std::chrono::duration<double>(idle_s);
     ok = ok && watch_master(master, r, o, 60s,
                             [end = sim::Clock::now() + idle] { return sim::Clock::now() > end; });
-    if (ok) r.idle_cpu = (proc_cpu_s(master) - c0) / o.idle_s;
+    if (ok) r.idle_cpu = (proc_cpu_s(master) - c0) / idle_s;
     t_go = sim::now_ns();
     for (auto& g : gates) g->fire();
   } else if (ok) {
@@ -281,12 +294,13 @@ std::string json_line(const Result& r) {
     return o;
   };
   return fmt::format(
-      R"({{"store":"ddprun","n":{},"scenario":"{}","plan_s":{},"end_s":{},"reached":{},"early_aborts":{},"idle_cpu":{},)"
+      R"({{"store":"ddprun","protocol":"{}","n":{},"scenario":"{}","plan_s":{},"end_s":{},"reached":{},"early_aborts":{},"idle_cpu":{},)"
       R"("master_cpu_s":{:.3f},"master_hwm_mb":{:.1f},"plan_bytes":{},"bytes_max":{},"bytes_mean":{},"failed":{},)"
       R"("master_status":{},"note":"{}","error":"{}"}})",
-      r.n, r.scenario == Scenario::abort ? "abort" : "barrier", r.plan_s, r.end_s, r.reached, r.early_aborts,
-      r.idle_cpu, r.master_cpu_s, static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max,
-      r.bytes_mean, r.failed, r.master_status, esc(r.note), esc(r.first_error));
+      r.one_conn ? "conn16" : "main", r.n, r.scenario == Scenario::abort ? "abort" : "barrier", r.plan_s,
+      r.end_s, r.reached, r.early_aborts, r.idle_cpu, r.master_cpu_s,
+      static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, r.bytes_mean, r.failed,
+      r.master_status, esc(r.note), esc(r.first_error));
 }
 
 // Raises the descriptor limit: soft to hard, and hard too where we may (root).
@@ -315,7 +329,11 @@ Options parse(int argc, char** argv) {
       o.threads = std::max(1, std::stoi(next()));
     else if (a == "--idle")
       o.idle_s = std::stod(next());
-    else if (a == "--json")
+    else if (a == "--protocol") {
+      const std::string v = next();
+      if (v != "main" && v != "conn16") throw std::runtime_error("--protocol: main or conn16");
+      o.one_conn = v == "conn16";
+    } else if (a == "--json")
       o.json = next();
     else if (a == "--rss-cap-mb")
       o.rss_cap_mb = std::stol(next());

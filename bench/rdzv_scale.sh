@@ -11,7 +11,7 @@ sizes=("$@")
 [ ${#sizes[@]} -eq 0 ] && sizes=(256 1024 4096 16384)
 cmake --preset default >/dev/null
 cmake --build build -j2 --target ddprun rdzv_scale
-out=docs/bench
+out=${SCALE_OUT:-docs/bench}
 mkdir -p "$out"
 jsonl="$out/scale.jsonl"
 : >"$jsonl"

@@ -43,12 +43,13 @@ class Conn {
  public:
   Conn(asio::io_context& io, std::uint64_t& bytes_in) : sock_(io), bytes_in_(bytes_in) {}
 
-  // Connects and queues the hello: it goes out with the first request (as ddprun's client does).
-  awaitable<void> open(std::uint16_t port, const std::string& run_id, const std::string& token,
-                       const std::string& label, std::uint32_t liveness_ms) {
+  awaitable<void> open_only(std::uint16_t port) {
     co_await sock_.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), port), use_awaitable);
     sock_.set_option(tcp::no_delay(true));
     sock_.non_blocking(true);
+  }
+  static std::string hello(const std::string& run_id, const std::string& token, const std::string& label,
+                           std::uint32_t liveness_ms) {
     proto::Hello h;
     h.run_id = run_id;
     h.label = label;
@@ -58,8 +59,17 @@ class Conn {
       h.credential =
           ddprun::rdzv::auth::token_credential(token, run_id, label, ddprun::rdzv::auth::random_nonce());
     }
-    pending_ = proto::encode_hello(h);
+    return proto::encode_hello(h);
+  }
+  // Connects and queues the hello: it goes out with the first request (as ddprun's client does).
+  awaitable<void> open(std::uint16_t port, const std::string& run_id, const std::string& token,
+                       const std::string& label, std::uint32_t liveness_ms) {
+    co_await open_only(port);
+    pending_ = hello(run_id, token, label, liveness_ms);
     hello_unanswered_ = true;
+  }
+  awaitable<void> write(const std::string& bytes) {
+    co_await asio::async_write(sock_, asio::buffer(bytes), use_awaitable);
   }
 
   // Sends one request and returns its answer (a refused hello throws with the server's reason).
@@ -81,7 +91,6 @@ class Conn {
     sock_.close(ec);
   }
 
- private:
   // Until in_ holds at least n bytes.
   awaitable<void> fill(std::size_t n) {
     while (in_.size() < n) co_await read_more(true);
@@ -110,14 +119,18 @@ class Conn {
     return v;
   }
 
-  awaitable<Answer> read_answer() {
+  awaitable<Answer> read_answer() {  // one whole answer (in order or not)
     co_await fill(proto::kHeaderSize);
     const std::size_t len = be(in_, 0, 4);
     if (len <= kKeepMax) {
+      // Parsed here rather than by proto::decode_response: that one refuses the out-of-band
+      // statuses (4, 5) of conn16's protocol when built against main's codec.
       co_await fill(proto::kHeaderSize + len);
-      const proto::Response r = proto::decode_response(std::string_view(in_).substr(proto::kHeaderSize, len));
+      if (len < 13 || be(in_, 13, 4) != len - 13) throw std::runtime_error("malformed answer");
+      Answer a{static_cast<proto::Status>(static_cast<unsigned char>(in_[4])),
+               static_cast<std::int64_t>(be(in_, 5, 8)), in_.substr(17, len - 13), len - 13};
       in_.erase(0, proto::kHeaderSize + len);
-      co_return Answer{r.status, r.number, r.value, r.value.size()};
+      co_return a;
     }
     // status u8, number i64, value length u32, then the value: counted, not kept.
     co_await fill(proto::kHeaderSize + 13);
@@ -134,6 +147,7 @@ class Conn {
     co_return a;
   }
 
+ private:
   tcp::socket sock_;
   std::uint64_t& bytes_in_;
   std::string pending_;
