@@ -257,7 +257,7 @@ Result run_one(const Options& o, int n, Scenario sc) {
     t_go = sim::now_ns();
     for (auto& g : gates) g->fire();
   } else if (ok) {
-    r.note = "agents failed before the plan";
+    r.note = run.plans.load() == others ? "agents failed after the plan" : "agents failed before the plan";
   }
   if (!watch_master(master, r, o, 60s, [&] { return run.finished.load() >= others; }) && r.note.empty()) {
     r.note = "agents did not finish in time";

@@ -177,6 +177,17 @@ class Agent {
   virtual awaitable<void> run() = 0;
 };
 
+// Both branches of `a && b` failed: the first one's error says what happened.
+inline std::string first_error(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 // Today's main: a main connection and a watch connection (liveness.cpp).
 class AgentTwoConns : public Agent {
  public:
@@ -201,6 +212,9 @@ class AgentTwoConns : public Agent {
       co_await watch_.open(cfg_.port, cfg_.run_id, cfg_.token, fmt::format("agent/0/{}", rank_),
                            cfg_.hb_timeout_ms);
       co_await (watch_loop() && main_after_go());
+    } catch (const asio::multiple_exceptions& e) {
+      st_.error = first_error(e.first_exception());
+      run_.failed.fetch_add(1);
     } catch (const std::exception& e) {
       st_.error = e.what();
       run_.failed.fetch_add(1);
@@ -284,6 +298,9 @@ class AgentOneConn : public Agent {
           watch_frame(fmt::format("agent/0/{}", rank_), static_cast<std::uint64_t>(t_agent), keys));
       if (w.status != proto::Status::ok) throw std::runtime_error("watch refused: " + w.value);
       co_await (heartbeats(interval) && main_after_go());
+    } catch (const asio::multiple_exceptions& e) {
+      st_.error = first_error(e.first_exception());
+      run_.failed.fetch_add(1);
     } catch (const std::exception& e) {
       st_.error = e.what();
       run_.failed.fetch_add(1);
