@@ -8,6 +8,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include <boost/asio.hpp>
@@ -43,8 +44,23 @@ class Conn {
  public:
   Conn(asio::io_context& io, std::uint64_t& bytes_in) : sock_(io), bytes_in_(bytes_in) {}
 
+  // Retries like ddprun's client (store/src/client_connect.cpp): 50 ms doubling to 1 s, +-50%
+  // jitter, up to the join timeout (here 600 s).
   awaitable<void> open_only(std::uint16_t port) {
-    co_await sock_.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), port), use_awaitable);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(600);
+    std::chrono::milliseconds delay(50);
+    for (;;) {
+      boost::system::error_code ec;
+      co_await sock_.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), port),
+                                   asio::redirect_error(use_awaitable, ec));
+      if (!ec) break;
+      if (std::chrono::steady_clock::now() > deadline) throw boost::system::system_error(ec);
+      sock_.close();
+      asio::steady_timer t(sock_.get_executor());
+      t.expires_after(delay / 2 + std::chrono::milliseconds(std::rand() % (delay.count() + 1)));
+      co_await t.async_wait(use_awaitable);
+      delay = std::min(delay * 2, std::chrono::milliseconds(1000));
+    }
     sock_.set_option(tcp::no_delay(true));
     sock_.non_blocking(true);
   }
