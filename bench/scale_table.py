@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Side-by-side table and plot for bench/rdzv_scale.sh: reads the JSON lines rdzv_scale and
 c10d_scale wrote, prints a Markdown table (docs/bench/scale.md) and draws docs/bench/scale.png.
-Usage: scale_table.py JSONL OUT_DIR"""
+Usage: scale_table.py JSONL OUT_DIR [NAME [BASELINE_JSONL]]
+NAME names the outputs (default scale); BASELINE_JSONL adds another ddprun run's plan times to the plot
+(e.g. today's main against a branch)."""
 import json
 import os
 import shutil
@@ -15,6 +17,15 @@ def sec(v):
 
 def main():
     src, out = sys.argv[1], sys.argv[2]
+    name = sys.argv[3] if len(sys.argv) > 3 else "scale"
+    base = {}
+    if len(sys.argv) > 4:
+        for line in open(sys.argv[4]):
+            r = json.loads(line) if line.strip() else None
+            if r and r["store"] == "ddprun":
+                prev = base.get(r["n"])
+                ok = r["plan_s"] if r["plan_s"] >= 0 else None
+                base[r["n"]] = ok if prev is None else (None if ok is None else max(prev, ok))
     recs = [json.loads(line) for line in open(src) if line.strip()]
     ours = {}
     for r in recs:
@@ -47,20 +58,22 @@ def main():
         plot.append((n, plan if plan >= 0 else None, c.get("plan_s") if c.get("plan_s", -1) >= 0 else None))
     os.makedirs(out, exist_ok=True)
     table = "\n".join(lines)
-    with open(os.path.join(out, "scale.md"), "w") as f:
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
         f.write(table + "\n")
     print(table)
     if shutil.which("gnuplot") and plot:
-        dat, png = os.path.join(out, "scale.dat"), os.path.join(out, "scale.png")
+        dat, png = os.path.join(out, f"{name}.dat"), os.path.join(out, f"{name}.png")
+        nan = lambda v: "NaN" if v is None else v  # noqa: E731
         with open(dat, "w") as f:
             for n, o, t in plot:
-                f.write(f"{n} {o if o is not None else 'NaN'} {t if t is not None else 'NaN'}\n")
+                f.write(f"{n} {nan(o)} {nan(t)} {nan(base.get(n))}\n")
         subprocess.run(["gnuplot", "-e",
                         f"set terminal png size 800,450 noenhanced; set output '{png}'; set logscale xy;"
                         "set xlabel 'nodes (8 workers each)'; set ylabel 'seconds until the last agent holds the plan';"
                         "set key left top;"
-                        f"plot '{dat}' using 1:2 with linespoints title 'ddprun rendezvous (real master)',"
-                        f"'{dat}' using 1:3 with linespoints title 'c10d TCPStore (same workload)'"], check=False)
+                        f"plot '{dat}' using 1:2 with linespoints title '{os.environ.get('SCALE_TITLE', 'ddprun')}',"
+                        f"'{dat}' using 1:3 with linespoints title 'c10d TCPStore (same workload)'" +
+                        (f",'{dat}' using 1:4 with linespoints title '{os.environ.get('SCALE_BASE_TITLE', 'baseline')}'" if base else "")], check=False)
 
 
 if __name__ == "__main__":
