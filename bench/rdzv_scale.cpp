@@ -135,9 +135,18 @@ bool wait_listening(std::uint16_t port, pid_t master) {
   return false;
 }
 
+// The master has exited (a zombie until reaped, or gone).
+bool master_exited(pid_t pid) {
+  std::ifstream f(fmt::format("/proc/{}/stat", pid));
+  std::string s((std::istreambuf_iterator<char>(f)), {});
+  const auto rp = s.rfind(')');
+  return rp == std::string::npos || rp + 2 >= s.size() || s[rp + 2] == 'Z';
+}
+
 // Samples the master while `until` is false; kills it above the RSS cap.
 template <typename Pred>
-bool watch_master(pid_t pid, Result& r, const Options& o, std::chrono::seconds limit, Pred until) {
+bool watch_master(pid_t pid, Result& r, const Options& o, std::chrono::seconds limit, Pred until,
+                  bool stop_on_exit = true) {
   const auto end = sim::Clock::now() + limit;
   while (!until()) {
     r.master_hwm_kb = std::max(r.master_hwm_kb, proc_status_kb(pid, "VmHWM:"));
@@ -147,6 +156,10 @@ bool watch_master(pid_t pid, Result& r, const Options& o, std::chrono::seconds l
       return false;
     }
     if (sim::Clock::now() > end) return false;
+    if (stop_on_exit && master_exited(pid)) {
+      if (r.note.empty()) r.note = "the master exited";
+      return false;
+    }
     std::this_thread::sleep_for(10ms);
   }
   return true;
@@ -259,7 +272,9 @@ Result run_one(const Options& o, int n, Scenario sc) {
   } else if (ok) {
     r.note = run.plans.load() == others ? "agents failed after the plan" : "agents failed before the plan";
   }
-  if (!watch_master(master, r, o, 60s, [&] { return run.finished.load() >= others; }) && r.note.empty()) {
+  // The master exits by itself after an abort, once the agents have gone: not a reason to stop.
+  const auto all_finished = [&] { return run.finished.load() >= others; };
+  if (!watch_master(master, r, o, t_go > 0 ? 60s : 5s, all_finished, false) && r.note.empty()) {
     r.note = "agents did not finish in time";
   }
   if (run.finished.load() < others) ::kill(master, SIGKILL);
@@ -268,6 +283,10 @@ Result run_one(const Options& o, int n, Scenario sc) {
   for (auto& t : threads) t.join();
   agents.clear();
   summarize(run, t0, t_go, r);
+  if (r.early_aborts > 0) {
+    r.note += fmt::format("{}{} agents saw an abort before the go (see {})", r.note.empty() ? "" : "; ",
+                          r.early_aborts, log);
+  }
   return r;
 }
 

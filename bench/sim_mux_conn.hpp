@@ -63,6 +63,7 @@ class MuxConn {
 
   awaitable<Answer> call(const proto::Request& r) { co_return co_await call_frame(proto::encode_request(r)); }
   awaitable<Answer> call_frame(std::string f) {
+    if (closed_) throw std::runtime_error("connection lost");  // no reader left to answer
     auto slot = std::make_shared<Slot>(io_);
     pending_.push_back(slot);
     send(std::move(f));
