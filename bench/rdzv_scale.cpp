@@ -253,7 +253,21 @@ Result run_one(const Options& o, int n, Scenario sc) {
   for (auto& io : ios) threads.emplace_back([&io] { io->run(); });
   const int others = n - 1;
   const auto limit = std::chrono::seconds(120 + n / 64);
-  bool ok = watch_master(master, r, o, limit, [&] { return run.plans.load() + run.failed.load() >= others; });
+  // Stop waiting for the plan once nothing moved for 30 s (agents failing or getting their plan).
+  int last_seen = -1;
+  auto moved_at = sim::Clock::now();
+  bool stalled = false;
+  const auto plans_or_stall = [&] {
+    const int now = run.plans.load() + run.failed.load();
+    if (now != last_seen) last_seen = now, moved_at = sim::Clock::now();
+    stalled = sim::Clock::now() - moved_at > 30s;
+    return now >= others || stalled;
+  };
+  bool ok = watch_master(master, r, o, limit, plans_or_stall) && !stalled;
+  if (stalled) {
+    r.note = fmt::format("stalled: {} of {} agents hold the plan, {} failed, no progress for 30 s; see {}",
+                         run.plans.load(), others, run.failed.load(), log);
+  }
   std::int64_t t_go = 0;
   if (ok && run.failed.load() == 0) {
     // Every watch is open a moment after its plan; then the job "runs" with nothing but heartbeats.
