@@ -193,7 +193,7 @@ void summarize(const sim::Run& run, std::int64_t t0, std::int64_t t_go, Result& 
     if (!s.error.empty() && r.first_error.empty()) r.first_error = fmt::format("agent {}: {}", i, s.error);
     last_plan = std::max(last_plan, s.plan_ns);
     const std::int64_t end = r.scenario == Scenario::abort ? s.abort_ns : s.barrier_ns;
-    if (end > 0 && end < t_go) ++r.early_aborts;
+    if (s.abort_ns > 0 && (t_go == 0 || s.abort_ns < t_go)) ++r.early_aborts;
     if (end >= t_go && t_go > 0) {
       ++r.reached;
       last_end = std::max(last_end, end);
@@ -284,7 +284,7 @@ Result run_one(const Options& o, int n, Scenario sc) {
     t_go = sim::now_ns();
     for (auto& g : gates) g->fire();
   } else if (ok) {
-    r.note = run.plans.load() == others ? "agents failed after the plan" : "agents failed before the plan";
+    r.note = "";  // summarize() says how many failed, and when
   }
   // The master exits by itself after an abort, once the agents have gone: not a reason to stop.
   const auto all_finished = [&] { return run.finished.load() >= others; };
@@ -297,6 +297,12 @@ Result run_one(const Options& o, int n, Scenario sc) {
   for (auto& t : threads) t.join();
   agents.clear();
   summarize(run, t0, t_go, r);
+  if (r.failed > 0 && r.plan_s >= 0) {
+    r.note += fmt::format("{}{} agents failed after holding the plan", r.note.empty() ? "" : "; ", r.failed);
+  } else if (r.failed > 0) {
+    r.note += fmt::format("{}{} agents failed, {} held the plan", r.note.empty() ? "" : "; ", r.failed,
+                          run.plans.load());
+  }
   if (r.early_aborts > 0) {
     r.note += fmt::format("{}{} agents saw an abort before the go (see {})", r.note.empty() ? "" : "; ",
                           r.early_aborts, log);

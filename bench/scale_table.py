@@ -34,8 +34,8 @@ def main():
     theirs = {r["n"]: r for r in recs if r["store"] == "c10d"}
     lines = [
         "| nodes | ddprun: last plan (s) | abort to all (s) | exit barrier (s) | master CPU (s) | master peak RSS (MB) "
-        "| idle master CPU (core) | plan bytes | bytes/agent (max) | c10d: last plan (s) | c10d master CPU (s) | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| idle master CPU (core) | plan bytes | bytes/agent (max) | agents failed | c10d: last plan (s) | c10d master CPU (s) | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     plot = []
     for n in sorted(set(ours) | set(theirs)):
@@ -48,12 +48,18 @@ def main():
         if c.get("note"):
             notes.append(f"c10d: {c['note']} {c.get('error', '')[:90]}".strip())
         idle = [x["idle_cpu"] for x in both if x.get("idle_cpu", -1) >= 0]
+        cpu = " / ".join(f"{x['master_cpu_s']:.2f}" for x in both) or "-"
+        if not both:
+            lines.append(f"| {n} | - | - | - | - | - | - | - | - | - | {sec(c.get('plan_s'))} "
+                         f"| {sec(c.get('master_cpu_s'))} | {'; '.join(notes)} |")
+            plot.append((n, None, c.get("plan_s") if c.get("plan_s", -1) >= 0 else None))
+            continue
         lines.append(
             f"| {n} | {sec(plan)} | {sec(a.get('end_s'))} | {sec(b.get('end_s'))} "
-            f"| {' / '.join(f'{x['master_cpu_s']:.2f}' for x in both) or '-'} "
+            f"| {cpu} "
             f"| {max((x['master_hwm_mb'] for x in both), default=0):.0f} "
             f"| {(max(idle) if idle else -1):.3f} | {max((x['plan_bytes'] for x in both), default=0)} "
-            f"| {max((x['bytes_max'] for x in both), default=0)} "
+            f"| {max((x['bytes_max'] for x in both), default=0)} | {' / '.join(str(x['failed']) for x in both)} "
             f"| {sec(c.get('plan_s'))} | {sec(c.get('master_cpu_s'))} | {'; '.join(notes)} |".replace("| -1.000 |", "| - |"))
         plot.append((n, plan if plan >= 0 else None, c.get("plan_s") if c.get("plan_s", -1) >= 0 else None))
     os.makedirs(out, exist_ok=True)
