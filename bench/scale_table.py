@@ -47,7 +47,9 @@ def main():
         notes = [f"{x['scenario']}: {x['note']} {x.get('error', '')[:90]}".strip() for x in both if x.get("note")]
         if c.get("note"):
             notes.append(f"c10d: {c['note']} {c.get('error', '')[:90]}".strip())
-        idle = [x["idle_cpu"] for x in both if x.get("idle_cpu", -1) >= 0]
+        # Idle means idle: not while the master was already handling an abort or lost agents.
+        idle = [x["idle_cpu"] for x in both
+                if x.get("idle_cpu", -1) >= 0 and not x.get("early_aborts") and not x.get("failed")]
         cpu = " / ".join(f"{x['master_cpu_s']:.2f}" for x in both) or "-"
         if not both:
             lines.append(f"| {n} | - | - | - | - | - | - | - | - | - | {sec(c.get('plan_s'))} "
@@ -74,7 +76,7 @@ def main():
             for n, o, t in plot:
                 f.write(f"{n} {nan(o)} {nan(t)} {nan(base.get(n))}\n")
         subprocess.run(["gnuplot", "-e",
-                        f"set terminal png size 800,450 noenhanced; set output '{png}'; set logscale xy;"
+                        f"set terminal png size 800,450 noenhanced; set output '{png}'; set logscale xy; set datafile missing 'NaN';"
                         "set xlabel 'nodes (8 workers each)'; set ylabel 'seconds until the last agent holds the plan';"
                         "set key left top;"
                         f"plot '{dat}' using 1:2 with linespoints title '{os.environ.get('SCALE_TITLE', 'ddprun')}',"
