@@ -5,7 +5,8 @@
 // received per agent, and the master's idle CPU with every agent heartbeating.
 // Usage: rdzv_scale [--ddprun PATH] [--protocol main|conn16] [--threads T] [--idle S] [--scenarios
 // abort,barrier]
-//                   [--json FILE] [--rss-cap-mb M] N...
+//                   [--json FILE] [--rss-cap-mb M] [--ramp-ms R] N...
+// --ramp-ms spreads the agents' starts over R ms (default 0: every agent connects at once).
 // Figures only, never a pass/fail: see docs/scale.md and bench/rdzv_scale.sh.
 #include <signal.h>
 #include <sys/resource.h>
@@ -37,6 +38,7 @@ struct Options {
   long rss_cap_mb = 4000;  // the master is killed above this (it would take the machine down)
   std::vector<int> sizes;
   bool one_conn = false;  // --protocol conn16
+  int ramp_ms = 0;
 };
 
 struct Result {
@@ -239,6 +241,7 @@ Result run_one(const Options& o, int n, Scenario sc) {
   }
   std::vector<std::unique_ptr<sim::Agent>> agents;
   run.cfg.one_conn = o.one_conn;
+  run.cfg.ramp_ms = o.ramp_ms;
   const std::int64_t t0 = sim::now_ns();
   for (int rank = 1; rank < n; ++rank) {
     const auto lane = static_cast<std::size_t>(rank % o.threads);
@@ -374,6 +377,8 @@ Options parse(int argc, char** argv) {
       o.one_conn = v == "conn16";
     } else if (a == "--json")
       o.json = next();
+    else if (a == "--ramp-ms")
+      o.ramp_ms = std::stoi(next());
     else if (a == "--rss-cap-mb")
       o.rss_cap_mb = std::stol(next());
     else if (a == "--scenarios") {

@@ -5,9 +5,9 @@
 //   and meanwhile on the main connection, once the driver says go: publish an abort (one agent)
 //   or the exit barrier.
 // Two protocols: `main` (today's main: two connections per agent, main and the watch, a long poll
-// on the abort key renewed every 250 ms that is the heartbeat) and `conn16` (one connection: a
-// watch op subscribes to the abort key, pushed as an event; cheap heartbeat frames; see
-// /work/notes/conn16-protocol.md and sim_mux_conn.hpp).
+// on the abort key renewed every 250 ms that is the heartbeat) and `conn16` (one connection: from
+// the arrival on, a watch op subscribes to the abort key, pushed as an event, and cheap heartbeat
+// frames flow; branch conn16's protocol as of 36f6bad, see sim_mux_conn.hpp).
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -39,11 +39,20 @@ struct Config {
   std::uint32_t hb_timeout_ms = 5000;          // liveness promised in the watch's hello
   std::string prefix = "/attempt_0/";
   bool one_conn = false;  // conn16's protocol
+  int ramp_ms = 0;        // agents start spread over this long (0: all at once, the worst case)
 };
 
-// conn16's liveness_timing: the heartbeat interval grows with the job (<= ~4000 heartbeats/s).
+// Agent `rank` starts this long after the first (--ramp-ms).
+inline awaitable<void> ramp(const Config& cfg, int rank) {
+  if (cfg.ramp_ms <= 0) co_return;
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  t.expires_after(std::chrono::milliseconds(static_cast<std::int64_t>(cfg.ramp_ms) * rank / cfg.nnodes));
+  co_await t.async_wait(use_awaitable);
+}
+
+// conn16's liveness_timing: the heartbeat interval grows with the job (<= 4000 heartbeats/s).
 inline std::chrono::milliseconds conn16_interval(int nnodes) {
-  return std::max(std::chrono::milliseconds(1000), std::chrono::milliseconds(nnodes / 4));
+  return std::max(std::chrono::milliseconds(1000), std::chrono::milliseconds((nnodes * 1000 + 3999) / 4000));
 }
 
 struct Stat {
@@ -204,6 +213,7 @@ class AgentTwoConns : public Agent {
   awaitable<void> run() override {
     using namespace asio::experimental::awaitable_operators;
     try {
+      co_await ramp(cfg_, rank_);
       co_await main_.open(cfg_.port, cfg_.run_id, cfg_.token, fmt::format("main/{}", rank_), 0);
       co_await steps_.join();
       st_.plan_bytes = co_await steps_.read_plan();
@@ -285,19 +295,18 @@ class AgentOneConn : public Agent {
   awaitable<void> run() override {
     using namespace asio::experimental::awaitable_operators;
     try {
+      co_await ramp(cfg_, rank_);
       co_await conn_.open(cfg_.port, cfg_.run_id, cfg_.token, fmt::format("main/{}", rank_), 0,
                           [this](const Answer& a) { on_event(a); });
       co_await steps_.join();
-      st_.plan_bytes = co_await steps_.read_plan();
-      st_.plan_ns = now_ns();
-      run_.plans.fetch_add(1);
+      // conn16 since 18:25: the watch and the heartbeats start at arrival, before the plan.
       const auto interval = conn16_interval(cfg_.nnodes);
       const auto t_agent = std::max<std::int64_t>(cfg_.hb_timeout_ms, 3 * interval.count());
       std::vector<std::string> keys{cfg_.prefix + "abort"};
       const Answer w = co_await conn_.call_frame(
           watch_frame(fmt::format("agent/0/{}", rank_), static_cast<std::uint64_t>(t_agent), keys));
       if (w.status != proto::Status::ok) throw std::runtime_error("watch refused: " + w.value);
-      co_await (heartbeats(interval) && main_after_go());
+      co_await (heartbeats(interval) && plan_then_go());
     } catch (const asio::multiple_exceptions& e) {
       st_.error = first_error(e.first_exception());
       run_.failed.fetch_add(1);
@@ -325,8 +334,16 @@ class AgentOneConn : public Agent {
       beat_.expires_after(interval);
       boost::system::error_code ec;
       co_await beat_.async_wait(asio::redirect_error(use_awaitable, ec));
-      if (!done_ && !leaving_ && !conn_.closed()) conn_.heartbeat();
+      // A pong is asked for on every third heartbeat only (conn16, 18:30).
+      if (!done_ && !leaving_ && !conn_.closed()) conn_.heartbeat(++beats_ % 3 == 0);
     }
+  }
+
+  awaitable<void> plan_then_go() {
+    st_.plan_bytes = co_await steps_.read_plan();
+    st_.plan_ns = now_ns();
+    run_.plans.fetch_add(1);
+    co_await main_after_go();
   }
 
   awaitable<void> main_after_go() {
@@ -359,6 +376,7 @@ class AgentOneConn : public Agent {
   asio::steady_timer beat_;
   asio::steady_timer ended_;
   bool leaving_ = false, lost_ = false, done_ = false;
+  unsigned beats_ = 0;
 };
 
 }  // namespace sim

@@ -26,8 +26,11 @@ inline std::string frame(const std::string& payload) {
   put_be(f, payload.size(), 4);
   return f + payload;
 }
-inline std::string heartbeat_frame() {
-  return frame(std::string(1, static_cast<char>(kOpHeartbeat)));
+// heartbeat: op, flags (bit 0: answer with a pong).
+inline std::string heartbeat_frame(bool want_pong) {
+  std::string p(1, static_cast<char>(kOpHeartbeat));
+  p.push_back(static_cast<char>(want_pong ? 1 : 0));
+  return frame(p);
 }
 // watch: label, liveness (ms), the subscribed keys.
 inline std::string watch_frame(const std::string& label, std::uint64_t liveness_ms,
@@ -70,7 +73,7 @@ class MuxConn {
     co_return co_await slot->get();
   }
   // Out of band: no answer in order (a pong comes back).
-  void heartbeat() { send(heartbeat_frame()); }
+  void heartbeat(bool want_pong) { send(heartbeat_frame(want_pong)); }
   void close() { stream_.close(); }
   bool closed() const { return closed_; }
 
