@@ -22,11 +22,17 @@
 #include <thread>
 
 #include "sim_agent.hpp"
+#include "sim_proc.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using sim::Scenario;
+using sim::proc::free_port;
+using sim::proc::master_exited;
+using sim::proc::proc_cpu_s;
+using sim::proc::proc_status_kb;
+using sim::proc::wait_listening;
 namespace asio = boost::asio;
 
 struct Options {
@@ -56,40 +62,6 @@ struct Result {
   int master_status = -1;
   std::string note;
 };
-
-// /proc/<pid>/stat: utime + stime in seconds.
-double proc_cpu_s(pid_t pid) {
-  std::ifstream f(fmt::format("/proc/{}/stat", pid));
-  std::string s((std::istreambuf_iterator<char>(f)), {});
-  const auto rp = s.rfind(')');
-  if (rp == std::string::npos) return 0;
-  std::istringstream in(s.substr(rp + 2));
-  std::string tok;
-  unsigned long long ut = 0, st = 0;
-  for (int field = 3; in >> tok; ++field) {
-    if (field == 14) ut = std::stoull(tok);
-    if (field == 15) {
-      st = std::stoull(tok);
-      break;
-    }
-  }
-  return static_cast<double>(ut + st) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-long proc_status_kb(pid_t pid, const char* field) {
-  std::ifstream f(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind(field, 0) == 0) return std::atol(line.c_str() + std::strlen(field) + 1);
-  }
-  return 0;
-}
-
-std::uint16_t free_port() {
-  asio::io_context io;
-  sim::tcp::acceptor a(io, sim::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  return a.local_endpoint().port();
-}
 
 pid_t spawn_master(const Options& o, const sim::Config& c, int sleep_s, const std::string& log) {
   std::fflush(stdout);  // the child must not print our buffered table again
@@ -122,27 +94,6 @@ pid_t spawn_master(const Options& o, const sim::Config& c, int sleep_s, const st
   ::execv(argv[0], argv.data());
   std::perror("execv ddprun");
   ::_exit(127);
-}
-
-bool wait_listening(std::uint16_t port, pid_t master) {
-  asio::io_context io;
-  for (int i = 0; i < 2000; ++i) {
-    sim::tcp::socket s(io);
-    boost::system::error_code ec;
-    s.connect(sim::tcp::endpoint(asio::ip::address_v4::loopback(), port), ec);
-    if (!ec) return true;
-    if (::waitpid(master, nullptr, WNOHANG) == master) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return false;
-}
-
-// The master has exited (a zombie until reaped, or gone).
-bool master_exited(pid_t pid) {
-  std::ifstream f(fmt::format("/proc/{}/stat", pid));
-  std::string s((std::istreambuf_iterator<char>(f)), {});
-  const auto rp = s.rfind(')');
-  return rp == std::string::npos || rp + 2 >= s.size() || s[rp + 2] == 'Z';
 }
 
 // Samples the master while `until` is false; kills it above the RSS cap.
