@@ -1,0 +1,374 @@
+// Rendezvous at scale: a real `ddprun` master (node rank 0, a child process) and N-1 simulated
+// agents (bench/sim_agent.hpp) on one or two threads, through the real protocol with token auth.
+// Per N and scenario (abort | barrier) it measures: time until the last agent holds its plan, the
+// abort's or the exit barrier's time to reach every agent, the master's CPU and peak RSS, bytes
+// received per agent, and the master's idle CPU with every agent heartbeating.
+// Usage: rdzv_scale [--ddprun PATH] [--protocol main|conn16] [--threads T] [--idle S] [--scenarios
+// abort,barrier]
+//                   [--json FILE] [--rss-cap-mb M] [--ramp-ms R] N...
+// --ramp-ms spreads the agents' starts over R ms (default 0: every agent connects at once).
+// Figures only, never a pass/fail: see docs/scale.md and bench/rdzv_scale.sh.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "sim_agent.hpp"
+#include "sim_proc.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using sim::Scenario;
+using sim::proc::free_port;
+using sim::proc::master_exited;
+using sim::proc::proc_cpu_s;
+using sim::proc::proc_status_kb;
+using sim::proc::wait_listening;
+namespace asio = boost::asio;
+
+struct Options {
+  std::string ddprun;
+  int threads = 1;
+  double idle_s = 3;
+  std::vector<Scenario> scenarios{Scenario::abort, Scenario::barrier};
+  std::string json;
+  long rss_cap_mb = 4000;  // the master is killed above this (it would take the machine down)
+  std::vector<int> sizes;
+  bool one_conn = false;  // --protocol conn16
+  int ramp_ms = 0;
+};
+
+struct Result {
+  int n = 0;
+  bool one_conn = false;
+  Scenario scenario{};
+  int failed = 0;
+  std::string first_error;
+  double plan_s = -1, end_s = -1;  // end: the abort reaching all, or the exit barrier
+  int reached = 0;                 // agents the abort or the barrier reached
+  int early_aborts = 0;            // aborts seen before the go (the master declared someone lost)
+  double master_cpu_s = 0, idle_cpu = -1;
+  long master_hwm_kb = 0;
+  std::uint64_t bytes_max = 0, bytes_mean = 0, plan_bytes = 0;
+  int master_status = -1;
+  std::string note;
+};
+
+pid_t spawn_master(const Options& o, const sim::Config& c, int sleep_s, const std::string& log) {
+  std::fflush(stdout);  // the child must not print our buffered table again
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  std::FILE* f = std::freopen(log.c_str(), "w", stdout);
+  if (f) ::dup2(::fileno(stdout), 2);
+  ::setenv("DDPRUN_TOKEN", c.token.c_str(), 1);
+  const std::vector<std::string> args = {o.ddprun,
+                                         "--nnodes",
+                                         std::to_string(c.nnodes),
+                                         "--node-rank",
+                                         "0",
+                                         "--rdzv-endpoint",
+                                         fmt::format("127.0.0.1:{}", c.port),
+                                         "--rdzv-id",
+                                         c.run_id,
+                                         "--rdzv-auth",
+                                         "token",
+                                         "--rdzv-timeout",
+                                         "600",
+                                         "--nproc-per-node",
+                                         std::to_string(c.nproc),
+                                         "--",
+                                         "/bin/sleep",
+                                         std::to_string(sleep_s)};
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(argv[0], argv.data());
+  std::perror("execv ddprun");
+  ::_exit(127);
+}
+
+// Samples the master while `until` is false; kills it above the RSS cap.
+template <typename Pred>
+bool watch_master(pid_t pid, Result& r, const Options& o, std::chrono::seconds limit, Pred until,
+                  bool stop_on_exit = true) {
+  const auto end = sim::Clock::now() + limit;
+  while (!until()) {
+    r.master_hwm_kb = std::max(r.master_hwm_kb, proc_status_kb(pid, "VmHWM:"));
+    if (proc_status_kb(pid, "VmRSS:") > o.rss_cap_mb * 1024) {
+      ::kill(pid, SIGKILL);
+      r.note = fmt::format("master killed: RSS over {} MB", o.rss_cap_mb);
+      return false;
+    }
+    if (sim::Clock::now() > end) return false;
+    if (stop_on_exit && master_exited(pid)) {
+      if (r.note.empty()) r.note = "the master exited";
+      return false;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+void reap_master(pid_t pid, Result& r) {
+  rusage ru{};
+  int status = 0;
+  const auto end = sim::Clock::now() + 60s;
+  pid_t got = 0;
+  while ((got = ::wait4(pid, &status, WNOHANG, &ru)) == 0 && sim::Clock::now() < end)
+    std::this_thread::sleep_for(10ms);
+  if (got == 0) {
+    ::kill(pid, SIGKILL);
+    ::wait4(pid, &status, 0, &ru);
+    r.note += r.note.empty() ? "master did not exit in 60 s" : "; master did not exit";
+  }
+  r.master_cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                   static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  r.master_hwm_kb = std::max(r.master_hwm_kb, ru.ru_maxrss);
+  r.master_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void summarize(const sim::Run& run, std::int64_t t0, std::int64_t t_go, Result& r) {
+  std::int64_t last_plan = 0, last_end = 0;
+  std::uint64_t sum = 0;
+  int agents = 0;
+  for (std::size_t i = 1; i < run.stats.size(); ++i) {
+    const auto& s = run.stats[i];
+    ++agents;
+    if (!s.error.empty() && r.first_error.empty()) r.first_error = fmt::format("agent {}: {}", i, s.error);
+    last_plan = std::max(last_plan, s.plan_ns);
+    const std::int64_t end = r.scenario == Scenario::abort ? s.abort_ns : s.barrier_ns;
+    if (s.abort_ns > 0 && (t_go == 0 || s.abort_ns < t_go)) ++r.early_aborts;
+    if (end >= t_go && t_go > 0) {
+      ++r.reached;
+      last_end = std::max(last_end, end);
+    }
+    r.bytes_max = std::max<std::uint64_t>(r.bytes_max, s.bytes);
+    sum += s.bytes;
+    r.plan_bytes = std::max<std::uint64_t>(r.plan_bytes, s.plan_bytes);
+  }
+  r.failed = run.failed.load();
+  r.bytes_mean = agents ? sum / static_cast<std::uint64_t>(agents) : 0;
+  if (run.plans.load() == agents && agents > 0) r.plan_s = static_cast<double>(last_plan - t0) / 1e9;
+  const std::int64_t from = r.scenario == Scenario::abort ? run.abort_t0.load() : t_go;
+  if (r.reached == agents && agents > 0 && from > 0) r.end_s = static_cast<double>(last_end - from) / 1e9;
+}
+
+Result run_one(const Options& o, int n, Scenario sc) {
+  Result r;
+  r.n = n;
+  r.one_conn = o.one_conn;
+  r.scenario = sc;
+  sim::Run run;
+  run.cfg.port = free_port();
+  run.cfg.run_id = fmt::format("scale{}", n);
+  run.cfg.token = "rdzv-scale-bench-token";
+  run.cfg.nnodes = n;
+  run.cfg.scenario = sc;
+  run.stats.resize(static_cast<std::size_t>(n));
+  // Barrier: the master's workers end during the idle window, so it waits at the barrier first.
+  const int sleep_s = sc == Scenario::barrier ? 1 : 3600;
+  const std::string log =
+      fmt::format("/tmp/rdzv_scale_master_{}_{}.log", n, sc == Scenario::abort ? "abort" : "barrier");
+  const pid_t master = spawn_master(o, run.cfg, sleep_s, log);
+  if (!wait_listening(run.cfg.port, master)) {
+    r.note = "master never listened; see " + log;
+    reap_master(master, r);
+    return r;
+  }
+  std::vector<std::unique_ptr<asio::io_context>> ios;
+  std::vector<std::unique_ptr<sim::Gate>> gates;
+  for (int t = 0; t < o.threads; ++t) {
+    ios.push_back(std::make_unique<asio::io_context>(1));
+    gates.push_back(std::make_unique<sim::Gate>(*ios.back()));
+  }
+  std::vector<std::unique_ptr<sim::Agent>> agents;
+  run.cfg.one_conn = o.one_conn;
+  run.cfg.ramp_ms = o.ramp_ms;
+  const std::int64_t t0 = sim::now_ns();
+  for (int rank = 1; rank < n; ++rank) {
+    const auto lane = static_cast<std::size_t>(rank % o.threads);
+    if (o.one_conn) {
+      agents.push_back(std::make_unique<sim::AgentOneConn>(*ios[lane], run, *gates[lane], rank));
+    } else {
+      agents.push_back(std::make_unique<sim::AgentTwoConns>(*ios[lane], run, *gates[lane], rank));
+    }
+    asio::co_spawn(*ios[lane], agents.back()->run(), asio::detached);
+  }
+  std::vector<std::thread> threads;
+  for (auto& io : ios) threads.emplace_back([&io] { io->run(); });
+  const int others = n - 1;
+  const auto limit = std::chrono::seconds(120 + n / 64);
+  // Stop waiting for the plan once nothing moved for 30 s (agents failing or getting their plan).
+  int last_seen = -1;
+  auto moved_at = sim::Clock::now();
+  bool stalled = false;
+  const auto plans_or_stall = [&] {
+    const int now = run.plans.load() + run.failed.load();
+    if (now != last_seen) last_seen = now, moved_at = sim::Clock::now();
+    stalled = sim::Clock::now() - moved_at > 30s;
+    return now >= others || stalled;
+  };
+  bool ok = watch_master(master, r, o, limit, plans_or_stall) && !stalled;
+  if (stalled) {
+    r.note = fmt::format("stalled: {} of {} agents hold the plan, {} failed, no progress for 30 s; see {}",
+                         run.plans.load(), others, run.failed.load(), log);
+  }
+  std::int64_t t_go = 0;
+  if (ok && run.failed.load() == 0) {
+    // Every watch is open a moment after its plan; then the job "runs" with nothing but heartbeats.
+    ok = watch_master(master, r, o, 10s, [end = sim::Clock::now() + 1s] { return sim::Clock::now() > end; });
+    const double c0 = proc_cpu_s(master);
+    // conn16's heartbeat interval grows with N: the window spans at least two of them.
+    const double idle_s =
+        o.one_conn ? std::max(o.idle_s, 2.0 * static_cast<double>(sim::conn16_interval(n).count()) / 1000.0)
+                   : o.idle_s;
+    const auto idle = std::chrono::duration<double>(idle_s);
+    ok = ok && watch_master(master, r, o, 60s,
+                            [end = sim::Clock::now() + idle] { return sim::Clock::now() > end; });
+    if (ok) r.idle_cpu = (proc_cpu_s(master) - c0) / idle_s;
+    t_go = sim::now_ns();
+    for (auto& g : gates) g->fire();
+  } else if (ok) {
+    r.note = "";  // summarize() says how many failed, and when
+  }
+  // The master exits by itself after an abort, once the agents have gone: not a reason to stop.
+  const auto all_finished = [&] { return run.finished.load() >= others; };
+  if (!watch_master(master, r, o, t_go > 0 ? 60s : 5s, all_finished, false) && r.note.empty()) {
+    r.note = "agents did not finish in time";
+  }
+  if (run.finished.load() < others) ::kill(master, SIGKILL);
+  reap_master(master, r);
+  for (auto& io : ios) io->stop();
+  for (auto& t : threads) t.join();
+  agents.clear();
+  summarize(run, t0, t_go, r);
+  if (r.failed > 0 && r.plan_s >= 0) {
+    r.note += fmt::format("{}{} agents failed after holding the plan", r.note.empty() ? "" : "; ", r.failed);
+  } else if (r.failed > 0) {
+    r.note += fmt::format("{}{} agents failed, {} held the plan", r.note.empty() ? "" : "; ", r.failed,
+                          run.plans.load());
+  }
+  if (r.early_aborts > 0) {
+    r.note += fmt::format("{}{} agents saw an abort before the go (see {})", r.note.empty() ? "" : "; ",
+                          r.early_aborts, log);
+  }
+  return r;
+}
+
+std::string fmt_s(double s) {
+  return s < 0 ? "-" : fmt::format("{:.3f}", s);
+}
+
+void print_row(const Result& r) {
+  fmt::print("| {} | {} | {} | {} | {} | {:.2f} | {:.1f} | {} | {} | {} | {}{} |\n", r.n,
+             r.scenario == Scenario::abort ? "abort" : "barrier", fmt_s(r.plan_s), fmt_s(r.end_s),
+             r.idle_cpu < 0 ? "-" : fmt::format("{:.3f}", r.idle_cpu), r.master_cpu_s,
+             static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, r.failed,
+             r.note.empty() ? "" : r.note, r.first_error.empty() ? "" : " " + r.first_error.substr(0, 120));
+  std::fflush(stdout);
+}
+
+std::string json_line(const Result& r) {
+  auto esc = [](std::string s) {
+    std::string o;
+    for (char c : s) {
+      if (c == '"' || c == '\\') o += '\\';
+      if (static_cast<unsigned char>(c) >= 0x20) o += c;
+    }
+    return o;
+  };
+  return fmt::format(
+      R"({{"store":"ddprun","protocol":"{}","n":{},"scenario":"{}","plan_s":{},"end_s":{},"reached":{},"early_aborts":{},"idle_cpu":{},)"
+      R"("master_cpu_s":{:.3f},"master_hwm_mb":{:.1f},"plan_bytes":{},"bytes_max":{},"bytes_mean":{},"failed":{},)"
+      R"("master_status":{},"note":"{}","error":"{}"}})",
+      r.one_conn ? "conn16" : "main", r.n, r.scenario == Scenario::abort ? "abort" : "barrier", r.plan_s,
+      r.end_s, r.reached, r.early_aborts, r.idle_cpu, r.master_cpu_s,
+      static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, r.bytes_mean, r.failed,
+      r.master_status, esc(r.note), esc(r.first_error));
+}
+
+// Raises the descriptor limit: soft to hard, and hard too where we may (root).
+void raise_fd_limit(rlim_t want) {
+  rlimit rl{};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_max < want) {
+    rlimit more{want, want};
+    if (::setrlimit(RLIMIT_NOFILE, &more) == 0) return;
+  }
+  rl.rlim_cur = rl.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.ddprun = std::string(argv[0]).substr(0, std::string(argv[0]).rfind('/') + 1) + "../launcher/ddprun";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] {
+      return i + 1 < argc ? std::string(argv[++i]) : throw std::runtime_error(a + " needs a value");
+    };
+    if (a == "--ddprun")
+      o.ddprun = next();
+    else if (a == "--threads")
+      o.threads = std::max(1, std::stoi(next()));
+    else if (a == "--idle")
+      o.idle_s = std::stod(next());
+    else if (a == "--protocol") {
+      const std::string v = next();
+      if (v != "main" && v != "conn16") throw std::runtime_error("--protocol: main or conn16");
+      o.one_conn = v == "conn16";
+    } else if (a == "--json")
+      o.json = next();
+    else if (a == "--ramp-ms")
+      o.ramp_ms = std::stoi(next());
+    else if (a == "--rss-cap-mb")
+      o.rss_cap_mb = std::stol(next());
+    else if (a == "--scenarios") {
+      const std::string v = next();
+      o.scenarios.clear();
+      if (v.find("abort") != std::string::npos) o.scenarios.push_back(Scenario::abort);
+      if (v.find("barrier") != std::string::npos) o.scenarios.push_back(Scenario::barrier);
+    } else
+      o.sizes.push_back(std::stoi(a));
+  }
+  if (o.sizes.empty()) o.sizes = {256, 1024, 4096, 16384};
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdzv_scale: %s\n", e.what());
+    return 2;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit(static_cast<rlim_t>(*std::max_element(o.sizes.begin(), o.sizes.end())) * 3 + 1024);
+  fmt::print(
+      "| nodes | scenario | last plan s | abort/barrier s | idle master CPU/s | master CPU s | master peak "
+      "RSS MB | plan bytes | bytes/agent max | failed | note |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::ofstream js;
+  if (!o.json.empty()) js.open(o.json, std::ios::app);
+  for (int n : o.sizes) {
+    for (Scenario sc : o.scenarios) {
+      const Result r = run_one(o, n, sc);
+      print_row(r);
+      if (js) js << json_line(r) << std::endl;
+      if (r.plan_s < 0) break;  // the other scenario would fail the same way before the plan
+    }
+  }
+  return 0;
+}

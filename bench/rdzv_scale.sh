@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The rendezvous at scale, ddprun against PyTorch's c10d TCPStore in the same run (docs/scale.md).
+#   bench/rdzv_scale.sh [N ...]        (default 256 1024 4096 16384)
+# Writes docs/bench/scale.{jsonl,md,dat,png} and prints the side-by-side table. Figures only.
+# Env: C10D_PROCS (client processes for c10d, default 16), C10D_TIMEOUT (s, default 60),
+#      SIM_THREADS (rdzv_scale io_context threads, default 1), PROTOCOL (what this tree's ddprun
+#      speaks: main = two connections per agent, conn16 = one; default main), DDPRUN (another build's
+#      ddprun to drive instead of build/launcher/ddprun).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+sizes=("$@")
+[ ${#sizes[@]} -eq 0 ] && sizes=(256 1024 4096 16384)
+cmake --preset default >/dev/null
+cmake --build build -j2 --target ddprun rdzv_scale
+out=${SCALE_OUT:-docs/bench}
+mkdir -p "$out"
+jsonl="$out/scale.jsonl"
+: >"$jsonl"
+
+echo "== ddprun: simulated agents against a real ddprun master (token auth)"
+build/bench/rdzv_scale --ddprun "${DDPRUN:-build/launcher/ddprun}" --protocol "${PROTOCOL:-main}" \
+  --threads "${SIM_THREADS:-1}" --json "$jsonl" "${sizes[@]}"
+
+echo "== c10d TCPStore, the same join workload (plan of 64 bytes per node)"
+/usr/bin/python3 bench/c10d_scale.py --procs "${C10D_PROCS:-16}" --timeout "${C10D_TIMEOUT:-60}" \
+  --json "$jsonl" "${sizes[@]}" || echo "(c10d_scale exited $?)"
+
+echo "== a real ddprun agent's peak RSS (4 agents x 8 workers on loopback)"
+bash bench/agent_rss.sh "${DDPRUN:-build/launcher/ddprun}" | tee "$out/scale_agent_rss.txt"
+
+echo "== side by side"
+/usr/bin/python3 bench/scale_table.py "$jsonl" "$out"

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""Side-by-side table and plot for bench/rdzv_scale.sh: reads the JSON lines rdzv_scale and
+c10d_scale wrote, prints a Markdown table (docs/bench/scale.md) and draws docs/bench/scale.png.
+Usage: scale_table.py JSONL OUT_DIR [NAME [BASELINE_JSONL]]
+NAME names the outputs (default scale); BASELINE_JSONL adds another ddprun run's plan times to the plot
+(e.g. today's main against a branch)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+
+def sec(v):
+    return "-" if v is None or v < 0 else f"{v:.3f}"
+
+
+def main():
+    src, out = sys.argv[1], sys.argv[2]
+    name = sys.argv[3] if len(sys.argv) > 3 else "scale"
+    base = {}
+    if len(sys.argv) > 4:
+        for line in open(sys.argv[4]):
+            r = json.loads(line) if line.strip() else None
+            if r and r["store"] == "ddprun":
+                prev = base.get(r["n"])
+                ok = r["plan_s"] if r["plan_s"] >= 0 else None
+                base[r["n"]] = ok if prev is None else (None if ok is None else max(prev, ok))
+    recs = [json.loads(line) for line in open(src) if line.strip()]
+    ours = {}
+    for r in recs:
+        if r["store"] == "ddprun":
+            ours.setdefault(r["n"], {})[r["scenario"]] = r
+    theirs = {r["n"]: r for r in recs if r["store"] == "c10d"}
+    lines = [
+        "| nodes | ddprun: last plan (s) | abort to all (s) | exit barrier (s) | master CPU (s) | master peak RSS (MB) "
+        "| idle master CPU (core) | plan bytes | bytes/agent (max) | agents failed | c10d: last plan (s) | c10d master CPU (s) | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    plot = []
+    for n in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(n, {}).get("abort", {}), ours.get(n, {}).get("barrier", {})
+        both = [x for x in (a, b) if x]
+        c = theirs.get(n, {})
+        plans = [x["plan_s"] for x in both if x.get("plan_s", -1) >= 0]
+        plan = max(plans) if len(plans) == len(both) and plans else -1
+        notes = [f"{x['scenario']}: {x['note']} {x.get('error', '')[:90]}".strip() for x in both if x.get("note")]
+        if c.get("note"):
+            notes.append(f"c10d: {c['note']} {c.get('error', '')[:90]}".strip())
+        # Idle means idle: not while the master was already handling an abort or lost agents.
+        idle = [x["idle_cpu"] for x in both
+                if x.get("idle_cpu", -1) >= 0 and not x.get("early_aborts") and not x.get("failed")]
+        cpu = " / ".join(f"{x['master_cpu_s']:.2f}" for x in both) or "-"
+        if not both:
+            lines.append(f"| {n} | - | - | - | - | - | - | - | - | - | {sec(c.get('plan_s'))} "
+                         f"| {sec(c.get('master_cpu_s'))} | {'; '.join(notes)} |")
+            plot.append((n, None, c.get("plan_s") if c.get("plan_s", -1) >= 0 else None))
+            continue
+        lines.append(
+            f"| {n} | {sec(plan)} | {sec(a.get('end_s'))} | {sec(b.get('end_s'))} "
+            f"| {cpu} "
+            f"| {max((x['master_hwm_mb'] for x in both), default=0):.0f} "
+            f"| {(max(idle) if idle else -1):.3f} | {max((x['plan_bytes'] for x in both), default=0)} "
+            f"| {max((x['bytes_max'] for x in both), default=0)} | {' / '.join(str(x['failed']) for x in both)} "
+            f"| {sec(c.get('plan_s'))} | {sec(c.get('master_cpu_s'))} | {'; '.join(notes)} |".replace("| -1.000 |", "| - |"))
+        plot.append((n, plan if plan >= 0 else None, c.get("plan_s") if c.get("plan_s", -1) >= 0 else None))
+    os.makedirs(out, exist_ok=True)
+    table = "\n".join(lines)
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    if shutil.which("gnuplot") and plot:
+        dat, png = os.path.join(out, f"{name}.dat"), os.path.join(out, f"{name}.png")
+        nan = lambda v: "NaN" if v is None else v  # noqa: E731
+        with open(dat, "w") as f:
+            for n, o, t in plot:
+                f.write(f"{n} {nan(o)} {nan(t)} {nan(base.get(n))}\n")
+        subprocess.run(["gnuplot", "-e",
+                        f"set terminal png size 800,450 noenhanced; set output '{png}'; set logscale xy; set datafile missing 'NaN';"
+                        "set xlabel 'nodes (8 workers each)'; set ylabel 'seconds until the last agent holds the plan';"
+                        "set key left top;"
+                        f"plot '{dat}' using 1:2 with linespoints title '{os.environ.get('SCALE_TITLE', 'ddprun')}',"
+                        f"'{dat}' using 1:3 with linespoints title 'c10d TCPStore (same workload)'" +
+                        (f",'{dat}' using 1:4 with linespoints title '{os.environ.get('SCALE_BASE_TITLE', 'baseline')}'" if base else "")], check=False)
+
+
+if __name__ == "__main__":
+    main()
