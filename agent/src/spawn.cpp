@@ -97,6 +97,14 @@ CpuMask cpu_mask(const std::vector<int>& cpus) {
   return m;
 }
 
+// The open-file limits ddprun started with, read before main: the rendezvous store raises the soft
+// limit for its sockets (store/src/limits.cpp), and workers must get the limits the user set.
+const rlimit kInitialNofile = [] {
+  rlimit rl{RLIM_INFINITY, RLIM_INFINITY};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  return rl;
+}();
+
 // The child's fixed inputs, prepared before fork.
 struct ChildSetup {
   pid_t parent;
@@ -139,6 +147,13 @@ struct ChildSetup {
     const long max_fd =
         ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? static_cast<long>(rl.rlim_cur) : 65536L;
     for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  if (kInitialNofile.rlim_cur != RLIM_INFINITY) {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > kInitialNofile.rlim_cur) {
+      rl.rlim_cur = kInitialNofile.rlim_cur;  // lowering the soft limit always succeeds
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
   }
   ::execve(program, argv, envp);
   child_fail(sync_w, 0);

@@ -3,6 +3,8 @@
 // master, and nobody declares anybody lost.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include "e2e/job.hpp"
 
 using namespace ddprun::test;
@@ -14,5 +16,25 @@ TEST_CASE("scale: 64 agents × 32 workers of /bin/true all finish with exit 0", 
   for (std::size_t n = 0; n < job.agents.size(); ++n) {
     INFO("agent " << n << ": " << job.agents[n].err());
     CHECK(job.agents[n].code == 0);
+  }
+}
+
+// The master's store raises its own soft open-file limit to the hard limit for its sockets; the
+// workers still get the limit the user started ddprun with.
+TEST_CASE("scale: workers keep the open-file limit ddprun started with", "[e2e][scale]") {
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
+  REQUIRE((before.rlim_max == RLIM_INFINITY || before.rlim_max > 1000));
+  rlimit lowered = before;
+  lowered.rlim_cur = 1000;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &lowered) == 0);  // the agents inherit it
+  Job job;
+  job.start(2, 1, {"/bin/sh", "-c", "echo nofile=$(ulimit -Sn)"});
+  ::setrlimit(RLIMIT_NOFILE, &before);
+  job.wait_all(60s);
+  for (std::size_t n = 0; n < job.agents.size(); ++n) {
+    INFO("agent " << n << ": " << job.agents[n].err());
+    CHECK(job.agents[n].code == 0);
+    CHECK_THAT(job.agents[n].out(), Catch::Contains("nofile=1000"));
   }
 }
