@@ -54,6 +54,9 @@ struct AgentOptions {
 // early to fail before the rendezvous.
 void validate_options(const AgentOptions& opts);
 
+// How the workers' command is built from the options (core::build_argv, core::worker_argv).
+core::CommandSpec command_spec(const AgentOptions& opts);
+
 // Spawns `local` (this node's workers), relays their output, supervises them, tears down on the
 // first failure, a remote abort or a stopping signal, and returns how it ended. Prints the failure
 // report and the summary table on stderr (quiet: only the brief report of a failure), or emits them

@@ -1,0 +1,104 @@
+#pragma once
+// The supervisor's state and lifecycle hooks (supervisor.cpp). Private to the agent library.
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/checkpoint_grace.hpp"
+#include "agent/error.hpp"
+#include "agent/failure_tracker.hpp"
+#include "agent/hang_guard.hpp"
+#include "agent/output_relay.hpp"
+#include "agent/proc.hpp"
+#include "agent/python_error.hpp"
+#include "agent/reaper.hpp"
+#include "agent/reporter.hpp"
+#include "agent/signals.hpp"
+#include "agent/teardown.hpp"
+
+namespace ddprun::agent::detail {
+
+namespace asio = boost::asio;
+
+// A worker that could not be started, and why.
+struct StartFailure {
+  std::string message;
+  int exit_code;
+  std::size_t worker;  // index into the local workers
+};
+
+// The orchestrator: owns the event loop and calls the units (Proc, OutputRelay, Teardown,
+// FailureTracker, Reporter) at each lifecycle hook. The decisions live in the units and in policy.
+class Supervisor final : ProcListener {
+ public:
+  Supervisor(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
+             Coordinator& coord)
+      : local_(local),
+        has_peers_(static_cast<std::size_t>(world_size) > local.size()),
+        opts_(opts),
+        coord_(coord),
+        reporter_(opts, coord),
+        relay_(opts, world_size),
+        teardown_(io_, procs_, opts.term_timeout),
+        grace_(io_, opts.term_timeout),
+        failures_(io_, coord, relay_, reporter_, [this](const Failure& f) { on_local_failure(f); }),
+        hang_(io_, procs_, opts, [this](const std::vector<HungRank>& h) { on_hang(h); }),
+        sig_sd_(io_) {}
+
+  RunResult run();
+
+ private:
+  // Lifecycle hooks.
+  void on_spawned(Proc& p, const std::vector<std::string>& argv);
+  void on_line(Proc& p, bool is_err, std::string_view line) override;
+  void on_read(Proc& p, bool is_err) override;
+  void on_eof(Proc& p, bool is_err) override;
+  void on_exit(Proc& p) override;
+  void on_signal(int sig);
+  void on_remote_abort(const Failure& f);
+  void on_local_failure(const Failure& f);
+  void on_hang(const std::vector<HungRank>& hung);
+  void collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root);
+  void on_all_exited();
+
+  std::optional<StartFailure> spawn_all();
+  RunResult start_failure(const StartFailure& s);
+  void start_teardown(int sig, const char* reason, const Failure& root);
+  void arm_signal();
+  void check_done();
+  void deliver_posted();
+  bool succeeded() const;
+  void wait_exit_barrier(SignalWatcher& sigw);
+  RunResult base_result() const;
+  std::vector<WorkerExit> exits() const;
+  RunResult finish();
+
+  const std::vector<core::Worker>& local_;
+  bool has_peers_;  // other nodes (or tasks) run workers of this job
+  const AgentOptions& opts_;
+  Coordinator& coord_;
+  asio::io_context io_;  // declared before everything that uses it
+  Reporter reporter_;
+  OutputRelay relay_;
+  std::unique_ptr<ErrorFiles> error_files_;  // the workers' TORCHELASTIC_ERROR_FILEs; outlives them
+  std::vector<std::unique_ptr<Proc>> procs_;
+  Reaper reaper_;  // declared after procs_: says goodbye before their zombies are reaped
+  Teardown teardown_;
+  CheckpointGrace grace_;
+  FailureTracker failures_;
+  HangGuard hang_;
+  asio::posix::stream_descriptor sig_sd_;
+  unsigned char sig_buf_[64] = {};
+  std::string host_;
+  int node_rank_ = 0;
+  bool running_ = false;  // the loop runs; after it, signals wait for finish() and nothing is torn down
+  std::vector<int> late_signals_;
+  int agent_signal_ = 0;     // the first stopping signal the agent got
+  bool published_ = false;   // this node's first failure went to the other nodes
+  bool on_request_ = false;  // a failure came within the grace after a checkpoint signal
+};
+
+}  // namespace ddprun::agent::detail
