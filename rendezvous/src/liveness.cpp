@@ -111,7 +111,9 @@ void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming
       auto events = conn->poll_events(detail::left_until(next_beat), wake_fd_);
       if (!watching_.load()) return;
       if (!events.empty()) return fire_event(events.front().value);
-      if (Clock::now() - conn->last_heard() > t.master_timeout) {
+      // On the master the store runs in this very process: a silent store is a busy one (fanning
+      // out a plan to thousands of nodes), never a lost one.
+      if (!server_ && Clock::now() - conn->last_heard() > t.master_timeout) {
         // This agent may itself have been stopped: read what came meanwhile before judging.
         events = conn->poll_events(Millis{0});
         if (!events.empty()) return fire_event(events.front().value);
