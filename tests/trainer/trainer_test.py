@@ -179,7 +179,8 @@ def test_launched_heartbeat():
     never declared hung, the job succeeds."""
     timeout = 8
     logs = p("logs")
-    args = [a if a != "1024" else "4096" for a in TOY] + ["--epochs", "600"]
+    # Long enough for 2 timeouts on a quiet machine (600 epochs took 10.7 s there).
+    args = [a if a != "1024" else "4096" for a in TOY] + ["--epochs", "2400"]
     start = time.monotonic()
     job = Launched("hb", 2, args, extra=["--hang-timeout", str(timeout), "--log-dir", logs])
     rc = job.wait(600)
