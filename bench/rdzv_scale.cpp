@@ -3,7 +3,7 @@
 // Per N and scenario (abort | barrier) it measures: time until the last agent holds its plan, the
 // abort's or the exit barrier's time to reach every agent, the master's CPU and peak RSS, bytes
 // received per agent, and the master's idle CPU with every agent heartbeating.
-// Usage: rdzv_scale [--ddprun PATH] [--protocol main|conn16] [--threads T] [--idle S] [--scenarios
+// Usage: rdzv_scale [--ddprun PATH] [--protocol one-conn|two-conn] [--threads T] [--idle S] [--scenarios
 // abort,barrier]
 //                   [--json FILE] [--rss-cap-mb M] [--ramp-ms R] N...
 // --ramp-ms spreads the agents' starts over R ms (default 0: every agent connects at once).
@@ -43,7 +43,7 @@ struct Options {
   std::string json;
   long rss_cap_mb = 4000;  // the master is killed above this (it would take the machine down)
   std::vector<int> sizes;
-  bool one_conn = false;  // --protocol conn16
+  bool one_conn = true;  // --protocol one-conn (today's), two-conn (before issue 16)
   int ramp_ms = 0;
 };
 
@@ -227,10 +227,11 @@ Result run_one(const Options& o, int n, Scenario sc) {
     // Every watch is open a moment after its plan; then the job "runs" with nothing but heartbeats.
     ok = watch_master(master, r, o, 10s, [end = sim::Clock::now() + 1s] { return sim::Clock::now() > end; });
     const double c0 = proc_cpu_s(master);
-    // conn16's heartbeat interval grows with N: the window spans at least two of them.
+    // The one-connection heartbeat interval grows with N: the window spans at least two of them.
     const double idle_s =
-        o.one_conn ? std::max(o.idle_s, 2.0 * static_cast<double>(sim::conn16_interval(n).count()) / 1000.0)
-                   : o.idle_s;
+        o.one_conn
+            ? std::max(o.idle_s, 2.0 * static_cast<double>(sim::heartbeat_interval_for(n).count()) / 1000.0)
+            : o.idle_s;
     const auto idle = std::chrono::duration<double>(idle_s);
     ok = ok && watch_master(master, r, o, 60s,
                             [end = sim::Clock::now() + idle] { return sim::Clock::now() > end; });
@@ -290,8 +291,8 @@ std::string json_line(const Result& r) {
       R"({{"store":"ddprun","protocol":"{}","n":{},"scenario":"{}","plan_s":{},"end_s":{},"reached":{},"early_aborts":{},"idle_cpu":{},)"
       R"("master_cpu_s":{:.3f},"master_hwm_mb":{:.1f},"plan_bytes":{},"bytes_max":{},"bytes_mean":{},"failed":{},)"
       R"("master_status":{},"note":"{}","error":"{}"}})",
-      r.one_conn ? "conn16" : "main", r.n, r.scenario == Scenario::abort ? "abort" : "barrier", r.plan_s,
-      r.end_s, r.reached, r.early_aborts, r.idle_cpu, r.master_cpu_s,
+      r.one_conn ? "one-conn" : "two-conn", r.n, r.scenario == Scenario::abort ? "abort" : "barrier",
+      r.plan_s, r.end_s, r.reached, r.early_aborts, r.idle_cpu, r.master_cpu_s,
       static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, r.bytes_mean, r.failed,
       r.master_status, esc(r.note), esc(r.first_error));
 }
@@ -324,8 +325,8 @@ Options parse(int argc, char** argv) {
       o.idle_s = std::stod(next());
     else if (a == "--protocol") {
       const std::string v = next();
-      if (v != "main" && v != "conn16") throw std::runtime_error("--protocol: main or conn16");
-      o.one_conn = v == "conn16";
+      if (v != "one-conn" && v != "two-conn") throw std::runtime_error("--protocol: one-conn or two-conn");
+      o.one_conn = v == "one-conn";
     } else if (a == "--json")
       o.json = next();
     else if (a == "--ramp-ms")

@@ -3,9 +3,9 @@
 #   bench/rdzv_scale.sh [N ...]        (default 256 1024 4096 16384)
 # Writes docs/bench/scale.{jsonl,md,dat,png} and prints the side-by-side table. Figures only.
 # Env: C10D_PROCS (client processes for c10d, default 16), C10D_TIMEOUT (s, default 60),
-#      SIM_THREADS (rdzv_scale io_context threads, default 1), PROTOCOL (what this tree's ddprun
-#      speaks: main = two connections per agent, conn16 = one; default main), DDPRUN (another build's
-#      ddprun to drive instead of build/launcher/ddprun).
+#      SIM_THREADS (rdzv_scale io_context threads, default 1), PROTOCOL (what the driven ddprun
+#      speaks: one-conn, today's, the default; two-conn, two connections per agent as before
+#      issue 16), DDPRUN (another build's ddprun to drive instead of build/launcher/ddprun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
@@ -19,7 +19,7 @@ jsonl="$out/scale.jsonl"
 : >"$jsonl"
 
 echo "== ddprun: simulated agents against a real ddprun master (token auth)"
-build/bench/rdzv_scale --ddprun "${DDPRUN:-build/launcher/ddprun}" --protocol "${PROTOCOL:-main}" \
+build/bench/rdzv_scale --ddprun "${DDPRUN:-build/launcher/ddprun}" --protocol "${PROTOCOL:-one-conn}" \
   --threads "${SIM_THREADS:-1}" --json "$jsonl" "${sizes[@]}"
 
 echo "== c10d TCPStore, the same join workload (plan of 64 bytes per node)"

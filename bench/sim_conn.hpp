@@ -140,7 +140,7 @@ class Conn {
     const std::size_t len = be(in_, 0, 4);
     if (len <= kKeepMax) {
       // Parsed here rather than by proto::decode_response: that one refuses the out-of-band
-      // statuses (4, 5) of conn16's protocol when built against main's codec.
+      // statuses (4, 5) of the one-connection protocol.
       co_await fill(proto::kHeaderSize + len);
       if (len < 13 || be(in_, 13, 4) != len - 13) throw std::runtime_error("malformed answer");
       Answer a{static_cast<proto::Status>(static_cast<unsigned char>(in_[4])),

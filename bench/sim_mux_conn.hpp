@@ -1,5 +1,5 @@
 #pragma once
-// One connection carrying everything (branch conn16's protocol, /work/notes/conn16-protocol.md):
+// One connection carrying everything (docs/protocol.md):
 // in-order answers, plus out-of-band frames at any time: status 4 (event: a watched key was
 // written; number = its index, value = its value) and 5 (pong: the answer to a heartbeat).
 // A reader coroutine hands in-order answers to the pending calls in order, events to a callback;

@@ -24,14 +24,23 @@ bool Rendezvous::barrier(const std::string& name, Millis timeout) {
     // happen before the ack, which lets the master stop serving.
     if (ok) watching_ = false;
     if (ok && !server_) {
-      s.set(keys::barrier_ack(name, opts_.node_rank), "1");
+      // The barrier has passed: the ack only lets the master stop serving sooner. A master that
+      // stopped first (its bounded wait for the acks ended) is no failure of this node.
+      try {
+        s.set(keys::barrier_ack(name, opts_.node_rank), "1");
+      } catch (const Error&) {
+      }
     } else if (ok) {
-      // Keep serving until every other node has seen the barrier pass (bounded).
+      // Keep serving until every other node has seen the barrier pass (bounded). Every node arrived,
+      // so the barrier has passed even when some acks do not come in time.
       std::vector<std::string> acks;
       for (const auto& p : participants_) {
         if (p.orig_rank != opts_.node_rank) acks.push_back(keys::barrier_ack(name, p.orig_rank));
       }
-      if (!acks.empty()) s.wait(acks, std::min(left_until(deadline) + Millis{1000}, Millis{10000}));
+      try {
+        if (!acks.empty()) s.wait(acks, std::min(left_until(deadline) + Millis{1000}, Millis{10000}));
+      } catch (const Error&) {
+      }
     }
   } catch (const Error&) {
     ok = false;

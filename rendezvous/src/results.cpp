@@ -7,6 +7,7 @@
 #include "keys.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "store/client.hpp"
+#include "store/server.hpp"
 #include "store/store.hpp"
 
 namespace ddprun::rdzv {
@@ -21,6 +22,17 @@ constexpr Millis kGatherPoll{100};       // how often the master looks whether a
 
 bool Rendezvous::publish_result(const std::string& record) {
   if (!joined_) return false;
+  if (server_) {
+    // The master's own record goes straight into its store: its connection may wait behind
+    // thousands of others at the end of a large job.
+    try {
+      PrefixStore s(key_prefix(), std::make_shared<ServerStore>(*server_));
+      s.set(keys::result(opts_.node_rank), record);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
   // On the agent's one connection, its answer awaited at most kPublishTimeout.
   if (client_ && client_->connected()) {
     try {
@@ -60,9 +72,16 @@ std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::option
     while (!s.wait(awaited, std::min(left_until(deadline), kGatherPoll))) {
       if (left_until(deadline) == Millis{0} || !others_connected()) break;
     }
-    for (std::size_t i = 0; i < all.size(); ++i) out[i].record = s.get(all[i], Millis{0});
   } catch (const Error&) {
-    // Our own store failed: what was read so far is all there is.
+    // The wait failed (our connection, at the end of a large job): read what has come.
+  }
+  // Read in-process, each record on its own: one that never came is no report, not the end of all.
+  PrefixStore local(key_prefix(), std::make_shared<ServerStore>(*server_));
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    try {
+      out[i].record = local.get(all[i], Millis{0});
+    } catch (const Error&) {
+    }
   }
   return out;
 }

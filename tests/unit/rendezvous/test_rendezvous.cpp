@@ -532,6 +532,18 @@ TEST_CASE("rendezvous: the master gathers every agent's end-of-run record, in pl
   }
 }
 
+TEST_CASE("rendezvous: a record that never came is one missing report and the others still count",
+          "[rendezvous]") {
+  Job job(3);
+  for (int r : {0, 2})
+    CHECK(job.agents[static_cast<std::size_t>(r)]->publish_result(fmt::format("rec {}", r)));
+  const auto got = job.agents[0]->gather_results(300ms);
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].record == "rec 0");
+  CHECK_FALSE(got[1].record);
+  CHECK(got[2].record == "rec 2");
+}
+
 TEST_CASE("rendezvous: gathering is bounded, and stops once nobody who could still report is left",
           "[rendezvous]") {
   Job job(3);
