@@ -101,25 +101,16 @@ std::optional<PythonError> read_python_error(const std::string& path) {
 ErrorFiles::ErrorFiles(const std::optional<std::string>& log_dir, int requeue, int attempt)
     : log_dir_(log_dir), requeue_(requeue), attempt_(attempt) {
   if (log_dir_) return;
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = fmt::format("{}/ddprun-errors-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
-  if (::mkdtemp(tmpl.data()) == nullptr) {  // mkdtemp makes it 0700
+  if (!temp_dir_.make("errors")) {
     throw Error(fmt::format("cannot create a directory for the workers' error files in {}: {} (set TMPDIR)",
-                            tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", std::strerror(errno)),
+                            PrivateDir::parent(), std::strerror(errno)),
                 1);
   }
-  temp_dir_ = tmpl;
-}
-
-ErrorFiles::~ErrorFiles() {
-  if (temp_dir_.empty()) return;
-  std::error_code ec;  // best effort: a worker's leftover files must not fail the run
-  std::filesystem::remove_all(temp_dir_, ec);
 }
 
 std::string ErrorFiles::prepare(int rank) const {
   const std::string path = log_dir_ ? rank_log_dir(*log_dir_, requeue_, attempt_, rank) + "/error.json"
-                                    : fmt::format("{}/rank_{}.json", temp_dir_, rank);
+                                    : fmt::format("{}/rank_{}.json", temp_dir_.path(), rank);
   ::unlink(path.c_str());  // a file from an earlier run must not be taken for this one's
   return path;
 }

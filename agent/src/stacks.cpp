@@ -23,28 +23,19 @@ namespace fs = std::filesystem;
 HeartbeatFiles::HeartbeatFiles(std::optional<std::string> log_dir, int requeue, int attempt)
     : log_dir_(std::move(log_dir)), requeue_(requeue), attempt_(attempt) {}
 
-HeartbeatFiles::~HeartbeatFiles() {
-  std::error_code ec;
-  if (!temp_dir_.empty()) fs::remove_all(temp_dir_, ec);
-}
-
 std::string HeartbeatFiles::create(int rank) {
   std::string dir;
   if (log_dir_) {
     dir = rank_log_dir(*log_dir_, requeue_, attempt_, rank);
   } else {
-    if (temp_dir_.empty()) {
-      const char* tmp = std::getenv("TMPDIR");
-      std::string tmpl =
-          fmt::format("{}/ddprun-heartbeat-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
-      if (::mkdtemp(tmpl.data()) == nullptr) {
-        throw Error(
-            fmt::format("cannot create a directory for heartbeat files ({}): set TMPDIR or --log-dir", tmpl),
-            1);
-      }
-      temp_dir_ = tmpl;
+    if (!temp_dir_.make("heartbeat")) {
+      throw Error(
+          fmt::format("cannot create a directory for heartbeat files ({}/ddprun-heartbeat-XXXXXX): set "
+                      "TMPDIR or --log-dir",
+                      PrivateDir::parent()),
+          1);
     }
-    dir = fmt::format("{}/rank_{}", temp_dir_, rank);
+    dir = fmt::format("{}/rank_{}", temp_dir_.path(), rank);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

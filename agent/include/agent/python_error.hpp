@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "agent/private_dir.hpp"
+
 namespace ddprun::agent {
 
 // Bytes read from an error file at most; a bigger file is not read (it would not fit the report).
@@ -38,7 +40,6 @@ class ErrorFiles {
  public:
   // Throws Error when the temporary directory cannot be made.
   ErrorFiles(const std::optional<std::string>& log_dir, int requeue, int attempt);
-  ~ErrorFiles();
   ErrorFiles(const ErrorFiles&) = delete;
   ErrorFiles& operator=(const ErrorFiles&) = delete;
 
@@ -50,7 +51,7 @@ class ErrorFiles {
   std::optional<std::string> log_dir_;
   int requeue_;
   int attempt_;
-  std::string temp_dir_;  // "" with --log-dir
+  PrivateDir temp_dir_;  // not made with --log-dir
 };
 
 // The ErrorFiles of a run, or nullptr after telling `warn` why the temporary directory could not be made:

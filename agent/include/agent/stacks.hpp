@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/hang_watch.hpp"
+#include "agent/private_dir.hpp"
 #include "agent/proc.hpp"
 #include "agent/result.hpp"
 
@@ -24,7 +25,6 @@ namespace ddprun::agent {
 class HeartbeatFiles {
  public:
   HeartbeatFiles(std::optional<std::string> log_dir, int requeue, int attempt);
-  ~HeartbeatFiles();
   HeartbeatFiles(const HeartbeatFiles&) = delete;
   HeartbeatFiles& operator=(const HeartbeatFiles&) = delete;
 
@@ -35,7 +35,7 @@ class HeartbeatFiles {
   std::optional<std::string> log_dir_;
   int requeue_;
   int attempt_;
-  std::string temp_dir_;  // "" until made
+  PrivateDir temp_dir_;  // made at the first file without --log-dir
 };
 
 // `eu-stack -p PID` (elfutils): every thread's native backtrace, stopped after `bound`. Says so

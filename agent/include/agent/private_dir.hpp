@@ -1,0 +1,28 @@
+#pragma once
+// A private temporary directory (mode 0700, under $TMPDIR or /tmp) for files ddprun hands its
+// workers when there is no --log-dir (error files, heartbeat files); removed, with everything in
+// it, when this object goes.
+#include <string>
+
+namespace ddprun::agent {
+
+class PrivateDir {
+ public:
+  PrivateDir() = default;
+  ~PrivateDir();
+  PrivateDir(const PrivateDir&) = delete;
+  PrivateDir& operator=(const PrivateDir&) = delete;
+
+  // Makes <parent>/ddprun-<what>-XXXXXX once; false (errno set) when it cannot.
+  bool make(const std::string& what);
+  bool made() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+
+  // Where it goes: $TMPDIR when set and not empty, else /tmp.
+  static std::string parent();
+
+ private:
+  std::string path_;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,29 @@
+#include "agent/private_dir.hpp"
+
+#include <stdlib.h>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+namespace ddprun::agent {
+
+std::string PrivateDir::parent() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+bool PrivateDir::make(const std::string& what) {
+  if (made()) return true;
+  std::string tmpl = parent() + "/ddprun-" + what + "-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return false;  // mkdtemp makes it 0700
+  path_ = tmpl;
+  return true;
+}
+
+PrivateDir::~PrivateDir() {
+  if (path_.empty()) return;
+  std::error_code ec;  // best effort: a worker's leftover files must not fail the run
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace ddprun::agent
