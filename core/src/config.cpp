@@ -1,4 +1,5 @@
 #include "core/config.hpp"
+#include "core/elastic.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -337,9 +338,10 @@ int local_workers(const Options& o, const SlurmEnv& s, const SystemInfo& sys,
 void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gpus, const SystemInfo& sys,
                   Resolved& r) {
   const JobSpec& job = r.job;
-  for (int i = 0; i < job.nnodes; ++i) {
+  for (int i = 0; i < r.nagents; ++i) {
     NodeSpec ns;
     ns.node_rank = i;
+    ns.spare = i >= job.nnodes;  // a standby (elastic)
     if (!l.hosts.empty()) {
       ns.host = l.hosts[static_cast<std::size_t>(i)];
     } else if (i == job.node_rank) {
@@ -373,7 +375,9 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
                    : r.context == SlurmContext::batch ? resolve_batch(o, s, r)
                                                       : resolve_outside(o, endpoint, r);
   JobSpec& job = r.job;
-  if (job.node_rank >= job.nnodes) {
+  r.nagents = std::max({job.nnodes, job.node_rank + 1, static_cast<int>(l.hosts.size())});
+  r.elastic = is_elastic(r.nnodes_min, r.nnodes_max, r.nagents, job.max_restarts);
+  if (job.node_rank >= job.nnodes && !r.elastic) {
     throw Error(fmt::format("--node-rank {} is not below the number of nodes {}; node ranks run 0..{}",
                             job.node_rank, job.nnodes, job.nnodes - 1));
   }

@@ -55,6 +55,7 @@ nlohmann::json failure_to_json(const Failure& f) {
   j["fatal"] = f.fatal;
   j["after_signal"] = f.after_signal;
   j["hang"] = f.hang;
+  j["lost"] = f.lost;
   nlohmann::json silent = nlohmann::json::array();
   for (const auto& s : f.silent) silent.push_back({{"rank", s.rank}, {"silent_s", s.silent_s}});
   j["silent"] = std::move(silent);
@@ -90,6 +91,7 @@ Failure failure_from_json(const nlohmann::json& j) {
     f.fatal = j.value("fatal", false);
     f.after_signal = j.value("after_signal", 0);
     f.hang = j.value("hang", false);
+    f.lost = j.value("lost", false);
     // Absent in records from older agents; when present, every entry must be well formed.
     for (const auto& s : j.value("silent", nlohmann::json::array())) {
       f.silent.push_back({s.at("rank").get<int>(), s.at("silent_s").get<double>()});

@@ -16,9 +16,14 @@ void check_job(const JobSpec& job) {
   }
   if (job.gpus_per_proc < 0)
     throw Error(fmt::format("--gpus-per-proc {} must be at least 1", job.gpus_per_proc));
-  if (job.node_rank < 0 || job.node_rank >= job.nnodes) {
+}
+
+// This node's rank must be a row: an active one, or a standby's row after them (elastic).
+void check_node_rank(const JobSpec& job, std::size_t rows) {
+  const int n = std::max(job.nnodes, static_cast<int>(rows));
+  if (job.node_rank < 0 || job.node_rank >= n) {
     throw Error(fmt::format("node rank {} is not below the number of nodes {}; node ranks run 0..{}",
-                            job.node_rank, job.nnodes, job.nnodes - 1));
+                            job.node_rank, n, n - 1));
   }
 }
 
@@ -134,6 +139,7 @@ std::optional<TaskSlot> task_slot(const JobSpec& job) {
 
 PlanTable make_plan_table(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
   check_job(job);
+  check_node_rank(job, nodes_in.size());
   const std::vector<NodeSpec> nodes = sorted_nodes(job, nodes_in);
   PlanTable t;
   t.job = constants_of(job);

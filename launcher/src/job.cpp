@@ -85,85 +85,6 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, agent::Events& ev) {
   return cfg;
 }
 
-// The plan's nodes from the joined agents (sorted by node rank), renumbered 0..n-1.
-std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>& joined) {
-  std::vector<core::NodeSpec> nodes;
-  nodes.reserve(joined.size());
-  for (std::size_t i = 0; i < joined.size(); ++i) {
-    core::NodeSpec n;
-    n.node_rank = static_cast<int>(i);
-    if (!joined[i].hostname.empty()) n.host = joined[i].hostname;
-    n.local_world_size = joined[i].local_world_size;
-    n.gpus = joined[i].gpus;
-    n.addr = joined[i].addr;
-    nodes.push_back(std::move(n));
-  }
-  return nodes;
-}
-
-// Agent mode: one agent per node, every agent a participant of the master's round.
-class RendezvousSession final : public Session {
- public:
-  RendezvousSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
-                    agent::Events& ev)
-      : r_(r), rz_(options(o, r, std::move(auth), ev)), coord_(rz_) {
-    me_.node_rank = r.job.node_rank;
-    me_.hostname = r.self.host.value_or("localhost");
-    me_.addr = me_.hostname;
-    me_.local_world_size = r.self.local_world_size;
-    me_.gpus = r.self.gpus;
-  }
-
-  Round join(int attempt) override {
-    // The master publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
-    // every agent derives its own node's workers from them.
-    const rdzv::Joined joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
-      return core::encode_plan_table(master_table(nodes, attempt));
-    });
-    Round round;
-    round.table = parse_published_plan(joined.plan, rz_.endpoint());
-    round.local = core::derive_workers(round.table, joined.node_rank);
-    round.announce = r_.job.node_rank == 0;
-    return round;
-  }
-  agent::Coordinator& coordinator() override { return coord_; }
-  std::optional<Failure> published_root() override { return rz_.aborted(); }
-  void next_attempt() override { rz_.next_attempt(); }
-
- private:
-  static rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r,
-                                         rdzv::auth::Config auth, agent::Events& ev);
-
-  // On the master: the table from the nodes that joined, with MASTER_PORT checked by binding it
-  // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
-  core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
-    core::JobSpec job = r_.job;
-    job.restart_count = attempt;
-    job.nnodes = static_cast<int>(nodes.size());
-    job.node_rank = 0;
-    core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
-    table.job.master_port = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given);
-    return table;
-  }
-
-  const core::Resolved& r_;
-  rdzv::JoinInfo me_;
-  rdzv::Rendezvous rz_;
-  StoreCoordinator coord_;
-};
-
-rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const core::Resolved& r,
-                                                   rdzv::auth::Config auth, agent::Events& ev) {
-  rdzv::RendezvousOptions ro = common_rdzv_options(o, r, std::move(auth), ev);
-  ro.host = r.rdzv_host;
-  ro.port = r.rdzv_port;
-  ro.node_rank = r.job.node_rank;
-  ro.nnodes_min = r.nnodes_min;
-  ro.nnodes_max = r.nnodes_max;
-  for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));
-  return ro;
-}
-
 }  // namespace
 
 rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,
@@ -276,7 +197,41 @@ void bind_cpus(agent::Events& ev, const core::Resolved& r, Round& round, int att
   if (warning && attempt == 0) ev.warn(*warning);
 }
 
-// The one attempts loop: join, run, then restart or exit by agent::after_attempt.
+// One error line (or the error event) without ending the JSON stream.
+void fail_line(agent::Events& ev, const std::string& what, int code) {
+  if (ev.json()) {
+    ev.emit("error", {{"message", what}, {"exit_code", code}});
+  } else {
+    fmt::print(stderr, "ddprun: error: {}\n", what);
+  }
+}
+
+// An attempt's end as the attempts loop sees it.
+struct AttemptEnd {
+  agent::AttemptDecision decision;
+  std::optional<Failure> root;
+};
+
+// A standby (elastic): no workers; it waits for the active nodes to finish or for the root cause.
+AttemptEnd stand_by(Session& session, int attempt, int max_restarts) {
+  const auto root = session.standby([] { return agent::held_stop_signal() != 0; });
+  if (const int sig = agent::held_stop_signal()) return {{false, 128 + sig}, std::nullopt};
+  if (!root) return {{false, 0}, std::nullopt};
+  const int code = root->exit_code == 0 ? 1 : root->exit_code;
+  return {{!core::ends_job(*root) && attempt < max_restarts, code}, root};
+}
+
+AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, int attempt, int max_restarts) {
+  const core::JobConstants& job = round.table.job;
+  ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
+  const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
+  raise_test_signal();
+  const auto published = res.success ? std::nullopt : session.published_root();
+  return {agent::after_attempt(res, published, attempt, max_restarts),
+          published ? published : res.root_cause};
+}
+
+// The one attempts loop: join, run (or stand by), then restart or exit by agent::after_attempt.
 int run_attempts(Session& session, const core::Options& o, const core::Resolved& r, agent::AgentOptions ao,
                  agent::Events& ev) {
   const int max_restarts = r.job.max_restarts;
@@ -288,12 +243,16 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
     // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).
     agent::hold_stop_signals();
-    const core::JobConstants& job = round.table.job;
-    ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
-    const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
-    raise_test_signal();
-    const auto published = res.success ? std::nullopt : session.published_root();
-    agent::AttemptDecision d = agent::after_attempt(res, published, attempt, max_restarts);
+    const AttemptEnd end = round.standby ? stand_by(session, attempt, max_restarts)
+                                         : run_round(session, round, ao, attempt, max_restarts);
+    agent::AttemptDecision d = end.decision;
+    // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md).
+    if (d.restart) {
+      if (const auto why = session.prepare_restart(end.root)) {
+        fail_line(ev, *why, d.exit_code);
+        return finished(ev, d.exit_code);
+      }
+    }
     // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
     if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
     if (!d.restart) return finished(ev, d.exit_code);
@@ -308,11 +267,7 @@ int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions
   agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
   ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
   auto fail = [&](const std::string& what, int code) {
-    if (ev.json()) {
-      ev.emit("error", {{"message", what}, {"exit_code", code}});
-    } else {
-      fmt::print(stderr, "ddprun: error: {}\n", what);
-    }
+    fail_line(ev, what, code);
     return finished(ev, code);  // job_finished stays the last JSON line, failures included
   };
   try {
@@ -324,7 +279,7 @@ int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions
     } else if (r.mode == core::Mode::per_task) {
       session = make_per_task_session(o, r, std::move(auth), ev);
     } else {
-      session = std::make_unique<RendezvousSession>(o, r, std::move(auth), ev);
+      session = make_rendezvous_session(o, r, std::move(auth), ev);
     }
     return run_attempts(*session, o, r, ao, ev);
   } catch (const rdzv::Error& e) {

@@ -1,7 +1,10 @@
 #pragma once
 // How one node meets the others for each attempt (job.cpp's attempts loop). Private to the launcher.
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "agent/coordinator.hpp"
@@ -20,6 +23,7 @@ struct Round {
   core::PlanTable table;
   std::vector<core::Worker> local;
   bool announce = false;  // this node prints the startup table
+  bool standby = false;   // elastic: this node is a standby and runs no workers
 };
 
 class Session {
@@ -30,7 +34,22 @@ class Session {
   // The job's root cause as every node sees it (the first one published), if any.
   virtual std::optional<core::Failure> published_root() = 0;
   virtual void next_attempt() = 0;
+  // Elastic (docs/elastic.md): a standby waits for the attempt's end instead of running workers.
+  // nullopt: the job finished (or `stop` said so); else the attempt's root cause.
+  virtual std::optional<core::Failure> standby(const std::function<bool()>& stop) {
+    (void)stop;
+    return std::nullopt;
+  }
+  // Before a restart after `root`: nullopt when the next round may run; else why the job ends here
+  // (a lost node in a fail-fast job, fewer than MIN left, no strict majority).
+  virtual std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root) {
+    (void)root;
+    return std::nullopt;
+  }
 };
+
+std::unique_ptr<Session> make_rendezvous_session(const core::Options& o, const core::Resolved& r,
+                                                 rdzv::auth::Config auth, agent::Events& ev);
 
 inline std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000.0));

@@ -1,6 +1,7 @@
 // The join round: node-rank claims, join records, arrivals; on the master the round itself
 // (wait for the nodes, build the plan, publish it); on every agent, reading the published plan.
 #include <algorithm>
+#include <set>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -26,8 +27,12 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   PrefixStore s = store();
   claim_node_rank(s, me.node_rank);
   s.set(keys::node(me.node_rank), core::dump_json(json(me)));
-  const std::int64_t arrival = s.add(keys::kArrivals, 1);
-  s.set(keys::arrived(arrival), std::to_string(me.node_rank));
+  // A standby's arrival is counted apart, so that the first round's MIN and MAX count active nodes.
+  if (me.node_rank >= opts_.nnodes_max) {
+    s.set(keys::standby_arrived(s.add(keys::kStandbys, 1)), std::to_string(me.node_rank));
+  } else {
+    s.set(keys::arrived(s.add(keys::kArrivals, 1)), std::to_string(me.node_rank));
+  }
   // Heartbeats start now, while the plan is awaited and delivered: a node starved while the plan
   // fans out, or spawning its workers right after, is still heard; a stopped or dead one is lost.
   start_liveness();
@@ -104,12 +109,21 @@ void Rendezvous::fail_join(const std::string& message) {
 
 void Rendezvous::run_master_round(const PlanFn& make_plan) {
   PrefixStore s = store();
-  wait_for_arrivals(s);
-  if (opts_.nnodes_min < opts_.nnodes_max) {
-    // Last call: the round closes when MAX nodes are in, or this long after MIN were.
-    s.wait({keys::arrived(opts_.nnodes_max)}, opts_.last_call);
+  if (elastic_round()) {
+    wait_for_survivors(s);
+  } else {
+    wait_for_arrivals(s);
+    // Last call: the round closes when every expected agent (MAX, standbys included) is in, or this
+    // long after MIN were.
+    std::vector<std::string> all = {keys::arrived(opts_.nnodes_max)};
+    if (opts_.elastic && opts_.nagents > opts_.nnodes_max)
+      all.push_back(keys::standby_arrived(opts_.nagents - opts_.nnodes_max));
+    if (opts_.nnodes_min < opts_.nnodes_max || all.size() > 1) s.wait(all, opts_.last_call);
   }
-  const std::vector<JoinInfo> joined = read_join_records(s);
+  std::vector<JoinInfo> joined = read_join_records(s);
+  // The first MAX in node order run workers; the rest are standbys (elastic only: otherwise no rank
+  // beyond MAX can join).
+  for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = static_cast<int>(i) >= opts_.nnodes_max;
   std::string plan;
   try {
     plan = make_plan(joined);
@@ -128,19 +142,72 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
     ranks[std::to_string(joined[i].node_rank)] = static_cast<int>(i);
     hosts.push_back(joined[i].hostname);
   }
-  const json published = {{keys::plan_record::kPlan, plan},
-                          {keys::plan_record::kNodeRanks, ranks},
-                          {keys::plan_record::kHosts, hosts}};
+  const json published = {
+      {keys::plan_record::kPlan, plan},
+      {keys::plan_record::kNodeRanks, ranks},
+      {keys::plan_record::kHosts, hosts},
+      {keys::plan_record::kActive, std::min<int>(static_cast<int>(joined.size()), opts_.nnodes_max)}};
   s.set(keys::kPlan, core::dump_json(published));
+  {
+    std::lock_guard lk(lost_mu_);
+    dropped_.clear();
+  }
   plan_published_ = Clock::now();  // from here on every participant's watch is due (liveness.cpp)
 }
 
+// The node ranks that arrived, from the arrival records: standbys' ranks lie beyond MAX, and a
+// master outside Slurm does not know how many there are.
 std::vector<int> Rendezvous::joined_ranks(PrefixStore& s) const {
-  std::vector<int> ranks;
-  for (int r = 0; r < opts_.nnodes_max; ++r) {
-    if (s.check({keys::node(r)})) ranks.push_back(r);
+  std::set<int> ranks;
+  const auto read = [&](const char* counter, std::string (*key)(std::int64_t)) {
+    const std::int64_t n = s.add(counter, 0);
+    for (std::int64_t i = 1; i <= n; ++i) {
+      // Written right after the count (join()): a moment's wait at most.
+      const auto v = s.get(key(i), Millis{2000});
+      if (!v) continue;
+      try {
+        ranks.insert(std::stoi(*v));
+      } catch (const std::exception&) {
+      }
+    }
+  };
+  read(keys::kArrivals, keys::arrived);
+  read(keys::kStandbys, keys::standby_arrived);
+  return {ranks.begin(), ranks.end()};
+}
+
+// A round after a restart of an elastic job: MIN < MAX, or standbys (which the master outside Slurm
+// learns of only when they join).
+bool Rendezvous::elastic_round() const {
+  return !previous_.empty() && (opts_.elastic || std::any_of(previous_.begin(), previous_.end(),
+                                                             [](const core::Member& m) { return m.spare; }));
+}
+
+// Elastic, a round after a restart: every survivor of the last round is expected back at once (its
+// teardown bounded by the grace), so the round closes when they are all in, not after a last call.
+// Whoever did not come within rejoin_timeout is lost too; then the round goes on only with MIN and a
+// strict majority of the last round (core::after_loss).
+void Rendezvous::wait_for_survivors(PrefixStore& s) {
+  std::set<int> gone;
+  {
+    std::lock_guard lk(lost_mu_);
+    gone = dropped_;
   }
-  return ranks;
+  std::vector<std::string> expected;
+  for (std::size_t i = 0; i < previous_.size(); ++i) {
+    const int orig = previous_[i].orig_rank;
+    if (!previous_lost_.contains(static_cast<int>(i)) && !gone.contains(orig))
+      expected.push_back(keys::node(orig));
+  }
+  s.wait(expected, opts_.rejoin_timeout);
+  const auto ranks = joined_ranks(s);
+  std::vector<int> missing;
+  for (std::size_t i = 0; i < previous_.size(); ++i) {
+    if (!std::binary_search(ranks.begin(), ranks.end(), previous_[i].orig_rank))
+      missing.push_back(static_cast<int>(i));
+  }
+  const auto d = core::after_loss(previous_, missing, opts_.nnodes_min, true);
+  if (!d.go_on) fail_join(fmt::format("rendezvous {} (run {}): {}", endpoint(), opts_.run_id, d.message));
 }
 
 // Until nnodes_min agents arrived; at the deadline, fails the round naming the missing nodes.
@@ -213,12 +280,16 @@ Joined Rendezvous::read_plan(const std::string& published) {
   }
   participants_.assign(ranks.size(), {});
   const auto& hosts = j.value(keys::plan_record::kHosts, json::array());
+  const auto active =
+      static_cast<std::size_t>(j.value(keys::plan_record::kActive, static_cast<int>(ranks.size())));
   for (const auto& [orig, idx] : ranks.items()) {
     const auto i = static_cast<std::size_t>(idx.get<int>());
     if (i >= participants_.size()) continue;
     participants_[i].orig_rank = std::stoi(orig);
+    participants_[i].spare = i >= active;
     if (i < hosts.size()) participants_[i].hostname = hosts[i].get<std::string>();
   }
+  for (const auto& p : participants_) out.members.push_back({p.orig_rank, p.hostname, p.spare});
   plan_node_rank_ = ranks.at(mine).get<int>();
   out.node_rank = plan_node_rank_;
   out.nnodes = static_cast<int>(participants_.size());

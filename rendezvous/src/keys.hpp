@@ -20,6 +20,7 @@ inline constexpr const char* kPlan = "plan";             // the published plan r
 inline constexpr const char* kJoinError = "join_error";  // why the round failed on the master
 inline constexpr const char* kAbort = "abort";           // the root cause (core::Failure); first write wins
 inline constexpr const char* kArrivals = "arrivals";     // counter: agents that published their record
+inline constexpr const char* kStandbys = "standbys";     // counter: the same for standbys (node rank >= MAX)
 
 // Counter: claims on a node rank; the second claimant is refused.
 inline std::string rank_claim(int node_rank) {
@@ -32,6 +33,10 @@ inline std::string node(int node_rank) {
 // The node rank of the n-th arrival (n from 1): the master waits for "arrived/<nnodes>".
 inline std::string arrived(std::int64_t n) {
   return fmt::format("arrived/{}", n);
+}
+// The node rank of the n-th standby's arrival: standbys never count towards MIN or MAX.
+inline std::string standby_arrived(std::int64_t n) {
+  return fmt::format("standby/{}", n);
 }
 // Set by a node that reached a barrier: it is leaving, its disconnection is no failure.
 inline std::string left(int node_rank) {
@@ -59,6 +64,7 @@ namespace plan_record {
 inline constexpr const char* kPlan = "plan";             // the opaque plan
 inline constexpr const char* kNodeRanks = "node_ranks";  // {"<node rank>": rank in the plan}
 inline constexpr const char* kHosts = "hosts";           // hostname by rank in the plan
+inline constexpr const char* kActive = "active";         // active nodes; the rest are standbys
 }  // namespace plan_record
 
 }  // namespace ddprun::rdzv::keys

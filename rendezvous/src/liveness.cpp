@@ -148,6 +148,7 @@ void Rendezvous::fire_lost_master(const std::string& why) {
   }
   info.node_rank = 0;
   info.exit_code = 1;
+  info.lost = true;
   info.time = core::failure_now();
   fire(info);
 }
@@ -225,22 +226,30 @@ void Rendezvous::publish_missing_watches(PrefixStore& s, int attempt) {
 }
 
 void Rendezvous::publish_lost(PrefixStore& s, int orig, const std::string& reason) {
-  // A node that reached a barrier is leaving; its goodbye is not a failure.
-  if (s.check({keys::left(orig)})) return;
   int plan_rank = orig;
   std::string host;
+  bool spare = false;
   for (std::size_t i = 0; i < participants_.size(); ++i) {
     if (participants_[i].orig_rank == orig) {
       plan_rank = static_cast<int>(i);
       host = participants_[i].hostname;
+      spare = participants_[i].spare;
     }
   }
+  {
+    std::lock_guard lk(lost_mu_);
+    dropped_.insert(orig);  // the next round does not wait for it (elastic)
+  }
+  // A lost standby is dropped, nothing more; a node that reached a barrier is leaving, and its
+  // goodbye is not a failure.
+  if (spare || s.check({keys::left(orig)})) return;
   core::Failure info;
   info.reason = fmt::format("lost the agent on {} (node rank {}): {}",
                             host.empty() ? std::string("an unknown host") : host, plan_rank, reason);
   info.host = host;
   info.node_rank = plan_rank;
   info.exit_code = 1;
+  info.lost = true;
   info.time = core::failure_now();
   // First abort wins: a more specific cause published before the drop stays the root cause.
   s.compare_set(keys::kAbort, "", core::encode_failure(info));

@@ -51,14 +51,20 @@ Rendezvous::Rendezvous(RendezvousOptions o) : opts_(std::move(o)) {
                             opts_.nnodes_min, opts_.nnodes_max),
                 "rendezvous");
   }
-  if (opts_.node_rank < 0 || opts_.node_rank >= opts_.nnodes_max) {
+  // Standbys (elastic) have node ranks beyond MAX.
+  const int agents = opts_.elastic ? std::max(opts_.nnodes_max, opts_.nagents) : opts_.nnodes_max;
+  if (opts_.node_rank < 0 || opts_.node_rank >= agents) {
     throw Error(Error::Kind::usage,
                 fmt::format("node rank {} is outside 0..{}; check --node-rank / SLURM_NODEID",
-                            opts_.node_rank, opts_.nnodes_max - 1),
+                            opts_.node_rank, agents - 1),
                 "rendezvous");
   }
   port_ = opts_.port;
-  if (opts_.node_rank == 0) {
+  if (opts_.node_rank == 0) start_server();
+}
+
+void Rendezvous::start_server() {
+  {
     ServerOptions so;
     so.host = opts_.listen_host;
     so.port = opts_.port;
@@ -69,6 +75,16 @@ Rendezvous::Rendezvous(RendezvousOptions o) : opts_(std::move(o)) {
     server_ = std::make_unique<StoreServer>(std::move(so));
     port_ = server_->port();
   }
+}
+
+void Rendezvous::fail_over(int host_rank, const std::string& addr, std::uint16_t port) {
+  ++failovers_;
+  client_.reset();  // the connection to the lost master
+  opts_.host = addr;
+  opts_.port = port;
+  port_ = port;
+  const auto i = static_cast<std::size_t>(host_rank);
+  if (i < previous_.size() && previous_[i].orig_rank == opts_.node_rank) start_server();
 }
 
 Rendezvous::~Rendezvous() {
@@ -207,8 +223,18 @@ std::optional<core::Failure> Rendezvous::aborted() {
   return std::nullopt;
 }
 
-void Rendezvous::next_attempt() {
+void Rendezvous::next_attempt(const std::vector<int>& lost) {
   stop_watch();
+  if (joined_) {
+    previous_.clear();
+    for (const auto& p : participants_) previous_.push_back({p.orig_rank, p.hostname, p.spare});
+  }
+  previous_lost_ = {lost.begin(), lost.end()};
+  if (elastic_round()) {
+    // Every survivor is back within its teardown: no round after a loss may wait --rdzv-timeout for a
+    // master that is gone too.
+    opts_.join_timeout = std::min(opts_.join_timeout, 2 * opts_.rejoin_timeout);
+  }
   // The connection stays; its liveness promise and label of this attempt go, or the store would
   // drop it while the next round gathers.
   try {

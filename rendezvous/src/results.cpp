@@ -61,6 +61,7 @@ std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::option
   if (!server_ || !joined_) return out;
   std::vector<std::string> all, awaited;
   for (const auto& p : participants_) {
+    if (p.spare) continue;  // a standby has no run to report (standbys follow the active nodes)
     const int rank = static_cast<int>(out.size());
     out.push_back({rank, p.hostname, std::nullopt});
     all.push_back(keys::result(p.orig_rank));

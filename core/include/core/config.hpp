@@ -77,6 +77,8 @@ struct Resolved {
   NodeSpec self;                // this node
   int nnodes_min = 1;
   int nnodes_max = 1;
+  int nagents = 1;       // agents of the job, standbys (node ranks from MAX on) included
+  bool elastic = false;  // core::is_elastic: a lost node leaves the job running (docs/elastic.md)
   std::string rdzv_host;
   std::uint16_t rdzv_port = 0;     // 0: no store (standalone)
   bool master_port_given = false;  // --master-port (or DDPRUN_MASTER_PORT): busy at start is an error

@@ -49,6 +49,9 @@ struct Failure {
   // when it wrote nothing usable.
   std::string error_message;
   std::string traceback;
+  // A node was lost (its agent killed, its host gone, its heartbeat silent): host and node_rank
+  // name it. In an elastic job (docs/elastic.md) the survivors go on without it.
+  bool lost = false;
 };
 
 // Bound on error_message + traceback in one record (it travels through the store with the abort).

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/elastic.hpp"
 #include "core/failure.hpp"
 #include "store/auth.hpp"
 #include "store/error.hpp"
@@ -40,9 +41,10 @@ struct JoinInfo {
   std::string addr;  // an address the other nodes can reach this node at
   int local_world_size = 1;
   std::vector<std::string> gpus;
+  bool spare = false;  // set by the master: a standby of this round (elastic, docs/elastic.md)
 };
 // A plain record: nlohmann's macro writes its codec (every field required when reading).
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinInfo, node_rank, hostname, addr, local_world_size, gpus)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinInfo, node_rank, hostname, addr, local_world_size, gpus, spare)
 
 // One agent's end-of-run record as the master gathers it (index in the plan, host, the record or
 // nullopt when it did not come in time).
@@ -77,6 +79,11 @@ struct RendezvousOptions {
   // (on the master, which nodes are still missing). Unset: silent.
   std::function<void(const std::string& message)> on_progress;
   std::chrono::milliseconds progress_interval{10000};
+  // Elastic (docs/elastic.md): agents beyond nnodes_max are standbys; a round after a restart closes
+  // as soon as every survivor of the last one is back, and waits at most rejoin_timeout for them.
+  bool elastic = false;
+  int nagents = 0;  // agents the master waits for in the first round, standbys included (0: nnodes_max)
+  std::chrono::milliseconds rejoin_timeout{60000};
 };
 
 // The master builds the plan from the nodes that joined (sorted by their node rank); the plan is
@@ -88,6 +95,7 @@ struct Joined {
   std::string plan;
   int node_rank = 0;  // this node's rank among the joined nodes (0..nnodes-1, in node-rank order)
   int nnodes = 0;
+  std::vector<core::Member> members;  // every agent of the round in node order, standbys last
 };
 
 // The liveness timing of a round of `nnodes` (docs/rendezvous.md, "Liveness"): the heartbeat
@@ -147,7 +155,20 @@ class Rendezvous {
   std::uint64_t bytes_received() const;
 
   // Restarts: stops the watch, moves to namespace "/attempt_<n+1>/" for a fresh join round.
-  void next_attempt();
+  // `lost`: node ranks of the round that ended known to be gone (elastic: the round after it does not
+  // wait for them).
+  void next_attempt(const std::vector<int>& lost = {});
+
+  // Elastic, after the master (node rank 0) was lost, on every survivor, after next_attempt: the
+  // store moves to `addr`:`port`, served by the agent with node rank `host_rank` of the round that
+  // ended (core::failover_host). That agent starts a fresh store; the others connect there.
+  void fail_over(int host_rank, const std::string& addr, std::uint16_t port);
+  int failovers() const { return failovers_; }
+
+  // A standby's attempt (elastic): it waits, without bound, for the attempt's end. nullopt: every
+  // active node finished (the exit barrier passed); otherwise the root cause or a lost master.
+  // `stop` is polled about twice a second; when it returns true the wait ends with nullopt too.
+  std::optional<core::Failure> standby(const std::function<bool()>& stop);
 
   // The end of an attempt (results.cpp): every agent publishes a compact record (opaque bytes) on its
   // connection (a short new one if that is gone), bounded by about 2 s whatever state the master is
@@ -170,6 +191,7 @@ class Rendezvous {
   struct Participant {
     int orig_rank = 0;
     std::string hostname;
+    bool spare = false;
   };
 
   // rendezvous.cpp: connections and the attempt's namespace
@@ -188,6 +210,9 @@ class Rendezvous {
   bool wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start);
   void run_master_round(const PlanFn& make_plan);
   void wait_for_arrivals(PrefixStore& s);
+  void wait_for_survivors(PrefixStore& s);
+  bool elastic_round() const;
+  void start_server();
   std::vector<int> joined_ranks(PrefixStore& s) const;
   std::vector<JoinInfo> read_join_records(PrefixStore& s);
   [[noreturn]] void fail_join(const std::string& message);
@@ -217,6 +242,11 @@ class Rendezvous {
   std::chrono::steady_clock::time_point plan_published_{};  // master: when the plan went out
   bool joined_ = false;
   bool barrier_passed_ = false;
+  // Elastic: the last round's members, and who of them is known to be gone (node ranks there).
+  std::vector<core::Member> previous_;
+  std::set<int> previous_lost_;
+  std::set<int> dropped_;  // master: orig ranks lost during this attempt
+  int failovers_ = 0;
 
   // Watch state.
   std::mutex cb_mu_;

@@ -1,0 +1,59 @@
+#pragma once
+// Elastic jobs (docs/elastic.md): the pure decisions after a node is lost. Who the survivors are,
+// whether they may go on (MIN, the strict majority), who serves the store when the master is
+// gone, and what changed between two rounds. Table-tested in tests/unit/core/test_elastic.cpp.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::core {
+
+// Whether a lost node leaves the job running: restarts allowed and room to shrink (MIN < MAX) or
+// standbys (more agents than MAX). Otherwise the job is fail-fast, as without elastic.
+bool is_elastic(int nnodes_min, int nnodes_max, int nagents, int max_restarts);
+
+// One agent of a round, in the round's node order (its index is its node rank in the plan).
+struct Member {
+  int orig_rank = 0;  // the agent's own node rank (SLURM_NODEID / --node-rank), stable across rounds
+  std::string host;
+  bool spare = false;  // a standby: in the round, running no workers
+  bool operator==(const Member&) const = default;
+};
+
+// What the survivors of a round do after `lost` (node ranks in that round) are gone.
+struct AfterLoss {
+  bool go_on = false;
+  std::vector<Member> survivors;  // in node order
+  std::string message;            // when !go_on: one line naming the lost nodes and why the job ends
+};
+
+// The rule (docs/elastic.md, "Failure bounds"): the survivors go on when the job is elastic, at
+// least MIN of them remain, and they are a strict majority of the round's members (so that two
+// halves of a partitioned job can never both go on).
+AfterLoss after_loss(const std::vector<Member>& members, const std::vector<int>& lost, int nnodes_min,
+                     bool elastic);
+
+// True when `present` of `previous` members form a strict majority.
+bool has_majority(int present, int previous);
+
+// The node rank (in `members`) that serves the store next when the master (node rank 0) is lost:
+// the first survivor in node order; nullopt when none survives.
+std::optional<int> failover_host(const std::vector<Member>& members, const std::vector<int>& lost);
+
+// The store's port after `generation` failovers: each new store host serves on the next port, so a
+// master that is not dead after all (a partition) never collides with its successor.
+int failover_port(int base_port, int generation);
+
+// The difference between two rounds, by orig_rank.
+struct MembershipChange {
+  std::vector<Member> lost;      // members of `before` absent from `after`
+  std::vector<Member> promoted;  // spares of `before` active in `after`
+  std::vector<Member> joined;    // members of `after` absent from `before`
+  bool empty() const { return lost.empty() && promoted.empty() && joined.empty(); }
+};
+MembershipChange membership_change(const std::vector<Member>& before, const std::vector<Member>& after);
+
+// "host-b (node rank 1), host-d (node rank 3)"; node ranks as in `members`' round.
+std::string describe_members(const std::vector<Member>& members, const std::vector<Member>& which);
+
+}  // namespace ddprun::core

@@ -1,0 +1,99 @@
+#include "core/elastic.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace ddprun::core {
+
+bool is_elastic(int nnodes_min, int nnodes_max, int nagents, int max_restarts) {
+  return max_restarts > 0 && (nnodes_min < nnodes_max || nagents > nnodes_max);
+}
+
+bool has_majority(int present, int previous) {
+  return 2 * present > previous;
+}
+
+namespace {
+
+bool contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+std::string plural(std::size_t n, const char* word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+std::string describe_members(const std::vector<Member>& members, const std::vector<Member>& which) {
+  std::vector<std::string> parts;
+  for (const auto& w : which) {
+    const auto it = std::find_if(members.begin(), members.end(),
+                                 [&](const Member& m) { return m.orig_rank == w.orig_rank; });
+    const auto rank = it == members.end() ? w.orig_rank : static_cast<int>(it - members.begin());
+    parts.push_back(w.host.empty() ? fmt::format("node rank {}", rank)
+                                   : fmt::format("{} (node rank {})", w.host, rank));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+AfterLoss after_loss(const std::vector<Member>& members, const std::vector<int>& lost, int nnodes_min,
+                     bool elastic) {
+  AfterLoss out;
+  std::vector<Member> gone;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    (contains(lost, static_cast<int>(i)) ? gone : out.survivors).push_back(members[i]);
+  }
+  const int left = static_cast<int>(out.survivors.size());
+  const std::string names = describe_members(members, gone);
+  if (!elastic) {
+    out.message = fmt::format(
+        "lost {}; the job is not elastic (it needs --nnodes MIN:MAX or standbys, "
+        "and --max-restarts)",
+        names);
+  } else if (left < nnodes_min) {
+    out.message = fmt::format("lost {}; {} left, fewer than the minimum of {} (--nnodes {}:MAX)", names,
+                              plural(static_cast<std::size_t>(left), "node"), nnodes_min, nnodes_min);
+  } else if (!has_majority(left, static_cast<int>(members.size()))) {
+    out.message = fmt::format(
+        "lost {}; {} of {} left, not a strict majority of the last round, so the "
+        "job stops rather than risk two jobs after a network partition",
+        names, left, members.size());
+  } else {
+    out.go_on = true;
+  }
+  return out;
+}
+
+std::optional<int> failover_host(const std::vector<Member>& members, const std::vector<int>& lost) {
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (!contains(lost, static_cast<int>(i))) return static_cast<int>(i);
+  }
+  return std::nullopt;
+}
+
+int failover_port(int base_port, int generation) {
+  return base_port + generation;
+}
+
+MembershipChange membership_change(const std::vector<Member>& before, const std::vector<Member>& after) {
+  MembershipChange c;
+  const auto find = [](const std::vector<Member>& v, int orig) {
+    return std::find_if(v.begin(), v.end(), [&](const Member& m) { return m.orig_rank == orig; });
+  };
+  for (const auto& m : before) {
+    const auto it = find(after, m.orig_rank);
+    if (it == after.end()) {
+      c.lost.push_back(m);
+    } else if (m.spare && !it->spare) {
+      c.promoted.push_back(*it);
+    }
+  }
+  for (const auto& m : after) {
+    if (find(before, m.orig_rank) == before.end()) c.joined.push_back(m);
+  }
+  return c;
+}
+
+}  // namespace ddprun::core

@@ -1,0 +1,77 @@
+#include "membership_report.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace ddprun::launcher {
+
+namespace {
+
+int rank_in(const std::vector<core::Member>& round, int orig) {
+  const auto it =
+      std::find_if(round.begin(), round.end(), [&](const core::Member& m) { return m.orig_rank == orig; });
+  return it == round.end() ? -1 : static_cast<int>(it - round.begin());
+}
+
+int active(const std::vector<core::Member>& round) {
+  return static_cast<int>(
+      std::count_if(round.begin(), round.end(), [](const core::Member& m) { return !m.spare; }));
+}
+
+}  // namespace
+
+std::string membership_line(int attempt, const std::vector<core::Member>& before,
+                            const std::vector<core::Member>& after, int old_world, int new_world) {
+  const auto c = core::membership_change(before, after);
+  if (c.empty()) return {};
+  std::vector<std::string> parts;
+  if (!c.lost.empty()) parts.push_back(fmt::format("lost {}", core::describe_members(before, c.lost)));
+  for (const auto& p : c.promoted) {
+    parts.push_back(fmt::format("standby {} promoted to node rank {}", p.host, rank_in(after, p.orig_rank)));
+  }
+  if (!c.joined.empty()) parts.push_back(fmt::format("joined {}", core::describe_members(after, c.joined)));
+  return fmt::format("ddprun: attempt {}: {}; {} active node(s) (was {}), world size {} (was {})\n", attempt,
+                     fmt::join(parts, "; "), active(after), active(before), new_world, old_world);
+}
+
+void report_membership(agent::Events& ev, bool quiet, int attempt, const std::vector<core::Member>& before,
+                       const std::vector<core::Member>& after, int old_world, int new_world) {
+  const auto c = core::membership_change(before, after);
+  if (c.empty()) return;
+  if (!ev.json()) {
+    if (!quiet) fmt::print(stderr, "{}", membership_line(attempt, before, after, old_world, new_world));
+    return;
+  }
+  const nlohmann::json sizes = {
+      {"attempt", attempt}, {"old_world_size", old_world}, {"new_world_size", new_world}};
+  for (const auto& m : c.lost) {
+    nlohmann::json e = sizes;
+    e["host"] = m.host;
+    e["node_rank"] = rank_in(before, m.orig_rank);
+    e["standby"] = m.spare;
+    ev.emit("node_lost", e);
+  }
+  for (const auto& m : c.promoted) {
+    nlohmann::json e = sizes;
+    e["host"] = m.host;
+    e["old_node_rank"] = rank_in(before, m.orig_rank);
+    e["new_node_rank"] = rank_in(after, m.orig_rank);
+    ev.emit("spare_promoted", e);
+  }
+  nlohmann::json e = sizes;
+  const auto hosts = [](const std::vector<core::Member>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& m : v) a.push_back(m.host);
+    return a;
+  };
+  e["old_nnodes"] = active(before);
+  e["new_nnodes"] = active(after);
+  e["lost"] = hosts(c.lost);
+  e["promoted"] = hosts(c.promoted);
+  e["hosts"] = hosts(after);
+  ev.emit("membership_changed", e);
+}
+
+}  // namespace ddprun::launcher

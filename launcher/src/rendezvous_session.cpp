@@ -1,0 +1,150 @@
+// Agent mode: one agent per node, every agent a participant of the master's round; elastic jobs
+// (docs/elastic.md) go on without a lost node, promote a standby, or move the store to a survivor.
+#include <fmt/format.h>
+
+#include "core/elastic.hpp"
+#include "launcher/system.hpp"
+#include "membership_report.hpp"
+#include "session.hpp"
+#include "store_coordinator.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+// The plan's nodes from the joined agents (sorted by node rank), renumbered 0..n-1.
+std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>& joined) {
+  std::vector<core::NodeSpec> nodes;
+  nodes.reserve(joined.size());
+  for (std::size_t i = 0; i < joined.size(); ++i) {
+    core::NodeSpec n;
+    n.node_rank = static_cast<int>(i);
+    if (!joined[i].hostname.empty()) n.host = joined[i].hostname;
+    n.local_world_size = joined[i].local_world_size;
+    n.gpus = joined[i].gpus;
+    n.addr = joined[i].addr;
+    n.spare = joined[i].spare;
+    nodes.push_back(std::move(n));
+  }
+  return nodes;
+}
+
+class RendezvousSession final : public Session {
+ public:
+  RendezvousSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
+                    agent::Events& ev)
+      : r_(r), ev_(ev), quiet_(o.quiet), rz_(options(o, r, std::move(auth), ev)), coord_(rz_) {
+    me_.node_rank = r.job.node_rank;
+    me_.hostname = r.self.host.value_or("localhost");
+    me_.addr = me_.hostname;
+    me_.local_world_size = r.self.local_world_size;
+    me_.gpus = r.self.gpus;
+  }
+
+  Round join(int attempt) override {
+    // The master publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
+    // every agent derives its own node's workers from them.
+    const rdzv::Joined joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
+      return core::encode_plan_table(master_table(nodes, attempt));
+    });
+    Round round;
+    round.table = parse_published_plan(joined.plan, rz_.endpoint());
+    round.local = core::derive_workers(round.table, joined.node_rank);
+    round.announce = joined.node_rank == 0;
+    round.standby = round.table.nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
+    if (attempt > 0 && round.announce) {
+      report_membership(ev_, quiet_, attempt, previous_, joined.members, previous_world_,
+                        round.table.job.world_size);
+    }
+    previous_ = joined.members;
+    previous_world_ = round.table.job.world_size;
+    last_table_ = round.table;
+    return round;
+  }
+  agent::Coordinator& coordinator() override { return coord_; }
+  std::optional<core::Failure> published_root() override { return rz_.aborted(); }
+  std::optional<core::Failure> standby(const std::function<bool()>& stop) override {
+    return rz_.standby(stop);
+  }
+
+  std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root) override {
+    lost_.clear();
+    if (!root || !root->lost) return std::nullopt;
+    lost_.push_back(root->node_rank);
+    // Standbys make a job elastic; outside Slurm only the round shows that there are any.
+    const bool elastic =
+        r_.elastic || core::is_elastic(r_.nnodes_min, r_.nnodes_max, static_cast<int>(previous_.size()),
+                                       r_.job.max_restarts);
+    const auto d = core::after_loss(previous_, lost_, r_.nnodes_min, elastic);
+    if (!d.go_on) return d.message;
+    return std::nullopt;
+  }
+
+  void next_attempt() override {
+    rz_.next_attempt(lost_);
+    // The master is gone: the first survivor serves a fresh store on the next port.
+    if (std::find(lost_.begin(), lost_.end(), 0) == lost_.end()) return;
+    const auto host = core::failover_host(previous_, lost_);
+    if (!host) return;
+    const auto& row = last_table_.nodes.at(static_cast<std::size_t>(*host));
+    const int port = core::failover_port(r_.rdzv_port, rz_.failovers() + 1);
+    rz_.fail_over(*host, row.addr.empty() ? row.host.value_or("localhost") : row.addr,
+                  static_cast<std::uint16_t>(port));
+  }
+
+ private:
+  static rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r,
+                                         rdzv::auth::Config auth, agent::Events& ev);
+
+  // On the master: the table from the nodes that joined, with MASTER_PORT checked by binding it
+  // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
+  core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
+    core::JobSpec job = r_.job;
+    job.restart_count = attempt;
+    job.nnodes = static_cast<int>(
+        std::count_if(nodes.begin(), nodes.end(), [](const rdzv::JoinInfo& n) { return !n.spare; }));
+    job.node_rank = 0;
+    // After a failover this agent hosts the store, and worker rank 0 runs here.
+    if (rz_.failovers() > 0) job.master_addr = me_.addr;
+    core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
+    table.job.master_port = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given);
+    return table;
+  }
+
+  const core::Resolved& r_;
+  agent::Events& ev_;
+  bool quiet_;
+  rdzv::JoinInfo me_;
+  rdzv::Rendezvous rz_;
+  StoreCoordinator coord_;
+  // The last round, for the next one (elastic).
+  std::vector<core::Member> previous_;
+  int previous_world_ = 0;
+  core::PlanTable last_table_;
+  std::vector<int> lost_;  // node ranks of the last round known to be gone
+};
+
+rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const core::Resolved& r,
+                                                   rdzv::auth::Config auth, agent::Events& ev) {
+  rdzv::RendezvousOptions ro = common_rdzv_options(o, r, std::move(auth), ev);
+  ro.host = r.rdzv_host;
+  ro.port = r.rdzv_port;
+  ro.node_rank = r.job.node_rank;
+  ro.nnodes_min = r.nnodes_min;
+  ro.nnodes_max = r.nnodes_max;
+  ro.elastic = r.elastic;
+  ro.nagents = r.nagents;
+  // Survivors are back once their teardown (the grace, then SIGKILL) is over.
+  ro.rejoin_timeout = to_ms(o.term_timeout) + ro.heartbeat_timeout + std::chrono::milliseconds(10000);
+  for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));
+  return ro;
+}
+
+}  // namespace
+
+std::unique_ptr<Session> make_rendezvous_session(const core::Options& o, const core::Resolved& r,
+                                                 rdzv::auth::Config auth, agent::Events& ev) {
+  return std::make_unique<RendezvousSession>(o, r, std::move(auth), ev);
+}
+
+}  // namespace ddprun::launcher

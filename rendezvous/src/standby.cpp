@@ -1,0 +1,49 @@
+// A standby's attempt (elastic, docs/elastic.md): no workers, only the wait for the attempt's end.
+#include "deadline.hpp"
+#include "keys.hpp"
+#include "rendezvous/rendezvous.hpp"
+#include "store/store.hpp"
+
+namespace ddprun::rdzv {
+
+namespace {
+constexpr Millis kPoll{500};  // how often the wait looks at `stop` and at a lost master
+}  // namespace
+
+std::optional<core::Failure> Rendezvous::standby(const std::function<bool()>& stop) {
+  PrefixStore s = store();
+  // A standby has nothing to finish: it is at the exit barrier from the start, and leaving is no
+  // failure (a lost standby is only dropped from the next round, liveness.cpp).
+  const int n = static_cast<int>(participants_.size());
+  s.set(keys::left(opts_.node_rank), "1");
+  if (s.add(keys::barrier_count("exit"), 1) >= n) s.set(keys::barrier_done("exit"), "1");
+  for (;;) {
+    {
+      std::lock_guard lk(cb_mu_);
+      if (pending_) return *pending_;  // the abort pushed to the watch, or a lost master
+    }
+    if (stop()) return std::nullopt;
+    std::optional<std::size_t> got;
+    try {
+      got = s.wait_any({keys::barrier_done("exit"), keys::kAbort}, kPoll);
+    } catch (const Error&) {
+      continue;  // the watch names the lost master
+    }
+    if (!got) continue;
+    if (*got == 1) {
+      if (auto v = s.get(keys::kAbort, Millis{0})) return core::decode_failure(*v);
+      continue;
+    }
+    // Done: the active nodes finished. Let the master stop serving, as barrier() does.
+    watching_ = false;
+    try {
+      s.set(keys::barrier_ack("exit", opts_.node_rank), "1");
+    } catch (const Error&) {
+    }
+    barrier_passed_ = true;
+    stop_watch();
+    return std::nullopt;
+  }
+}
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,91 @@
+// The elastic decisions (docs/elastic.md): who goes on after a loss, and who serves the store.
+#include <catch2/catch.hpp>
+
+#include "core/elastic.hpp"
+
+using namespace ddprun::core;
+
+namespace {
+std::vector<Member> four() {
+  return {{0, "a", false}, {1, "b", false}, {2, "c", false}, {3, "d", false}};
+}
+}  // namespace
+
+TEST_CASE("elastic needs restarts and room to shrink or standbys", "[elastic]") {
+  struct Row {
+    int min, max, agents, restarts;
+    bool elastic;
+  };
+  const Row rows[] = {
+      {3, 4, 4, 2, true},   // MIN:MAX
+      {4, 4, 5, 2, true},   // a standby
+      {4, 4, 4, 2, false},  // fixed size, no standby: fail-fast
+      {3, 4, 4, 0, false},  // no restarts: fail-fast
+      {4, 4, 5, 0, false}, {1, 1, 1, 3, false},
+  };
+  for (const auto& r : rows) {
+    INFO(r.min << ":" << r.max << " agents " << r.agents << " restarts " << r.restarts);
+    CHECK(is_elastic(r.min, r.max, r.agents, r.restarts) == r.elastic);
+  }
+}
+
+TEST_CASE("after a loss the survivors go on while MIN remain and they hold a majority", "[elastic]") {
+  SECTION("one of four lost with MIN 3") {
+    const auto d = after_loss(four(), {2}, 3, true);
+    CHECK(d.go_on);
+    REQUIRE(d.survivors.size() == 3);
+    CHECK(d.survivors[2].host == "d");
+  }
+  SECTION("below MIN names the lost nodes and MIN") {
+    const auto d = after_loss(four(), {1, 3}, 3, true);
+    CHECK_FALSE(d.go_on);
+    CHECK(d.message ==
+          "lost b (node rank 1), d (node rank 3); 2 nodes left, fewer than the minimum of 3 "
+          "(--nnodes 3:MAX)");
+  }
+  SECTION("half is not a majority") {
+    const auto d = after_loss(four(), {0, 1}, 1, true);
+    CHECK_FALSE(d.go_on);
+    CHECK(d.message.find("2 of 4 left, not a strict majority") != std::string::npos);
+  }
+  SECTION("a fail-fast job never goes on") {
+    const auto d = after_loss(four(), {3}, 1, false);
+    CHECK_FALSE(d.go_on);
+    CHECK(d.message.find("lost d (node rank 3); the job is not elastic") == 0);
+  }
+  SECTION("an unnamed host is named by its node rank") {
+    auto m = four();
+    m[1].host.clear();
+    CHECK(after_loss(m, {1}, 4, true).message.find("lost node rank 1;") == 0);
+  }
+}
+
+TEST_CASE("majority is strict", "[elastic]") {
+  CHECK(has_majority(3, 5));
+  CHECK_FALSE(has_majority(2, 4));
+  CHECK(has_majority(1, 1));
+  CHECK_FALSE(has_majority(0, 1));
+}
+
+TEST_CASE("the new store host is the first survivor in node order", "[elastic]") {
+  CHECK(failover_host(four(), {0}) == 1);
+  CHECK(failover_host(four(), {0, 1}) == 2);
+  CHECK(failover_host(four(), {2}) == 0);
+  CHECK_FALSE(failover_host(four(), {0, 1, 2, 3}).has_value());
+  CHECK(failover_port(29400, 0) == 29400);
+  CHECK(failover_port(29400, 2) == 29402);
+}
+
+TEST_CASE("membership change names the lost, the promoted and the new", "[elastic]") {
+  std::vector<Member> before = four();
+  before.push_back({4, "e", true});
+  const std::vector<Member> after = {{0, "a", false}, {1, "b", false}, {3, "d", false}, {4, "e", false}};
+  const auto c = membership_change(before, after);
+  REQUIRE(c.lost.size() == 1);
+  CHECK(c.lost[0].host == "c");
+  REQUIRE(c.promoted.size() == 1);
+  CHECK(c.promoted[0].orig_rank == 4);
+  CHECK(c.joined.empty());
+  CHECK(membership_change(after, after).empty());
+  CHECK(describe_members(before, c.lost) == "c (node rank 2)");
+}
