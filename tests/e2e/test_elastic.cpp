@@ -1,0 +1,153 @@
+// Elastic jobs on loopback (docs/elastic.md): real agents, real PyTorch workers (gloo) that start
+// children. A lost agent (SIGKILL) no longer ends the job: the survivors restart at once at the new
+// world size, a standby takes the lost node's place, or the first survivor takes over the store.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "e2e/procs.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kWorker = std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/elastic_worker.py";
+
+struct ElasticJob {
+  TempDir dir;
+  std::string token = "ddprun-elastic-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
+  int port = free_port();
+  std::map<int, Proc> agents;  // by node rank
+
+  void start(int node_rank, const std::string& nnodes, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     nnodes,
+                                     "--node-rank",
+                                     std::to_string(node_rank),
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--max-restarts",
+                                     "2",
+                                     "--term-timeout",
+                                     "3",
+                                     "--rdzv-timeout",
+                                     "120",
+                                     "--python",
+                                     "/usr/bin/python3"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back(kWorker);
+    agents.emplace(node_rank, ddprun::test::start(argv, {{"DIR", dir.path()}, {"DDPRUN_TEST_TOKEN", token}},
+                                                  dir.path(), "agent" + std::to_string(node_rank)));
+  }
+  // Every worker of the first attempt is running (ranks 0..n-1).
+  bool ready(int n) {
+    for (int r = 0; r < n; ++r) {
+      if (!wait_file(dir / ("ready_" + std::to_string(r)), 120s)) return false;
+    }
+    return true;
+  }
+  // What rank r recorded after the restart: "world restart allreduce master_addr".
+  std::string done(int r) { return read_file(dir / ("done_" + std::to_string(r))); }
+  ~ElasticJob() {
+    for (auto& [n, a] : agents) wait_for(a, 1ms);
+    leftovers_after(token, 1ms);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("elastic: losing a node shrinks the job and the survivors finish at the new world size",
+          "[e2e][elastic]") {
+  ElasticJob job;
+  for (int n = 0; n < 4; ++n) job.start(n, "3:4");
+  REQUIRE(job.ready(4));
+  ::kill(job.agents.at(2).pid, SIGKILL);
+  for (int n : {0, 1, 3}) {
+    REQUIRE(wait_for(job.agents.at(n), 180s));
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  for (int r = 0; r < 3; ++r) CHECK(job.done(r).starts_with("3 1 3 "));  // world 3, restart 1, all-reduce 3
+  CHECK_FALSE(std::filesystem::exists(job.dir / "done_3"));
+  const std::string master = job.agents.at(0).err();
+  CHECK_THAT(master, Catch::Contains("lost the agent on") && Catch::Contains("(node rank 2)"));
+  CHECK_THAT(master, Catch::Contains("attempt 1: lost") && Catch::Contains("world size 3 (was 4)"));
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+TEST_CASE("elastic: a standby takes a lost node's place and the world stays at MAX", "[e2e][elastic]") {
+  ElasticJob job;
+  job.start(0, "4:4", {"--log-format", "json"});
+  job.start(4, "4:4");  // node rank 4 >= MAX: a standby
+  REQUIRE(wait_file(job.dir / "agent4.err", 10s));
+  std::this_thread::sleep_for(1500ms);  // the standby joins before the fourth active node closes the round
+  for (int n = 1; n < 4; ++n) job.start(n, "4:4");
+  REQUIRE(job.ready(4));
+  ::kill(job.agents.at(1).pid, SIGKILL);
+  for (int n : {0, 2, 3, 4}) {
+    REQUIRE(wait_for(job.agents.at(n), 180s));
+    INFO("agent " << n << ": " << job.agents.at(n).err() << job.agents.at(n).out());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  for (int r = 0; r < 4; ++r) CHECK(job.done(r).starts_with("4 1 4 "));
+  const std::string events = job.agents.at(0).out() + job.agents.at(0).err();
+  CHECK_THAT(events, Catch::Contains("\"event\":\"node_lost\"") &&
+                         Catch::Contains("\"event\":\"spare_promoted\"") &&
+                         Catch::Contains("\"event\":\"membership_changed\""));
+  CHECK_THAT(events, Catch::Contains("\"new_node_rank\":3"));
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+TEST_CASE("elastic: losing the master's node moves the store to the first survivor", "[e2e][elastic]") {
+  ElasticJob job;
+  for (int n = 0; n < 4; ++n) job.start(n, "3:4");
+  REQUIRE(job.ready(4));
+  ::kill(job.agents.at(0).pid, SIGKILL);
+  for (int n : {1, 2, 3}) {
+    REQUIRE(wait_for(job.agents.at(n), 180s));
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  for (int r = 0; r < 3; ++r) CHECK(job.done(r).starts_with("3 1 3 "));
+  const std::string new_master = job.agents.at(1).err();
+  CHECK_THAT(new_master, Catch::Contains("lost the rendezvous master") && Catch::Contains("attempt 1: lost"));
+  CHECK_THAT(new_master, Catch::Contains("(node rank 0)"));
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+TEST_CASE("elastic: below MIN every survivor fails with the lost nodes and MIN named", "[e2e][elastic]") {
+  ElasticJob job;
+  for (int n = 0; n < 4; ++n) job.start(n, "3:4");
+  REQUIRE(job.ready(4));
+  ::kill(job.agents.at(2).pid, SIGKILL);
+  ::kill(job.agents.at(3).pid, SIGKILL);
+  for (int n : {0, 1}) {
+    REQUIRE(wait_for(job.agents.at(n), 180s));
+    const std::string err = job.agents.at(n).err();
+    INFO("agent " << n << ": " << err);
+    CHECK(job.agents.at(n).code == 1);
+    CHECK_THAT(err, Catch::Contains("fewer than the minimum of 3 (--nnodes 3:MAX)"));
+    CHECK_THAT(err, Catch::Contains("(node rank 2)") && Catch::Contains("(node rank 3)"));
+  }
+  CHECK_FALSE(std::filesystem::exists(job.dir / "done_0"));
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+TEST_CASE("elastic: a fixed-size job still fails fast when a node is lost, restarts or not",
+          "[e2e][elastic]") {
+  ElasticJob job;
+  for (int n = 0; n < 3; ++n) job.start(n, "3");
+  REQUIRE(job.ready(3));
+  ::kill(job.agents.at(1).pid, SIGKILL);
+  for (int n : {0, 2}) {
+    REQUIRE(wait_for(job.agents.at(n), 60s));
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 1);
+    CHECK_THAT(job.agents.at(n).err(), Catch::Contains("the job is not elastic"));
+  }
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
