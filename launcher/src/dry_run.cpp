@@ -119,9 +119,9 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
   std::vector<Row> rows;
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     const auto& row = t.nodes[n];
-    if (row.spare) continue;
-    rows.push_back(
-        {n, row.host.value_or("?"), rank_range(row.first_rank, row.first_rank + row.local_world_size - 1)});
+    rows.push_back({n, row.host.value_or("?"),
+                    row.spare ? std::string("standby")
+                              : rank_range(row.first_rank, row.first_rank + row.local_world_size - 1)});
   }
   std::size_t hw = 4, rw = 5;
   for (const auto& r : rows) {
@@ -133,6 +133,9 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
       fmt::format("ddprun: {}attempt {}: {} node{}, world size {}, master {}:{}\n",
                   has_run_id(job) ? fmt::format("run {} ", job.run_id) : "", attempt, job.nnodes,
                   job.nnodes == 1 ? "" : "s", job.world_size, job.master_addr, job.master_port);
+  if (const auto spares = t.nodes.size() - static_cast<std::size_t>(job.nnodes); spares > 0) {
+    out.insert(out.size() - 1, fmt::format(", {} standby{}", spares, spares == 1 ? "" : "s"));
+  }
   out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", "node", "host", hw, "ranks", rw,
                      "gpus each rank sees (ranks:CUDA_VISIBLE_DEVICES)");
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -143,6 +146,10 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
     }
     // Only the rows shown: GPU lists without the workers' environments.
     const auto& row = t.nodes[rows[i].node];
+    if (row.spare) {
+      out += fmt::format("  {:<5} {:<{}} {:<{}} -\n", rows[i].node, rows[i].host, hw, rows[i].ranks, rw);
+      continue;
+    }
     std::vector<core::Worker> ws(static_cast<std::size_t>(row.local_world_size));
     for (int lr = 0; lr < row.local_world_size; ++lr) {
       ws[static_cast<std::size_t>(lr)].rank = row.first_rank + lr;

@@ -48,14 +48,14 @@ void report_membership(agent::Events& ev, bool quiet, int attempt, const std::ve
       {"attempt", attempt}, {"old_world_size", old_world}, {"new_world_size", new_world}};
   for (const auto& m : c.lost) {
     nlohmann::json e = sizes;
-    e["host"] = m.host;
-    e["node_rank"] = rank_in(before, m.orig_rank);
+    e["lost_host"] = m.host;
+    e["lost_node_rank"] = rank_in(before, m.orig_rank);
     e["standby"] = m.spare;
     ev.emit("node_lost", e);
   }
   for (const auto& m : c.promoted) {
     nlohmann::json e = sizes;
-    e["host"] = m.host;
+    e["spare_host"] = m.host;
     e["old_node_rank"] = rank_in(before, m.orig_rank);
     e["new_node_rank"] = rank_in(after, m.orig_rank);
     ev.emit("spare_promoted", e);

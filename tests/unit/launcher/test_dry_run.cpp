@@ -68,6 +68,17 @@ TEST_CASE("startup table: one row per node with ranks, GPUs and the master", "[p
   CHECK(std::count(bt.begin(), bt.end(), '\n') == 2 + 16 + 1);
 }
 
+TEST_CASE("startup table: a standby shows as a row without ranks", "[plan][table][elastic]") {
+  JobSpec job;
+  job.mode = Mode::agent;
+  job.nnodes = 2;
+  auto n = nodes({2, 2, 2});
+  n[2].spare = true;
+  const std::string t = render_startup_table(make_plan_table(job, n), 0);
+  CHECK_THAT(t, Catch::Contains("attempt 0: 2 nodes, world size 4, master 127.0.0.1:29500, 1 standby\n"));
+  CHECK_THAT(t, Catch::Contains("  2     node3 standby -\n"));
+}
+
 TEST_CASE("startup line and dry-run header name a run id only when there is one", "[plan][table]") {
   JobSpec job;  // standalone: no Slurm job id and no --rdzv-id
   PlanTable p = make_plan_table(job, nodes({2}));

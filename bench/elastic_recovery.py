@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""From a lost node to new workers running, on loopback (docs/elastic.md, docs/benchmarks.md).
+
+Real ddprun agents with real PyTorch workers (tests/e2e/elastic_worker.py). Each scenario loses one
+agent in the middle of the first attempt and reads the survivors' JSON events to break the recovery
+down: detection (loss -> first survivor's remote_abort), teardown (-> restart), new round (->
+rendezvous_joined of attempt 1), spawn (-> last worker_started of attempt 1). torchrun's elastic
+agent (c10d rendezvous) runs the same shrink in the same run, where it can.
+Figures only: nothing here passes or fails.
+
+  bench/elastic_recovery.py [--ddprun PATH] [--trials N] [--json FILE]
+"""
+import argparse
+import datetime
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(ROOT, "tests", "e2e", "elastic_worker.py")
+PY = "/usr/bin/python3"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ts(event):
+    return datetime.datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def events(path):
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
+def wait_ready(d, n, limit=120):
+    end = time.time() + limit
+    while time.time() < end:
+        if all(os.path.exists(os.path.join(d, f"ready_{r}")) for r in range(n)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def ddprun_trial(ddprun, scenario):
+    """One loss; returns the phases in seconds, or None when the job did not recover."""
+    spec = {"shrink": ("3:4", [0, 1, 2, 3], 2, signal.SIGKILL),
+            "master": ("3:4", [0, 1, 2, 3], 0, signal.SIGKILL),
+            "silent": ("3:4", [0, 1, 2, 3], 2, signal.SIGSTOP),
+            "standby": ("4:4", [0, 4, 1, 2, 3], 1, signal.SIGKILL)}[scenario]
+    nnodes, order, victim, sig = spec
+    port = free_port()
+    with tempfile.TemporaryDirectory() as d:
+        procs = {}
+        for n in order:
+            argv = [ddprun, "--log-format", "json", "--nnodes", nnodes, "--node-rank", str(n),
+                    "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "2", "--term-timeout", "3",
+                    "--rdzv-timeout", "120", "--python", PY, WORKER]
+            log = open(os.path.join(d, f"agent{n}.log"), "w")
+            procs[n] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, DIR=d))
+            if n == 4 or (scenario == "standby" and n == 0):
+                time.sleep(1.0)  # the standby joins before the round closes
+        active = 4
+        if not wait_ready(d, active):
+            for p in procs.values():
+                p.kill()
+            return None
+        time.sleep(0.5)
+        t_loss = time.time()
+        procs[victim].send_signal(sig)
+        ok = True
+        for n, p in procs.items():
+            if n == victim:
+                continue
+            try:
+                ok = p.wait(timeout=120) == 0 and ok
+            except subprocess.TimeoutExpired:
+                p.kill()
+                ok = False
+        procs[victim].kill()
+        procs[victim].wait()
+        if not ok:
+            return None
+        ev = [e for n in procs if n != victim for e in events(os.path.join(d, f"agent{n}.log"))]
+        first = lambda name, att=None: min(ts(e) for e in ev if e["event"] == name and
+                                           (att is None or e.get("attempt") == att))
+        detect = first("remote_abort")
+        restart = max(ts(e) for e in ev if e["event"] == "restart")
+        joined = max(ts(e) for e in ev if e["event"] == "rendezvous_joined" and e.get("attempt") == 1)
+        spawned = max(ts(e) for e in ev if e["event"] == "worker_started" and
+                      ts(e) >= joined)
+        world = 4 if scenario == "standby" else 3
+        trained = max(os.path.getmtime(os.path.join(d, f"done_{r}")) for r in range(world))
+        return {"detection": detect - t_loss, "teardown": restart - detect, "round": joined - restart,
+                "spawn": spawned - joined, "total": spawned - t_loss, "allreduce": trained - t_loss}
+
+
+def torchrun_trial():
+    """torchrun --nnodes 3:4 (c10d), one agent SIGKILLed: seconds until the survivors' new workers start,
+    or None when they did not within 120 s."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as d:
+        procs = []
+        for n in range(4):
+            argv = [PY, "-m", "torch.distributed.run", "--nnodes", "3:4", "--nproc-per-node", "1",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "bench",
+                    "--max-restarts", "2", "--monitor-interval", "1", WORKER]
+            log = open(os.path.join(d, f"agent{n}.log"), "w")
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, DIR=d)))
+        if not wait_ready(d, 4):
+            for p in procs:
+                p.kill()
+            return None
+        time.sleep(0.5)
+        t_loss = time.time()
+        procs[3].kill()
+        end = t_loss + 120
+        got = None
+        while time.time() < end and got is None:
+            if all(os.path.exists(os.path.join(d, f"done_{r}")) for r in range(3)):
+                got = max(os.path.getmtime(os.path.join(d, f"done_{r}")) for r in range(3)) - t_loss
+            time.sleep(0.1)
+        for p in procs:
+            p.kill()
+            p.wait()
+        subprocess.run(["pkill", "-f", WORKER], check=False)
+        return got
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ddprun", default=os.path.join(ROOT, "build", "launcher", "ddprun"))
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--json")
+    ap.add_argument("--no-torchrun", action="store_true")
+    a = ap.parse_args()
+    rows = []
+    print("scenario  trial  detection  teardown  round   spawn   total   all-reduce  (s from the loss; target for "
+          "total: heartbeat timeout 5 s + 2 s)")
+    for scenario in ("shrink", "standby", "master", "silent"):
+        for t in range(a.trials):
+            r = ddprun_trial(a.ddprun, scenario)
+            rows.append({"launcher": "ddprun", "scenario": scenario, "trial": t, **(r or {"failed": True})})
+            if r is None:
+                print(f"{scenario:9} {t:5}  did not recover")
+            else:
+                print(f"{scenario:9} {t:5}  {r['detection']:9.3f}  {r['teardown']:8.3f}  {r['round']:6.3f}  "
+                      f"{r['spawn']:6.3f}  {r['total']:6.3f}  {r['allreduce']:10.3f}")
+    if not a.no_torchrun:
+        got = torchrun_trial()
+        rows.append({"launcher": "torchrun", "scenario": "shrink", "trial": 0, "total": got})
+        print("torchrun  shrink: " + ("did not recover within 120 s" if got is None else
+                                       f"all-reduce at the new world size {got:.3f} s after the loss"))
+    if a.json:
+        with open(a.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
