@@ -13,10 +13,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::int64_t kCheckpointFormat = 1;
-
 std::vector<char> serialize_checkpoint(Net& net, torch::optim::Optimizer& opt, const Position& pos,
-                                       const Options& o) {
+                                       const Options& o, const DistEnv& env) {
   torch::serialize::OutputArchive ar;
   torch::serialize::OutputArchive model_ar;
   net->save(model_ar);
@@ -28,6 +26,10 @@ std::vector<char> serialize_checkpoint(Net& net, torch::optim::Optimizer& opt, c
   ar.write("epoch", torch::tensor(pos.epoch));
   ar.write("batch", torch::tensor(pos.batch));
   ar.write("step", torch::tensor(pos.step));
+  // Format 2: who wrote it. The batch index counts global batches, so it holds at any DP size.
+  ar.write("samples", torch::tensor(pos.batch * o.batch_size));
+  ar.write("world_size", torch::tensor(static_cast<std::int64_t>(env.world_size)));
+  ar.write("dp_size", torch::tensor(static_cast<std::int64_t>(env.dp_size)));
   ar.write("global_batch", torch::tensor(o.batch_size));
   ar.write("model_kind", c10::IValue(o.model));
   ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
@@ -44,11 +46,11 @@ std::int64_t read_int(torch::serialize::InputArchive& ar, const char* key) {
   return t.item<std::int64_t>();
 }
 
-// The format, model kind and global batch must match this run before anything is loaded.
-void check_compatible(torch::serialize::InputArchive& ar, const Options& o, const std::string& what) {
-  if (read_int(ar, "format") != kCheckpointFormat) {
-    throw Error(what + ": unsupported checkpoint format");
-  }
+// The format must be known, and the model kind and global batch match this run, before
+// anything is loaded. Returns the format.
+std::int64_t check_compatible(torch::serialize::InputArchive& ar, const Options& o, const std::string& what) {
+  const auto format = read_int(ar, "format");
+  check_checkpoint_format(format, what);
   c10::IValue kind;
   ar.read("model_kind", kind);
   if (kind.toStringRef() != o.model) {
@@ -60,6 +62,21 @@ void check_compatible(torch::serialize::InputArchive& ar, const Options& o, cons
     throw Error(what + " was trained with --batch-size " + std::to_string(global_batch) +
                 "; resume with the same global batch");
   }
+  return format;
+}
+
+// Format 1 did not record the writer's world: left unknown (0).
+Resumed read_position(torch::serialize::InputArchive& ar, std::int64_t format) {
+  Resumed r;
+  r.pos.epoch = read_int(ar, "epoch");
+  r.pos.batch = read_int(ar, "batch");
+  r.pos.step = read_int(ar, "step");
+  if (format >= 2) {
+    r.samples = read_int(ar, "samples");
+    r.world_size = static_cast<int>(read_int(ar, "world_size"));
+    r.dp_size = static_cast<int>(read_int(ar, "dp_size"));
+  }
+  return r;
 }
 
 // Test hook: pause after the temp file is durable, before the rename.
@@ -89,27 +106,27 @@ std::string checkpoint_path(const Options& o) {
   return (fs::path(o.checkpoint_dir) / "latest.pt").string();
 }
 
-Position load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
-                         const Options& o, const std::string& what) {
+Resumed load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
+                        const Options& o, const std::string& what) {
   try {
     torch::serialize::InputArchive ar;
     ar.load_from(bytes.data(), bytes.size());
-    check_compatible(ar, o, what);
+    const auto format = check_compatible(ar, o, what);
     torch::serialize::InputArchive model_ar;
     ar.read("model", model_ar);
     net->load(model_ar);
     torch::serialize::InputArchive opt_ar;
     ar.read("optimizer", opt_ar);
     opt.load(opt_ar);
-    Position pos;
-    pos.epoch = read_int(ar, "epoch");
-    pos.batch = read_int(ar, "batch");
-    pos.step = read_int(ar, "step");
+    Resumed r = read_position(ar, format);
+    if (format < 2) {
+      r.samples = r.pos.batch * o.batch_size;  // format 1 required an even split: same meaning
+    }
     torch::Tensor rng;
     ar.read("rng", rng);
     at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle to the global one
     gen.set_state(rng);
-    return pos;
+    return r;
   } catch (const c10::Error& e) {
     throw Error(what + ": unreadable checkpoint (" + first_line(e.what_without_backtrace()) + ")");
   }
@@ -120,7 +137,7 @@ void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::opti
   if (o.checkpoint_dir.empty() || env.rank != 0) {
     return;
   }
-  const auto bytes = serialize_checkpoint(net, opt, pos, o);
+  const auto bytes = serialize_checkpoint(net, opt, pos, o, env);
   write_file_atomic(checkpoint_path(o), bytes, test_pause_hook());
 }
 

@@ -22,15 +22,24 @@ struct Position {
   std::int64_t step = 0;   // optimizer steps done in total
 };
 
+// A loaded checkpoint's position, and the run that wrote it.
+struct Resumed {
+  Position pos;
+  int world_size = 0;        // 0: unknown (format 1)
+  int dp_size = 0;           // 0: unknown (format 1)
+  std::int64_t samples = 0;  // samples of pos.epoch already trained: pos.batch global batches
+};
+
 // DIR/latest.pt for --checkpoint-dir DIR.
 std::string checkpoint_path(const Options& o);
 
 // Restores model, optimizer and RNG from a checkpoint's bytes and returns where it left off.
-// Refuses another model kind or global batch; `what` names the file in errors.
-Position load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
-                         const Options& o, const std::string& what);
+// Refuses another model kind or global batch, or an unknown format; `what` names the file.
+Resumed load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
+                        const Options& o, const std::string& what);
 
-// Rank 0 writes the checkpoint (nothing without --checkpoint-dir; other ranks do nothing).
+// Rank 0 writes the checkpoint, with env's world and DP size (nothing without
+// --checkpoint-dir; other ranks do nothing).
 void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::optim::Optimizer& opt,
                      const Position& pos);
 

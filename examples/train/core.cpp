@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -111,23 +112,29 @@ DistEnv parse_dist_env_from_process() {
   return parse_dist_env(process_env());
 }
 
-std::int64_t per_rank_batch(std::int64_t global_batch, int dp_size) {
+void check_global_batch(std::int64_t global_batch, int dp_size) {
   if (global_batch <= 0) {
     throw Error("--batch-size must be positive, got " + std::to_string(global_batch));
   }
-  if (global_batch % dp_size != 0) {
+  if (global_batch < dp_size) {
     throw Error("--batch-size " + std::to_string(global_batch) +
-                " (global) is not divisible by the data-parallel size " + std::to_string(dp_size) +
-                "; pick a multiple of it");
+                " (global) is smaller than the data-parallel size " + std::to_string(dp_size) +
+                "; every rank needs at least one sample per batch");
   }
-  return global_batch / dp_size;
 }
 
-std::vector<std::int64_t> shard_indices(std::int64_t n, int world, int rank, std::uint64_t seed,
-                                        std::int64_t epoch, bool shuffle) {
-  if (n <= 0 || world <= 0 || rank < 0 || rank >= world) {
-    throw Error("shard_indices: bad arguments n=" + std::to_string(n) + " world=" + std::to_string(world) +
-                " rank=" + std::to_string(rank));
+std::string per_rank_batch_text(std::int64_t global_batch, int dp_size) {
+  const std::int64_t base = global_batch / dp_size;
+  if (global_batch % dp_size == 0) {
+    return std::to_string(base);
+  }
+  return std::to_string(base + 1) + "/" + std::to_string(base);
+}
+
+std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch,
+                                            bool shuffle) {
+  if (n <= 0) {
+    throw Error("epoch_permutation: no samples (n=" + std::to_string(n) + ")");
   }
   std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
@@ -142,23 +149,55 @@ std::vector<std::int64_t> shard_indices(std::int64_t n, int world, int rank, std
       std::swap(perm[i], perm[j]);
     }
   }
-  const std::int64_t w = world;
-  const std::int64_t per_rank = (n + w - 1) / w;
-  const std::int64_t total = per_rank * w;
-  // Pad by repeating from the start of the permutation (cyclically if n < world).
-  for (std::int64_t i = n; i < total; ++i) {
-    perm.push_back(perm[static_cast<std::size_t>((i - n) % n)]);
+  return perm;
+}
+
+std::int64_t batches_per_epoch(std::int64_t n, std::int64_t global_batch) {
+  return (n + global_batch - 1) / global_batch;
+}
+
+RankBatch rank_batch(const std::vector<std::int64_t>& perm, std::int64_t global_batch, std::int64_t b,
+                     int dp_size, int dp_rank) {
+  const auto n = static_cast<std::int64_t>(perm.size());
+  if (global_batch <= 0 || dp_size <= 0 || dp_rank < 0 || dp_rank >= dp_size || b < 0 ||
+      b * global_batch >= n) {
+    throw Error("rank_batch: bad arguments batch=" + std::to_string(b) +
+                " global_batch=" + std::to_string(global_batch) + " dp=" + std::to_string(dp_size) +
+                " rank=" + std::to_string(dp_rank) + " n=" + std::to_string(n));
   }
-  std::vector<std::int64_t> out;
-  out.reserve(static_cast<std::size_t>(per_rank));
-  for (std::int64_t i = rank; i < total; i += w) {
-    out.push_back(perm[static_cast<std::size_t>(i)]);
+  const std::int64_t begin = b * global_batch;
+  const std::int64_t end = std::min(n, begin + global_batch);
+  RankBatch out;
+  out.batch_len = end - begin;
+  for (std::int64_t i = begin + dp_rank; i < end; i += dp_size) {
+    out.indices.push_back(perm[static_cast<std::size_t>(i)]);
   }
   return out;
 }
 
-std::int64_t batches_per_epoch(std::int64_t shard_len, std::int64_t batch) {
-  return (shard_len + batch - 1) / batch;
+double rank_loss_weight(std::int64_t rank_len, std::int64_t batch_len, int dp_size) {
+  return static_cast<double>(rank_len) * static_cast<double>(dp_size) / static_cast<double>(batch_len);
+}
+
+void check_checkpoint_format(std::int64_t format, const std::string& what) {
+  if (format < kOldestCheckpointFormat || format > kCheckpointFormat) {
+    throw Error(what + " has checkpoint format " + std::to_string(format) +
+                "; this ddprun-train reads formats " + std::to_string(kOldestCheckpointFormat) + " to " +
+                std::to_string(kCheckpointFormat) +
+                " (resume with the trainer that wrote it, or use another --checkpoint-dir)");
+  }
+}
+
+std::string world_change_line(int old_world, int old_dp, int world, int dp, std::int64_t global_batch,
+                              std::int64_t epoch, std::int64_t samples) {
+  if (old_world <= 0 || old_dp <= 0 || (old_world == world && old_dp == dp)) {
+    return {};
+  }
+  return "resumed at world size " + std::to_string(world) + " (was " + std::to_string(old_world) + "): dp " +
+         std::to_string(dp) + " (was " + std::to_string(old_dp) + "), global batch " +
+         std::to_string(global_batch) + " kept, per-rank batch " + per_rank_batch_text(global_batch, dp) +
+         " (was " + per_rank_batch_text(global_batch, old_dp) + "), learning rate unchanged; epoch " +
+         std::to_string(epoch + 1) + " goes on after its first " + std::to_string(samples) + " samples";
 }
 
 IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& what) {

@@ -46,17 +46,49 @@ DistEnv parse_dist_env(const EnvLookup& env);
 EnvLookup process_env();  // getenv
 DistEnv parse_dist_env_from_process();
 
-// Per-rank batch = global batch / data-parallel size; throws when it does not divide.
-std::int64_t per_rank_batch(std::int64_t global_batch, int dp_size);
+// The global batch must give every data-parallel rank at least one sample; throws otherwise.
+// It need not divide: see rank_batch.
+void check_global_batch(std::int64_t global_batch, int dp_size);
 
-// DistributedSampler-style shard: permutation seeded by seed + epoch (identical on every
-// rank), padded by repeating its start to a multiple of world, then every world-th index
-// starting at rank. Every rank gets ceil(n / world) indices.
-std::vector<std::int64_t> shard_indices(std::int64_t n, int world, int rank, std::uint64_t seed,
-                                        std::int64_t epoch, bool shuffle);
+// The global batch's split over the DP ranks, for messages: "16", or "22/21" when the first
+// global_batch % dp_size ranks take one sample more.
+std::string per_rank_batch_text(std::int64_t global_batch, int dp_size);
 
-// Number of batches per epoch for a shard of shard_len samples (last batch may be short).
-std::int64_t batches_per_epoch(std::int64_t shard_len, std::int64_t batch);
+// The epoch's sample order: a permutation of 0..n-1 seeded by seed + epoch (identical on every
+// rank and at every world size), or 0..n-1 without shuffle.
+std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch,
+                                            bool shuffle);
+
+// Global batches per epoch: ceil(n / global_batch); the last one may be short.
+std::int64_t batches_per_epoch(std::int64_t n, std::int64_t global_batch);
+
+// Global batch b is positions [b * global_batch, ...) of the epoch's permutation, whatever the
+// DP size; DP rank r takes every dp_size-th of them from the r-th on. No padding: when the batch
+// does not divide, the first ranks take one sample more (a rank may get none of a short last
+// batch). batch_len is the whole global batch's size, for the loss weight.
+struct RankBatch {
+  std::vector<std::int64_t> indices;
+  std::int64_t batch_len = 0;
+};
+RankBatch rank_batch(const std::vector<std::int64_t>& perm, std::int64_t global_batch, std::int64_t b,
+                     int dp_size, int dp_rank);
+
+// Factor on a rank's mean loss so that averaging the DP ranks' gradients gives the mean over the
+// whole global batch: rank_len * dp_size / batch_len (1 when the split is even).
+double rank_loss_weight(std::int64_t rank_len, std::int64_t batch_len, int dp_size);
+
+// Checkpoint formats this trainer reads. 1 lacks the world and DP size it was written at;
+// 2 records them (and the samples of the epoch done) so a resume can say what changed.
+inline constexpr std::int64_t kCheckpointFormat = 2;
+inline constexpr std::int64_t kOldestCheckpointFormat = 1;
+// Throws, naming `what`, for a format outside [kOldestCheckpointFormat, kCheckpointFormat].
+void check_checkpoint_format(std::int64_t format, const std::string& what);
+
+// The line a resume logs when the world or DP size differs from the checkpoint's (empty when
+// the same, or unknown: 0 from a format-1 checkpoint). `samples` is how far into epoch `epoch`
+// (0-based) the run was; the global batch is kept, so that position holds at any DP size.
+std::string world_change_line(int old_world, int old_dp, int world, int dp, std::int64_t global_batch,
+                              std::int64_t epoch, std::int64_t samples);
 
 // An IDX array (the MNIST file format), unsigned bytes only.
 struct IdxArray {

@@ -35,7 +35,6 @@ using Clock = std::chrono::steady_clock;
 struct Trainer {
   Options o;
   DistEnv env;
-  std::int64_t local_batch = 0;
   bool lead = false;  // rank 0: prints, evaluates, writes files
   bool classifier = false;
   Data data;
@@ -128,9 +127,16 @@ void restore_checkpoint(Trainer& t) {
     return;
   }
   if (auto bytes = fetch_checkpoint(t.dist, t.o)) {
-    t.pos = load_checkpoint(*bytes, t.net, *t.opt, t.o, checkpoint_path(t.o));
+    const auto r = load_checkpoint(*bytes, t.net, *t.opt, t.o, checkpoint_path(t.o));
+    t.pos = r.pos;
     t.log(fmt::format("resumed from {} at epoch {} batch {} (step {})", checkpoint_path(t.o), t.pos.epoch + 1,
                       t.pos.batch, t.pos.step));
+    // An elastic restart may come back with fewer (or more) ranks: say what that changes.
+    if (const auto line = world_change_line(r.world_size, r.dp_size, t.env.world_size, t.env.dp_size,
+                                            t.o.batch_size, t.pos.epoch, r.samples);
+        !line.empty()) {
+      t.log(line);
+    }
   } else if (t.o.resume) {
     t.log("no checkpoint in " + t.o.checkpoint_dir + ", starting from scratch");
   }
@@ -150,7 +156,7 @@ void set_up(Trainer& t, Options o) {
   t.env = parse_dist_env_from_process();
   resolve_options(o);
   t.o = std::move(o);
-  t.local_batch = per_rank_batch(t.o.batch_size, t.env.dp_size);
+  check_global_batch(t.o.batch_size, t.env.dp_size);
   set_threads(t.o);
   t.lead = t.env.rank == 0;
   // Data before the process group: a bad --data-dir fails fast on every rank.
@@ -164,37 +170,50 @@ void set_up(Trainer& t, Options o) {
   restore_checkpoint(t);
   broadcast_params(t.dist, t.net->parameters());
   make_reducer(t);
-  t.log(
-      fmt::format("ddprun-train: model {} data {} world {} (dp {} x mp {}) global batch {} "
-                  "per-rank batch {} optimizer {} threads {}",
-                  t.o.model, t.o.data, t.env.world_size, t.env.dp_size, t.env.mp_size, t.o.batch_size,
-                  t.local_batch, t.o.optimizer, torch::get_num_threads()));
+  t.log(fmt::format(
+      "ddprun-train: model {} data {} world {} (dp {} x mp {}) global batch {} "
+      "per-rank batch {} optimizer {} threads {}",
+      t.o.model, t.o.data, t.env.world_size, t.env.dp_size, t.env.mp_size, t.o.batch_size,
+      per_rank_batch_text(t.o.batch_size, t.env.dp_size), t.o.optimizer, torch::get_num_threads()));
   pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_AFTER_SETUP_MS", "set up, pausing before the first step");
 }
 
-// One optimizer step on the samples bidx of batch b, then the stop vote's outcome and any
-// --checkpoint-every save.
-void train_step(Trainer& t, const torch::Tensor& bidx, std::int64_t epoch, std::int64_t b, Tally& tally) {
+// This rank's loss for the step, weighted so that the DP average of the gradients is the mean
+// over the whole global batch even when the ranks' shares differ. A rank with no sample of a
+// short last batch still runs backward (zero gradients), so every rank joins the all-reduce.
+torch::Tensor step_loss(const Trainer& t, const torch::Tensor& out, const torch::Tensor& x,
+                        const torch::Tensor& y, const RankBatch& rb) {
+  const auto len = static_cast<std::int64_t>(rb.indices.size());
+  if (len == 0) {
+    return out.sum() * 0.0;
+  }
+  return compute_loss(t.o.model, out, x, y) * rank_loss_weight(len, rb.batch_len, t.env.dp_size);
+}
+
+// One optimizer step on this rank's share rb of global batch b, then the stop vote's outcome and
+// any --checkpoint-every save.
+void train_step(Trainer& t, const RankBatch& rb, std::int64_t epoch, std::int64_t b, Tally& tally) {
   std::optional<StopVote> vote;
   if (t.vote_in_grads) {
     t.reducer->set_extra(stop_flags(stop_signal_received()));
   } else {
     vote.emplace(t.dist, stop_signal_received());
   }
+  const auto bidx = torch::tensor(rb.indices, torch::kInt64);
   auto x = t.data.train_x.index_select(0, bidx);
   auto y = t.data.train_y.index_select(0, bidx);
   clear_grads(t.net);
   auto out = t.net->forward(x);
-  auto loss = compute_loss(t.o.model, out, x, y);
+  auto loss = step_loss(t, out, x, y, rb);
   loss.backward();
   if (t.reducer) {
     t.reducer->finish();
   }
   t.opt->step();
   t.heartbeat.touch();
-  const auto len = static_cast<double>(bidx.size(0));
-  tally.loss_sum += loss.item<double>() * len;
-  tally.samples += len;
+  // The weighted loss times batch_len / dp is this rank's sum of sample losses.
+  tally.loss_sum += loss.item<double>() * static_cast<double>(rb.batch_len) / t.env.dp_size;
+  tally.samples += static_cast<double>(rb.indices.size());
   t.pos = Position{epoch, b + 1, t.pos.step + 1};
   t.stop_signal = vote ? vote->result() : stop_from_flags(t.reducer->extra_sums());
   t.hit_max_steps = t.o.max_steps > 0 && t.pos.step >= t.o.max_steps;
@@ -228,17 +247,14 @@ void report_epoch(Trainer& t, std::int64_t epoch, const std::vector<double>& tot
 // Runs epoch `epoch` from t.pos.batch on. Returns false when training ends inside it (stop
 // vote or --max-steps); a completed epoch is reported and checkpointed.
 bool run_epoch(Trainer& t, std::int64_t epoch) {
-  const auto shard =
-      shard_indices(t.data.train_x.size(0), t.env.dp_size, t.env.dp_rank, t.o.seed, epoch, true);
-  const auto shard_len = static_cast<std::int64_t>(shard.size());
-  auto idx = torch::tensor(std::vector<std::int64_t>(shard.begin(), shard.end()), torch::kInt64);
-  const std::int64_t nb = batches_per_epoch(shard_len, t.local_batch);
+  const std::int64_t n = t.data.train_x.size(0);
+  const auto perm = epoch_permutation(n, t.o.seed, epoch, true);
+  const std::int64_t nb = batches_per_epoch(n, t.o.batch_size);
   Tally tally;
   const auto t0 = Clock::now();
   const double cpu0 = process_cpu_seconds();
   for (std::int64_t b = t.pos.batch; b < nb && !t.stopping(); ++b) {
-    const auto begin = b * t.local_batch;
-    train_step(t, idx.narrow(0, begin, std::min(t.local_batch, shard_len - begin)), epoch, b, tally);
+    train_step(t, rank_batch(perm, t.o.batch_size, b, t.env.dp_size, t.env.dp_rank), epoch, b, tally);
   }
   if (t.stopping()) {
     return false;

@@ -29,7 +29,8 @@ void add_training_options(CLI::App& app, Options& o) {
   app.add_option("--data-dir", o.data_dir, "directory with MNIST-format IDX files (.gz or plain)")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "number of epochs")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--batch-size", o.batch_size, "global batch size (split across DP ranks)")
+  app.add_option("--batch-size", o.batch_size,
+                 "global batch size, split across DP ranks (kept when the rank count changes)")
       ->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate (default: 1e-3 for adam, 0.05 for sgd)");
   app.add_option("--optimizer", o.optimizer, "sgd | adam (default: adam, sgd for toy)")
@@ -48,7 +49,8 @@ void add_run_options(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"auto", "shm", "gloo"}))
       ->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "where rank 0 writes latest.pt");
-  app.add_flag("--resume", o.resume, "continue from the checkpoint in --checkpoint-dir if any");
+  app.add_flag("--resume", o.resume,
+               "continue from the checkpoint in --checkpoint-dir if any, at any world size");
   app.add_option("--checkpoint-every", o.checkpoint_every, "also checkpoint every N steps (0: off)")
       ->capture_default_str();
   app.add_option("--metrics-file", o.metrics_file, "JSON lines, one per epoch (rank 0)");

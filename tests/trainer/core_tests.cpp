@@ -106,65 +106,122 @@ TEST_CASE("dist env rejects inconsistent values with a message naming the variab
       Catch::Contains("DDPRUN_MP_SIZE"));
 }
 
-TEST_CASE("per-rank batch divides the global batch") {
-  CHECK(per_rank_batch(64, 2) == 32);
-  CHECK_THROWS_WITH(per_rank_batch(63, 2), Catch::Contains("not divisible"));
-  CHECK_THROWS(per_rank_batch(0, 1));
+TEST_CASE("the global batch must give every DP rank a sample but need not divide") {
+  CHECK_NOTHROW(check_global_batch(64, 3));
+  CHECK_NOTHROW(check_global_batch(3, 3));
+  CHECK_THROWS_WITH(check_global_batch(2, 3), Catch::Contains("smaller than the data-parallel size 3"));
+  CHECK_THROWS(check_global_batch(0, 1));
+  CHECK(per_rank_batch_text(64, 4) == "16");
+  CHECK(per_rank_batch_text(64, 3) == "22/21");
 }
 
-TEST_CASE("sampler shards are equal-sized, disjoint when divisible, and cover the data") {
-  const std::int64_t n = 100;
-  std::multiset<std::int64_t> all;
-  for (int r = 0; r < 4; ++r) {
-    const auto s = shard_indices(n, 4, r, 5, 0, true);
-    CHECK(s.size() == 25);
-    all.insert(s.begin(), s.end());
+namespace {
+// All ranks' shares of global batch b, concatenated in rank order.
+std::vector<std::vector<std::int64_t>> shares(const std::vector<std::int64_t>& perm, std::int64_t g,
+                                              std::int64_t b, int dp) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (int r = 0; r < dp; ++r) {
+    out.push_back(rank_batch(perm, g, b, dp, r).indices);
   }
-  CHECK(all.size() == 100);
-  CHECK(std::set<std::int64_t>(all.begin(), all.end()).size() == 100);
+  return out;
 }
+}  // namespace
 
-TEST_CASE("sampler pads like DistributedSampler by repeating the start of the permutation") {
-  // n = 10, world 4: 12 slots; slots 10 and 11 repeat permutation[0] and permutation[1].
-  const auto whole = shard_indices(10, 1, 0, 9, 2, true);
-  REQUIRE(whole.size() == 10);
-  std::vector<std::vector<std::int64_t>> shards;
-  for (int r = 0; r < 4; ++r) {
-    shards.push_back(shard_indices(10, 4, r, 9, 2, true));
-    CHECK(shards.back().size() == 3);
-  }
-  // Interleaving the shards (rank stride) rebuilds the padded permutation.
-  std::vector<std::int64_t> rebuilt;
-  for (std::size_t i = 0; i < 3; ++i) {
-    for (int r = 0; r < 4; ++r) {
-      rebuilt.push_back(shards[static_cast<std::size_t>(r)][i]);
+TEST_CASE("a global batch is the same samples at every DP size, split without padding") {
+  const auto perm = epoch_permutation(100, 5, 0, true);
+  const std::int64_t g = 16;
+  for (int dp : {1, 2, 3, 4, 5}) {
+    CAPTURE(dp);
+    for (std::int64_t b = 0; b < batches_per_epoch(100, g); ++b) {
+      CAPTURE(b);
+      std::multiset<std::int64_t> got;
+      std::size_t biggest = 0, smallest = SIZE_MAX;
+      for (const auto& s : shares(perm, g, b, dp)) {
+        got.insert(s.begin(), s.end());
+        biggest = std::max(biggest, s.size());
+        smallest = std::min(smallest, s.size());
+      }
+      const auto begin = perm.begin() + b * g;
+      const auto end = perm.begin() + std::min<std::int64_t>(100, (b + 1) * g);
+      CHECK(got == std::multiset<std::int64_t>(begin, end));
+      CHECK(biggest - smallest <= 1);
+      CHECK(rank_batch(perm, g, b, dp, 0).batch_len == end - begin);
     }
   }
-  std::vector<std::int64_t> expected = whole;
-  expected.push_back(whole[0]);
-  expected.push_back(whole[1]);
-  CHECK(rebuilt == expected);
 }
 
-TEST_CASE("sampler order depends on seed + epoch only") {
-  CHECK(shard_indices(50, 2, 1, 3, 1, true) == shard_indices(50, 2, 1, 3, 1, true));
-  CHECK(shard_indices(50, 2, 1, 3, 1, true) != shard_indices(50, 2, 1, 3, 2, true));
-  CHECK(shard_indices(50, 2, 1, 3, 1, true) != shard_indices(50, 2, 1, 4, 1, true));
-  const auto plain = shard_indices(6, 2, 1, 3, 1, false);
-  CHECK(plain == std::vector<std::int64_t>{1, 3, 5});
+TEST_CASE("rank r takes every dp-th sample of the batch, the first ranks the remainder") {
+  const auto perm = epoch_permutation(10, 0, 0, false);
+  CHECK(rank_batch(perm, 4, 0, 2, 1).indices == std::vector<std::int64_t>{1, 3});
+  CHECK(rank_batch(perm, 5, 1, 3, 0).indices == std::vector<std::int64_t>{5, 8});
+  CHECK(rank_batch(perm, 5, 1, 3, 2).indices == std::vector<std::int64_t>{7});
+  // Short last batch of 2 samples over 3 ranks: rank 2 gets none.
+  CHECK(rank_batch(perm, 4, 2, 3, 1).indices == std::vector<std::int64_t>{9});
+  CHECK(rank_batch(perm, 4, 2, 3, 2).indices.empty());
+  CHECK(rank_batch(perm, 4, 2, 3, 2).batch_len == 2);
+  CHECK_THROWS(rank_batch(perm, 4, 3, 3, 0));
+  CHECK_THROWS(rank_batch(perm, 4, 0, 3, 3));
 }
 
-TEST_CASE("sampler pads cyclically when there are fewer samples than ranks") {
-  for (int r = 0; r < 5; ++r) {
-    const auto s = shard_indices(2, 5, r, 0, 0, false);
-    REQUIRE(s.size() == 1);
-    CHECK(s[0] == r % 2);
+TEST_CASE("loss weights make the DP mean of gradients the mean over the global batch") {
+  CHECK(rank_loss_weight(16, 64, 4) == 1.0);
+  CHECK(rank_loss_weight(0, 2, 3) == 0.0);
+  // Per-sample "gradients" v[i] = i * i: each rank averages its share, weights it, and the
+  // all-reduce averages over the ranks. That must be the plain mean over the batch.
+  const auto perm = epoch_permutation(70, 1, 0, true);
+  for (int dp : {1, 3, 4}) {
+    for (std::int64_t b : {0, 1}) {  // batch 1 is the short one (6 of 64)
+      CAPTURE(dp, b);
+      double all_ranks = 0, whole = 0;
+      std::int64_t len = 0;
+      for (int r = 0; r < dp; ++r) {
+        const auto rb = rank_batch(perm, 64, b, dp, r);
+        double sum = 0;
+        for (auto i : rb.indices) {
+          sum += static_cast<double>(i * i);
+        }
+        const auto n = static_cast<std::int64_t>(rb.indices.size());
+        const double mean = n == 0 ? 0.0 : sum / static_cast<double>(n);
+        all_ranks += mean * rank_loss_weight(n, rb.batch_len, dp) / dp;
+        whole += sum;
+        len = rb.batch_len;
+      }
+      CHECK(all_ranks == Approx(whole / static_cast<double>(len)));
+    }
   }
+}
+
+TEST_CASE("the epoch's order depends on seed + epoch only") {
+  CHECK(epoch_permutation(50, 3, 1, true) == epoch_permutation(50, 3, 1, true));
+  CHECK(epoch_permutation(50, 3, 1, true) != epoch_permutation(50, 3, 2, true));
+  CHECK(epoch_permutation(50, 3, 1, true) != epoch_permutation(50, 4, 1, true));
+  const auto p = epoch_permutation(50, 3, 1, true);
+  CHECK(std::set<std::int64_t>(p.begin(), p.end()).size() == 50);
+  CHECK(epoch_permutation(3, 3, 1, false) == std::vector<std::int64_t>{0, 1, 2});
+  CHECK_THROWS(epoch_permutation(0, 0, 0, true));
 }
 
 TEST_CASE("batches per epoch rounds up") {
   CHECK(batches_per_epoch(100, 32) == 4);
   CHECK(batches_per_epoch(96, 32) == 3);
+}
+
+TEST_CASE("checkpoint formats 1 and 2 are read, others refused naming the file") {
+  CHECK_NOTHROW(check_checkpoint_format(1, "f"));
+  CHECK_NOTHROW(check_checkpoint_format(2, "f"));
+  CHECK_THROWS_WITH(
+      check_checkpoint_format(3, "ck/latest.pt"),
+      Catch::Contains("ck/latest.pt has checkpoint format 3") && Catch::Contains("formats 1 to 2"));
+  CHECK_THROWS(check_checkpoint_format(0, "f"));
+}
+
+TEST_CASE("a resume at another world size says what changed, the same or an unknown world nothing") {
+  CHECK(world_change_line(4, 4, 3, 3, 64, 1, 1280) ==
+        "resumed at world size 3 (was 4): dp 3 (was 4), global batch 64 kept, per-rank batch 22/21 "
+        "(was 16), learning rate unchanged; epoch 2 goes on after its first 1280 samples");
+  CHECK(world_change_line(4, 4, 4, 4, 64, 1, 1280).empty());
+  CHECK(world_change_line(0, 0, 3, 3, 64, 1, 1280).empty());     // format 1: unknown
+  CHECK_FALSE(world_change_line(4, 2, 4, 1, 64, 0, 0).empty());  // MP regrouped, DP changed
 }
 
 TEST_CASE("IDX parser accepts a valid array") {
