@@ -118,7 +118,8 @@ def torchrun_trial():
     with tempfile.TemporaryDirectory() as d:
         procs = []
         for n in range(4):
-            argv = [PY, "-m", "torch.distributed.run", "--nnodes", "3:4", "--nproc-per-node", "1",
+            # -t 3: Debian's torchrun 1.13 crashes on Python 3.11 without a non-zero --tee.
+            argv = [PY, "-m", "torch.distributed.run", "-t", "3", "--nnodes", "3:4", "--nproc-per-node", "1",
                     "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "bench",
                     "--max-restarts", "2", "--monitor-interval", "1", WORKER]
             log = open(os.path.join(d, f"agent{n}.log"), "w")

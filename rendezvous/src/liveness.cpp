@@ -140,6 +140,7 @@ void Rendezvous::fire_event(const std::string& value) {
 }
 
 void Rendezvous::fire_lost_master(const std::string& why) {
+  master_lost_ = true;
   core::Failure info;
   info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), why);
   {

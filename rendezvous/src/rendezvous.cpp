@@ -248,6 +248,7 @@ void Rendezvous::next_attempt(const std::vector<int>& lost) {
   joined_ = false;
   barrier_passed_ = false;
   fired_ = false;
+  master_lost_ = false;
   std::lock_guard lk(lost_mu_);
   lost_labels_.clear();
 }

@@ -21,7 +21,9 @@ constexpr Millis kGatherPoll{100};       // how often the master looks whether a
 }  // namespace
 
 bool Rendezvous::publish_result(const std::string& record) {
-  if (!joined_) return false;
+  // A master this agent already declared lost takes no record: report here, without trying (an
+  // elastic job's survivors then restart without that wait).
+  if (!joined_ || master_lost_) return false;
   if (server_) {
     // The master's own record goes straight into its store: its connection may wait behind
     // thousands of others at the end of a large job.

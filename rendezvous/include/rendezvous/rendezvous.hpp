@@ -254,6 +254,7 @@ class Rendezvous {
   std::optional<core::Failure> pending_;  // fired before watch() installed a callback
   std::string master_host_;               // for the lost-master cause, once the plan named it
   std::atomic<bool> fired_{false};
+  std::atomic<bool> master_lost_{false};  // this attempt's watch declared the master lost
   std::atomic<bool> watching_{false};
   int wake_fd_ = -1;  // an eventfd that ends the watch thread's wait
   std::thread watch_thread_;
