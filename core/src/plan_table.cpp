@@ -16,10 +16,6 @@ void check_job(const JobSpec& job) {
   }
   if (job.gpus_per_proc < 0)
     throw Error(fmt::format("--gpus-per-proc {} must be at least 1", job.gpus_per_proc));
-  if (job.node_rank < 0 || job.node_rank >= job.nnodes) {
-    throw Error(fmt::format("node rank {} is not below the number of nodes {}; node ranks run 0..{}",
-                            job.node_rank, job.nnodes, job.nnodes - 1));
-  }
 }
 
 // The nodes by node rank, checked: 0..n-1 with the active ones first, each with whole model-parallel
@@ -31,6 +27,12 @@ std::vector<NodeSpec> sorted_nodes(const JobSpec& job, const std::vector<NodeSpe
   const auto active = std::count_if(nodes.begin(), nodes.end(), [](const NodeSpec& n) { return !n.spare; });
   if (active != job.nnodes) {
     throw Error(fmt::format("the plan needs {} nodes but {} were described", job.nnodes, active));
+  }
+  // This node may be a standby (spare), beyond the active ones.
+  const auto all = static_cast<int>(nodes.size());
+  if (job.node_rank < 0 || job.node_rank >= all) {
+    throw Error(fmt::format("node rank {} is not below the number of nodes {}; node ranks run 0..{}",
+                            job.node_rank, all, all - 1));
   }
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const auto& n = nodes[i];

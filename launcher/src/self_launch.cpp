@@ -45,12 +45,19 @@ GpuRequest self_launch_gpus(const core::EnvSnapshot& env) {
 
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
                                           const std::vector<std::string>& self_argv,
-                                          std::optional<int> gpus_per_node) {
+                                          std::optional<int> gpus_per_node, bool elastic) {
   std::vector<std::string> out = {srun, fmt::format("--nodes={}", nnodes), fmt::format("--ntasks={}", nnodes),
-                                  "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                                  // The agent spawns all of the node's workers: its step needs all of the
-                                  // job's CPUs and GPUs on the node, not one task's share.
-                                  "--whole"};
+                                  "--ntasks-per-node=1"};
+  if (elastic) {
+    // The survivors go on without a lost node: Slurm must keep the step when a node fails (--no-kill) or
+    // an agent dies (=0 also beats a site's KillOnBadExit=1).
+    out.insert(out.end(), {"--no-kill", "--kill-on-bad-exit=0"});
+  } else {
+    out.emplace_back("--kill-on-bad-exit=1");
+  }
+  // The agent spawns all of the node's workers: its step needs all of the job's CPUs and GPUs on the
+  // node, not one task's share.
+  out.emplace_back("--whole");
   if (gpus_per_node) out.push_back(fmt::format("--gpus-per-node={}", *gpus_per_node));
   out.insert(out.end(), self_argv.begin(), self_argv.end());
   return out;
@@ -67,7 +74,8 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   if (!gpus.warning.empty()) fmt::print(stderr, "ddprun: warning: {}\n", gpus.warning);
   // srun reads SLURM_GPUS_PER_TASK as --gpus-per-task: one task per node would get one task's GPUs.
   if (gpus.per_node) ::unsetenv("SLURM_GPUS_PER_TASK");
-  auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv, gpus.per_node);
+  auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv, gpus.per_node,
+                               r.elastic);
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);

@@ -19,9 +19,12 @@ struct GpuRequest {
 GpuRequest self_launch_gpus(const core::EnvSnapshot& env);
 
 // The srun command line that re-launches `self_argv` (ddprun's own argv, argv[0] resolved) on `nnodes`.
+// Fail-fast: --kill-on-bad-exit=1, so Slurm ends the step once one agent fails. `elastic` (issue 14):
+// --no-kill and --kill-on-bad-exit=0, so the step outlives a lost node or agent and the survivors go on.
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
                                           const std::vector<std::string>& self_argv,
-                                          std::optional<int> gpus_per_node = std::nullopt);
+                                          std::optional<int> gpus_per_node = std::nullopt,
+                                          bool elastic = false);
 
 // Replaces this process with srun (so signals and the exit code pass straight through).
 // Returns only on failure, with an Error.

@@ -47,6 +47,21 @@ TEST_CASE("self-launch: one agent task per node with the node's whole allocation
   CHECK(argv == want);
 }
 
+TEST_CASE("self-launch in elastic mode: the step outlives a lost node or agent", "[config][slurm][elastic]") {
+  // Fail-fast keeps --kill-on-bad-exit=1 (above); elastic mode must not let Slurm end the survivors.
+  const auto argv = self_launch_argv("srun", 5, {"/opt/ddprun", "--nnodes", "4:4", "train.py"}, 2, true);
+  const std::vector<std::string> want = {"srun",        "--nodes=5",
+                                         "--ntasks=5",  "--ntasks-per-node=1",
+                                         "--no-kill",   "--kill-on-bad-exit=0",
+                                         "--whole",     "--gpus-per-node=2",
+                                         "/opt/ddprun", "--nnodes",
+                                         "4:4",         "train.py"};
+  CHECK(argv == want);
+  const auto fail_fast = self_launch_argv("srun", 5, {"/opt/ddprun", "train.py"}, std::nullopt, false);
+  CHECK(std::find(fail_fast.begin(), fail_fast.end(), "--no-kill") == fail_fast.end());
+  CHECK(std::find(fail_fast.begin(), fail_fast.end(), "--kill-on-bad-exit=1") != fail_fast.end());
+}
+
 TEST_CASE("self-launch under --gpus-per-task holds every task's GPUs on each node", "[config][slurm][gpu]") {
   // sbatch -N2 --ntasks-per-node=2 --gpus-per-task=1: one agent per node must get 2 GPUs, not 1.
   const auto g = self_launch_gpus({{"SLURM_GPUS_PER_TASK", "1"}, {"SLURM_TASKS_PER_NODE", "2(x2)"}});
