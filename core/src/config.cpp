@@ -232,8 +232,10 @@ Layout resolve_batch(const Options& o, const SlurmEnv& s, Resolved& r) {
 Layout resolve_outside(const Options& o, const std::optional<Endpoint>& endpoint, Resolved& r) {
   JobSpec& job = r.job;
   const NodeCounts c = outside_counts(o.nnodes, o.node_rank, job.max_restarts);
-  if (o.standalone && c.max > 1) {
-    throw Error(fmt::format("--standalone runs on one node but --nnodes is {}; drop one of them", *o.nnodes));
+  if (o.standalone && c.agents > 1) {
+    const std::string why = c.max > 1 ? fmt::format("--nnodes is {}", *o.nnodes)
+                                      : fmt::format("--node-rank {} makes this a standby", *o.node_rank);
+    throw Error(fmt::format("--standalone runs on one node but {}; drop one of them", why));
   }
   set_counts(c, r);
   const int agents = c.agents;  // a standby (--node-rank beyond MAX) is one node of several too

@@ -195,4 +195,10 @@ TEST_CASE("resolve outside Slurm: --node-rank beyond MAX only as an elastic stan
   CHECK(r.self.spare);
   CHECK(r.self.host == "ws");
   CHECK(make_plan_table(r.job, r.nodes).job.world_size == 4 * r.nodes[0].local_world_size);
+  o.standalone = true;
+  CHECK_THROWS_WITH(resolve(o, {}, sys()),
+                    Catch::Contains("--standalone runs on one node but --nnodes is 4"));
+  o.nnodes.reset();
+  o.node_rank = 1;
+  CHECK_THROWS_WITH(resolve(o, {}, sys()), Catch::Contains("--node-rank 1 makes this a standby"));
 }
