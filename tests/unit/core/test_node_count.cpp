@@ -93,7 +93,9 @@ TEST_CASE("node counts: a Slurm step keeps MIN:MAX in elastic mode, the extra no
   }
   CHECK_THROWS_WITH(step_counts("4:4", 5, 0, "the step"),
                     Catch::Contains("--nnodes 4:4 disagrees with the step (5 nodes)") &&
-                        Catch::Contains("add --max-restarts K to keep the 1 extra node as hot spares"));
+                        Catch::Contains("add --max-restarts K to keep the extra node as a hot spare"));
+  CHECK_THROWS_WITH(step_counts("3", 5, 0, "the step"),
+                    Catch::Contains("keep the 2 extra nodes as hot spares"));
   CHECK_THROWS_WITH(step_counts("3:4", 2, 2, "the step"),
                     Catch::Contains("disagrees") && !Catch::Contains("--max-restarts"));
 }
