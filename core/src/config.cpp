@@ -1,5 +1,4 @@
 #include "core/config.hpp"
-#include "core/elastic.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -8,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/hostlist.hpp"
+#include "core/node_count.hpp"
 
 namespace ddprun::core {
 
@@ -98,18 +98,6 @@ std::optional<std::string> env_get(const EnvSnapshot& env, const char* name) {
   return it->second;
 }
 
-// Node count under Slurm: a fixed --nnodes must match; MIN:MAX must contain the step's count.
-int check_nnodes_against(const Options& o, int slurm_nodes, const std::string& what) {
-  if (!o.nnodes) return slurm_nodes;
-  auto [lo, hi] = parse_nnodes(*o.nnodes);
-  if (slurm_nodes < lo || slurm_nodes > hi) {
-    throw Error(
-        fmt::format("--nnodes {} disagrees with {} ({} nodes); drop --nnodes or change the allocation",
-                    *o.nnodes, what, slurm_nodes));
-  }
-  return slurm_nodes;
-}
-
 // A worker of ddprun or torchrun starting ddprun: it would meet its parent's Slurm step and ports,
 // and fail later with confusing port or node-rank errors.
 void refuse_nested(const EnvSnapshot& env) {
@@ -176,6 +164,14 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
   job.requeue_count = s.restart_count.value_or(0);
 }
 
+void set_counts(const NodeCounts& c, Resolved& r) {
+  r.nnodes_min = c.min;
+  r.nnodes_max = c.max;
+  r.job.nnodes = c.active;
+  r.nagents = c.agents;
+  r.elastic = c.elastic;
+}
+
 // Inside an srun step: agent mode with one task per node, else per-task mode.
 Layout resolve_step(const Options& o, const SlurmEnv& s, Resolved& r) {
   JobSpec& job = r.job;
@@ -206,10 +202,12 @@ Layout resolve_step(const Options& o, const SlurmEnv& s, Resolved& r) {
   } else {
     r.mode = Mode::agent;
   }
-  job.nnodes =
-      check_nnodes_against(o, n, fmt::format("the Slurm step ({}='{}')", s.nodelist->var, s.nodelist->value));
+  const std::string what = fmt::format("the Slurm step ({}='{}')", s.nodelist->var, s.nodelist->value);
+  // Per-task mode has no standbys: each ddprun is a worker.
+  const NodeCounts c = r.mode == Mode::per_task ? step_counts(o.nnodes, n, 0, what)
+                                                : step_counts(o.nnodes, n, job.max_restarts, what);
+  set_counts(c, r);
   job.node_rank = o.node_rank.value_or(s.node_id.value_or(0));
-  r.nnodes_min = r.nnodes_max = job.nnodes;
   return l;
 }
 
@@ -218,49 +216,42 @@ Layout resolve_batch(const Options& o, const SlurmEnv& s, Resolved& r) {
   JobSpec& job = r.job;
   Layout l;
   l.hosts = slurm_layout(s).hosts;
-  int n = static_cast<int>(l.hosts.size());
-  if (o.nnodes) {
-    auto [lo, hi] = parse_nnodes(*o.nnodes);
-    if (lo > n) {
-      throw Error(fmt::format("--nnodes {} asks for more nodes than the allocation's {} ({}='{}')", *o.nnodes,
-                              n, s.nodelist->var, s.nodelist->value));
-    }
-    n = std::min(hi, n);
-    l.hosts.resize(static_cast<std::size_t>(n));
-  }
+  const NodeCounts c = batch_counts(o.nnodes, static_cast<int>(l.hosts.size()), job.max_restarts,
+                                    fmt::format("{}='{}'", s.nodelist->var, s.nodelist->value));
+  set_counts(c, r);
+  l.hosts.resize(static_cast<std::size_t>(c.agents));  // fail-fast: MAX of them; elastic: all
   r.allocation_hosts = l.hosts;
   r.mode = Mode::agent;
   l.derived = derive_ports(*s.job_id);
   job.run_id = o.rdzv_id.value_or(*s.job_id);
-  job.nnodes = n;
   job.node_rank = 0;
-  r.nnodes_min = r.nnodes_max = n;
   return l;
 }
 
 // No Slurm: torchrun-style flags, standalone on one node.
 Layout resolve_outside(const Options& o, const std::optional<Endpoint>& endpoint, Resolved& r) {
   JobSpec& job = r.job;
-  auto [lo, hi] = o.nnodes ? parse_nnodes(*o.nnodes) : std::pair<int, int>{1, 1};
-  if (o.standalone && hi > 1) {
-    throw Error(fmt::format("--standalone runs on one node but --nnodes is {}; drop one of them", *o.nnodes));
+  const NodeCounts c = outside_counts(o.nnodes, o.node_rank, job.max_restarts);
+  if (o.standalone && c.agents > 1) {
+    const std::string why = c.max > 1 ? fmt::format("--nnodes is {}", *o.nnodes)
+                                      : fmt::format("--node-rank {} makes this a standby", *o.node_rank);
+    throw Error(fmt::format("--standalone runs on one node but {}; drop one of them", why));
   }
-  r.nnodes_min = lo;
-  r.nnodes_max = hi;
-  job.nnodes = hi;
+  set_counts(c, r);
+  const int agents = c.agents;  // a standby (--node-rank beyond MAX) is one node of several too
   job.run_id = o.rdzv_id.value_or(kNoRunId);
-  if (hi > 1 && !o.node_rank) {
+  if (agents > 1 && !o.node_rank) {
     throw Error(fmt::format("--nnodes {} outside Slurm needs --node-rank on every node (0 on the master)",
                             *o.nnodes));
   }
-  if (hi > 1 && !endpoint && !o.master_addr) {
+  if (agents > 1 && !endpoint && !o.master_addr) {
     throw Error(
         fmt::format("--nnodes {} outside Slurm needs --rdzv-endpoint HOST:PORT (or --master-addr) naming "
                     "the node-rank-0 host",
-                    *o.nnodes));
+                    o.nnodes.value_or("1")));
   }
   job.node_rank = o.node_rank.value_or(0);
-  r.mode = hi > 1 ? Mode::agent : Mode::standalone;
+  r.mode = agents > 1 ? Mode::agent : Mode::standalone;
   return {};
 }
 
@@ -341,7 +332,7 @@ void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gp
   for (int i = 0; i < r.nagents; ++i) {
     NodeSpec ns;
     ns.node_rank = i;
-    ns.spare = i >= job.nnodes;  // a standby (elastic)
+    ns.spare = i >= job.nnodes;  // standbys follow the active nodes
     if (!l.hosts.empty()) {
       ns.host = l.hosts[static_cast<std::size_t>(i)];
     } else if (i == job.node_rank) {
@@ -375,11 +366,11 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
                    : r.context == SlurmContext::batch ? resolve_batch(o, s, r)
                                                       : resolve_outside(o, endpoint, r);
   JobSpec& job = r.job;
-  r.nagents = std::max({job.nnodes, job.node_rank + 1, static_cast<int>(l.hosts.size())});
-  r.elastic = is_elastic(r.nnodes_min, r.nnodes_max, r.nagents, job.max_restarts);
-  if (job.node_rank >= job.nnodes && !r.elastic) {
-    throw Error(fmt::format("--node-rank {} is not below the number of nodes {}; node ranks run 0..{}",
-                            job.node_rank, job.nnodes, job.nnodes - 1));
+  if (job.node_rank >= r.nagents) {
+    throw Error(fmt::format(
+        "--node-rank {} is not below the number of nodes {}; node ranks run 0..{} (a hot spare beyond MAX "
+        "needs --max-restarts)",
+        job.node_rank, r.nagents, r.nagents - 1));
   }
   job.mode = r.mode;
   resolve_addresses(o, endpoint, l, r);

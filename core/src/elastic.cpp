@@ -6,10 +6,6 @@
 
 namespace ddprun::core {
 
-bool is_elastic(int nnodes_min, int nnodes_max, int nagents, int max_restarts) {
-  return max_restarts > 0 && (nnodes_min < nnodes_max || nagents > nnodes_max);
-}
-
 bool has_majority(int present, int previous) {
   return 2 * present > previous;
 }

@@ -18,15 +18,6 @@ void check_job(const JobSpec& job) {
     throw Error(fmt::format("--gpus-per-proc {} must be at least 1", job.gpus_per_proc));
 }
 
-// This node's rank must be a row: an active one, or a standby's row after them (elastic).
-void check_node_rank(const JobSpec& job, std::size_t rows) {
-  const int n = std::max(job.nnodes, static_cast<int>(rows));
-  if (job.node_rank < 0 || job.node_rank >= n) {
-    throw Error(fmt::format("node rank {} is not below the number of nodes {}; node ranks run 0..{}",
-                            job.node_rank, n, n - 1));
-  }
-}
-
 // The nodes by node rank, checked: 0..n-1 with the active ones first, each with whole model-parallel
 // groups.
 std::vector<NodeSpec> sorted_nodes(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
@@ -36,6 +27,12 @@ std::vector<NodeSpec> sorted_nodes(const JobSpec& job, const std::vector<NodeSpe
   const auto active = std::count_if(nodes.begin(), nodes.end(), [](const NodeSpec& n) { return !n.spare; });
   if (active != job.nnodes) {
     throw Error(fmt::format("the plan needs {} nodes but {} were described", job.nnodes, active));
+  }
+  // This node may be a standby (spare), beyond the active ones.
+  const auto all = static_cast<int>(nodes.size());
+  if (job.node_rank < 0 || job.node_rank >= all) {
+    throw Error(fmt::format("node rank {} is not below the number of nodes {}; node ranks run 0..{}",
+                            job.node_rank, all, all - 1));
   }
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const auto& n = nodes[i];
@@ -139,7 +136,6 @@ std::optional<TaskSlot> task_slot(const JobSpec& job) {
 
 PlanTable make_plan_table(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
   check_job(job);
-  check_node_rank(job, nodes_in.size());
   const std::vector<NodeSpec> nodes = sorted_nodes(job, nodes_in);
   PlanTable t;
   t.job = constants_of(job);

@@ -103,7 +103,10 @@ void ignored(CLI::App& app, const std::string& names, const std::string& help, c
 
 void add_job_options(CLI::App& app, core::Options& o) {
   const std::string g = "Job shape";
-  app.add_option("--nnodes", o.nnodes, "Nodes: N or MIN:MAX (default: the Slurm step's, else 1)")
+  app.add_option("--nnodes", o.nnodes,
+                 "Nodes: N or MIN:MAX (default: the Slurm step's, else 1). With --max-restarts, the job "
+                 "goes on without a lost node while MIN remain, and agents beyond MAX are standbys "
+                 "(docs/elastic.md)")
       ->envname(env("NNODES"))
       ->group(g)
       ->type_name("N|MIN:MAX");
@@ -194,7 +197,8 @@ void add_auth_options(CLI::App& app, core::Options& o) {
       ->group(g)
       ->type_name("PATH");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
-                 "Restart the whole job up to N times after a failure (default 0)")
+                 "Restart the whole job up to N times after a failure (default 0); with --nnodes "
+                 "MIN:MAX or standbys, also after a lost node (elastic)")
       ->envname(env("MAX_RESTARTS"))
       ->group(g);
 }

@@ -33,6 +33,20 @@ std::string cpu_bind_line(const core::Resolved& r) {
       mode);
 }
 
+// Elastic mode (issue 14): how far the job may shrink and how many standbys wait. Empty when fail-fast.
+std::string elastic_line(const core::Resolved& r) {
+  if (!r.elastic) return "";
+  const int standbys = r.nagents - r.job.nnodes;
+  const std::string spares = standbys == 0
+                                 ? "no standby nodes"
+                                 : fmt::format("{} standby node{} (spare) take{} a lost node's place first",
+                                               standbys, standbys == 1 ? "" : "s", standbys == 1 ? "s" : "");
+  return fmt::format(
+      "elastic: a lost node restarts the job without it (--max-restarts {}) while at least {} of {} nodes "
+      "remain; {} (docs/elastic.md)\n",
+      r.job.max_restarts, r.nnodes_min, r.nnodes_max, spares);
+}
+
 // The text header: mode, sizes, ports, the batch and store lines.
 std::string text_header(const core::Resolved& r, const core::JobConstants& job) {
   std::string out;
@@ -59,7 +73,7 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
   if (job.mode != core::Mode::standalone) {
     out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
   }
-  return out + cpu_bind_line(r);
+  return out + elastic_line(r) + cpu_bind_line(r);
 }
 
 std::string joined(const std::vector<std::string>& argv) {
@@ -144,7 +158,7 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
       i = rows.size() - max_rows / 2 - 1;
       continue;
     }
-    // Only the rows shown: GPU lists without the workers' environments.
+    // Only the rows shown: GPU lists without the workers' environments. A standby runs none.
     const auto& row = t.nodes[rows[i].node];
     if (row.spare) {
       out += fmt::format("  {:<5} {:<{}} {:<{}} -\n", rows[i].node, rows[i].host, hw, rows[i].ranks, rw);
@@ -166,9 +180,7 @@ void write_plan_text(std::ostream& os, const core::Resolved& r, const core::Plan
   ChunkedOut out(os);
   out.buf += text_header(r, t.job);
   std::size_t host_w = 4;
-  for (const auto& row : t.nodes) {
-    if (!row.spare) host_w = std::max(host_w, row.host ? row.host->size() : std::size_t{1});
-  }
+  for (const auto& row : t.nodes) host_w = std::max(host_w, row.host ? row.host->size() : std::size_t{1});
   const bool mp = t.job.procs_per_replica > 1;
   const bool bind = r.cpu_bind != core::CpuBind::none;
   // A batch script or salloc shell is not one of the nodes that will run workers.
@@ -191,6 +203,10 @@ void write_plan_text(std::ostream& os, const core::Resolved& r, const core::Plan
       fmt::format_to(std::back_inserter(out.buf), "{:<5} {:<{}} {:>5} {:>6}  {:<12}{}{}{}\n", w.node_rank,
                      w.host.value_or("?"), host_w, w.rank, w.local_rank, gpus, mpdp, cpus,
                      mine ? "  <- this node" : "");
+    }
+    if (t.nodes[n].spare) {  // a standby: no workers, no ranks until it takes a lost node's place
+      fmt::format_to(std::back_inserter(out.buf), "{:<5} {:<{}} {:>5} {:>6}  standby{}\n", n,
+                     t.nodes[n].host.value_or("?"), host_w, "-", "-", mine ? "  <- this node" : "");
     }
     out.maybe_flush();
   }

@@ -88,7 +88,8 @@ void put_worker(std::string& out, const core::Worker& w, const std::vector<std::
 }
 
 // Everything but the workers, which stay an empty array to be filled in.
-nlohmann::json skeleton(const core::Resolved& r, const core::JobConstants& job) {
+nlohmann::json skeleton(const core::Resolved& r, const core::PlanTable& t) {
+  const core::JobConstants& job = t.job;
   nlohmann::json j = {{"mode", to_string(job.mode)},    {"world_size", job.world_size},
                       {"nnodes", job.nnodes},           {"node_rank", r.job.node_rank},
                       {"master_addr", job.master_addr}, {"master_port", job.master_port},
@@ -100,6 +101,15 @@ nlohmann::json skeleton(const core::Resolved& r, const core::JobConstants& job) 
   j["nnodes_max"] = r.nnodes_max;
   j["gpus_from_nodes"] = r.gpus_on_nodes;
   j["cpu_bind"] = core::to_string(r.cpu_bind);
+  // Elastic mode only (issue 14), so that fail-fast plans keep their keys.
+  if (r.elastic) j["elastic"] = true;
+  nlohmann::json standbys = nlohmann::json::array();
+  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
+    if (!t.nodes[n].spare) continue;
+    const auto& host = t.nodes[n].host;
+    standbys.push_back({{"node_rank", n}, {"host", host ? nlohmann::json(*host) : nlohmann::json(nullptr)}});
+  }
+  if (!standbys.empty()) j["standbys"] = standbys;
   return j;
 }
 
@@ -107,7 +117,7 @@ nlohmann::json skeleton(const core::Resolved& r, const core::JobConstants& job) 
 
 void write_plan_json(std::ostream& os, const core::Resolved& r, const core::PlanTable& t,
                      const std::vector<core::Worker>& this_node) {
-  const std::string whole = core::dump_json(skeleton(r, t.job), 2) + "\n";
+  const std::string whole = core::dump_json(skeleton(r, t), 2) + "\n";
   // Strings are escaped in the dump, so this line (two spaces: the top level) is the workers key.
   constexpr std::string_view kEmpty = "\n  \"workers\": []";
   const auto at = whole.find(kEmpty);

@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (resolved.context == core::SlurmContext::batch) launcher::exec_self_launch(resolved, argc, argv);
-    return launcher::run_job(o, resolved, std::move(agent_opts));
+    const int code = launcher::run_job(o, resolved, std::move(agent_opts));
+    launcher::record_self_launch_result(code);  // for an elastic self-launch on this host, if any
+    return code;
   } catch (const core::Error& e) {
     return fail(e.what(), e.exit_code());
   } catch (const agent::Error& e) {

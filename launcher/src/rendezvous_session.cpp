@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/elastic.hpp"
+#include "core/node_count.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
 #include "session.hpp"

@@ -1,15 +1,21 @@
 #include "launcher/self_launch.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include <fmt/format.h>
 
+#include "agent/io.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
 #include "launcher/system.hpp"
@@ -45,16 +51,109 @@ GpuRequest self_launch_gpus(const core::EnvSnapshot& env) {
 
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
                                           const std::vector<std::string>& self_argv,
-                                          std::optional<int> gpus_per_node) {
+                                          std::optional<int> gpus_per_node, bool elastic) {
   std::vector<std::string> out = {srun, fmt::format("--nodes={}", nnodes), fmt::format("--ntasks={}", nnodes),
-                                  "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                                  // The agent spawns all of the node's workers: its step needs all of the
-                                  // job's CPUs and GPUs on the node, not one task's share.
-                                  "--whole"};
+                                  "--ntasks-per-node=1"};
+  if (elastic) {
+    // The survivors go on without a lost node: Slurm must keep the step when a node fails (--no-kill) or
+    // an agent dies (=0 also beats a site's KillOnBadExit=1).
+    out.insert(out.end(), {"--no-kill", "--kill-on-bad-exit=0"});
+  } else {
+    out.emplace_back("--kill-on-bad-exit=1");
+  }
+  // The agent spawns all of the node's workers: its step needs all of the job's CPUs and GPUs on the
+  // node, not one task's share.
+  out.emplace_back("--whole");
   if (gpus_per_node) out.push_back(fmt::format("--gpus-per-node={}", *gpus_per_node));
   out.insert(out.end(), self_argv.begin(), self_argv.end());
   return out;
 }
+
+int elastic_exit_code(int srun_code, std::optional<int> local_agent_code) {
+  return local_agent_code.value_or(srun_code);
+}
+
+void record_self_launch_result(int code) {
+  const char* path = std::getenv(kSelfLaunchResultVar);
+  const char* host = std::getenv(kSelfLaunchHostVar);
+  if (path == nullptr || host == nullptr || agent::local_hostname() != host) return;
+  // Written whole, then renamed: the self-launching ddprun never reads half a number.
+  const std::string tmp = fmt::format("{}.{}", path, ::getpid());
+  {
+    std::ofstream out(tmp);
+    out << code << '\n';
+    if (!out) return;
+  }
+  std::rename(tmp.c_str(), path);
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_srun_pid = 0;
+constexpr int kPassedOn[] = {SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+void pass_on(int sig) {
+  if (g_srun_pid > 0) ::kill(static_cast<pid_t>(g_srun_pid), sig);
+}
+
+// srun as a child of this process; its exit code as a shell gives it (128+S for a signal).
+int run_srun(std::vector<char*>& cargv) {
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);  // no signal between fork and knowing srun's pid
+  struct sigaction sa {};
+  sa.sa_handler = pass_on;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (const int sig : kPassedOn) sigaction(sig, &sa, nullptr);
+  std::signal(SIGINT, SIG_IGN);  // srun, in the same process group, gets Ctrl-C from the terminal itself
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const int sig : kPassedOn) std::signal(sig, SIG_DFL);
+    std::signal(SIGINT, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    ::execvp(cargv[0], cargv.data());
+    fmt::print(stderr,
+               "ddprun: error: cannot run srun to start ddprun on the allocation's nodes: {}; is Slurm's "
+               "srun on PATH?\n",
+               std::strerror(errno));
+    ::_exit(1);
+  }
+  if (pid < 0) throw core::Error(fmt::format("cannot start srun: {}", std::strerror(errno)), 1);
+  g_srun_pid = pid;
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Elastic mode: srun as a child, then the job's code from the agent on this host.
+[[noreturn]] void run_elastic(std::vector<char*>& cargv) {
+  std::error_code ec;
+  std::string dir = (std::filesystem::temp_directory_path(ec) / "ddprun-self-launch.XXXXXX").string();
+  if (ec || ::mkdtemp(dir.data()) == nullptr) {
+    throw core::Error(
+        fmt::format("cannot make a temporary directory for srun's result: {}", std::strerror(errno)), 1);
+  }
+  const std::string result = dir + "/exit_code";
+  ::setenv(kSelfLaunchResultVar, result.c_str(), 1);
+  ::setenv(kSelfLaunchHostVar, agent::local_hostname().c_str(), 1);
+  int srun_code = 1;
+  try {
+    srun_code = run_srun(cargv);
+  } catch (...) {
+    std::filesystem::remove_all(dir, ec);
+    throw;
+  }
+  std::optional<int> agent_code;
+  int code = 0;
+  if (std::ifstream in(result); in >> code) agent_code = code;
+  std::filesystem::remove_all(dir, ec);
+  std::exit(elastic_exit_code(srun_code, agent_code));
+}
+
+}  // namespace
 
 void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv) {
   std::error_code ec;
@@ -67,12 +166,14 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   if (!gpus.warning.empty()) fmt::print(stderr, "ddprun: warning: {}\n", gpus.warning);
   // srun reads SLURM_GPUS_PER_TASK as --gpus-per-task: one task per node would get one task's GPUs.
   if (gpus.per_node) ::unsetenv("SLURM_GPUS_PER_TASK");
-  auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv, gpus.per_node);
+  auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv, gpus.per_node,
+                               r.elastic);
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   // The step's own variables must describe the step, not the batch shell.
   ::unsetenv("SLURM_CPU_BIND");
+  if (r.elastic) run_elastic(cargv);
   ::execvp(cargv[0], cargv.data());
   throw core::Error(
       fmt::format("cannot run srun to start ddprun on the allocation's nodes: {}; is Slurm's srun on PATH?",

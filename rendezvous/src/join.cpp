@@ -115,10 +115,12 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
     wait_for_arrivals(s);
     // Last call: the round closes when every expected agent (MAX, standbys included) is in, or this
     // long after MIN were.
-    std::vector<std::string> all = {keys::arrived(opts_.nnodes_max)};
+    // Under Slurm the step's node count (nagents) says how many can come at all.
+    const int actives = opts_.nagents > 0 ? std::min(opts_.nnodes_max, opts_.nagents) : opts_.nnodes_max;
+    std::vector<std::string> all = {keys::arrived(actives)};
     if (opts_.elastic && opts_.nagents > opts_.nnodes_max)
       all.push_back(keys::standby_arrived(opts_.nagents - opts_.nnodes_max));
-    if (opts_.nnodes_min < opts_.nnodes_max || all.size() > 1) s.wait(all, opts_.last_call);
+    if (opts_.nnodes_min < actives || all.size() > 1) s.wait(all, opts_.last_call);
   }
   std::vector<JoinInfo> joined = read_join_records(s);
   // The first MAX in node order run workers; the rest are standbys (elastic only: otherwise no rank

@@ -57,7 +57,7 @@ cleanup() {
 # Client environment for the cluster; a work dir every node can see (all nodes share this machine's /tmp).
 setup() {
   [[ $EUID == 0 ]] || skip "the local Slurm cluster needs root"
-  [[ -n ${DDPRUN_SLURM_DIR:-} ]] || skip "DDPRUN_SLURM_DIR is not set (start a cluster with tests/slurm/cluster.sh start 4)"
+  [[ -n ${DDPRUN_SLURM_DIR:-} ]] || skip "DDPRUN_SLURM_DIR is not set (start a cluster with tests/slurm/cluster.sh start 5)"
   [[ -e $DDPRUN_SLURM_DIR/etc/slurm.conf ]] || fail "no cluster in $DDPRUN_SLURM_DIR (did the fixture slurm_cluster_start fail?)"
   eval "$("$CLUSTER_SH" env)"
   WORK=$(mktemp -d "/tmp/ddprun-$TEST_NAME.XXXXXX")
@@ -137,4 +137,27 @@ expect_job() { # job state exitcode   e.g. expect_job 12 FAILED 3:0
   ec=$(job_field "$1" ExitCode)
   [[ $st == "$2" && $ec == "$3" ]] || fail "job $1: expected $2 with ExitCode $3, got $st with ExitCode $ec"
   note "ok: job $1 is $st with ExitCode $ec"
+}
+
+# Pids of job $1's step tasks on its node $2 (SLURM_NODEID) and of everything they started (the agent and
+# its workers inherit the task's environment); the batch shell and srun are no step tasks.
+step_pids_on_node() { # job nodeid
+  local f
+  while read -r f; do
+    grep -qszxF -- "SLURM_NODEID=$2" "$f" && grep -qszE -- '^SLURM_STEP_ID=' "$f" && { f=${f#/proc/}; echo "${f%%/*}"; }
+  done < <(grep -lszxF -- "SLURM_JOB_ID=$1" /proc/[0-9]*/environ 2>/dev/null)
+  return 0
+}
+
+# SIGKILLs job $1's agent and workers on its node $2 all at once, as when the node dies; again until none is left.
+kill_node_tasks() { # job nodeid
+  local pids
+  for _ in $(seq 50); do
+    pids=$(step_pids_on_node "$1" "$2")
+    [[ -z $pids ]] && return 0
+    # shellcheck disable=SC2086  # word-split on purpose: a pid list
+    kill -KILL $pids 2>/dev/null
+    sleep 0.1
+  done
+  fail "processes of job $1 on node id $2 survived SIGKILL: $(step_pids_on_node "$1" "$2")"
 }

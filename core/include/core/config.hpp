@@ -9,6 +9,7 @@
 
 #include "core/command.hpp"
 #include "core/cpu_bind.hpp"
+#include "core/node_count.hpp"
 #include "core/plan.hpp"
 #include "core/slurm_env.hpp"
 
@@ -73,12 +74,16 @@ struct Resolved {
   Mode mode = Mode::standalone;
   SlurmContext context = SlurmContext::none;
   JobSpec job;
-  std::vector<NodeSpec> nodes;  // assumed layout of every node (dry-run); real one comes from rendezvous
+  std::vector<NodeSpec> nodes;  // assumed layout of every agent (dry-run); real one comes from rendezvous
   NodeSpec self;                // this node
+  // --nnodes MIN:MAX as the rendezvous uses it; fail-fast inside Slurm: both the nodes that run.
   int nnodes_min = 1;
   int nnodes_max = 1;
-  int nagents = 1;       // agents of the job, standbys (node ranks from MAX on) included
-  bool elastic = false;  // core::is_elastic: a lost node leaves the job running (docs/elastic.md)
+  // Every agent of the job, standbys (hot spares) included: the step's or allocation's nodes under
+  // Slurm; outside it MAX, or a standby's --node-rank + 1. job.nnodes of them run workers; nodes lists
+  // them all, the standbys (spare) last.
+  int nagents = 1;
+  bool elastic = false;  // is_elastic(nnodes_min, nnodes_max, nagents, max_restarts) (core/node_count.hpp)
   std::string rdzv_host;
   std::uint16_t rdzv_port = 0;     // 0: no store (standalone)
   bool master_port_given = false;  // --master-port (or DDPRUN_MASTER_PORT): busy at start is an error

@@ -8,9 +8,7 @@
 
 namespace ddprun::core {
 
-// Whether a lost node leaves the job running: restarts allowed and room to shrink (MIN < MAX) or
-// standbys (more agents than MAX). Otherwise the job is fail-fast, as without elastic.
-bool is_elastic(int nnodes_min, int nnodes_max, int nagents, int max_restarts);
+// is_elastic (whether a job is elastic at all) lives with the node counts, core/node_count.hpp.
 
 // One agent of a round, in the round's node order (its index is its node rank in the plan).
 struct Member {

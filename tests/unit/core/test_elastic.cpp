@@ -11,24 +11,6 @@ std::vector<Member> four() {
 }
 }  // namespace
 
-TEST_CASE("elastic needs restarts and room to shrink or standbys", "[elastic]") {
-  struct Row {
-    int min, max, agents, restarts;
-    bool elastic;
-  };
-  const Row rows[] = {
-      {3, 4, 4, 2, true},   // MIN:MAX
-      {4, 4, 5, 2, true},   // a standby
-      {4, 4, 4, 2, false},  // fixed size, no standby: fail-fast
-      {3, 4, 4, 0, false},  // no restarts: fail-fast
-      {4, 4, 5, 0, false}, {1, 1, 1, 3, false},
-  };
-  for (const auto& r : rows) {
-    INFO(r.min << ":" << r.max << " agents " << r.agents << " restarts " << r.restarts);
-    CHECK(is_elastic(r.min, r.max, r.agents, r.restarts) == r.elastic);
-  }
-}
-
 TEST_CASE("after a loss the survivors go on while MIN remain and they hold a majority", "[elastic]") {
   SECTION("one of four lost with MIN 3") {
     const auto d = after_loss(four(), {2}, 3, true);

@@ -150,16 +150,56 @@ TEST_CASE("the streamed dry-run JSON is the whole plan dumped at once, whatever 
   std::ostringstream out;
   ddprun::launcher::write_plan_json(out, r, ddprun::launcher::dry_run_table(r));
   CHECK(out.str() == json_reference(r));
-  // Spare nodes run no workers: the JSON is the plan without them.
+  // Spare nodes (standbys) run no workers: the workers are the plan's without them, and the standbys
+  // are listed beside them (issue 14).
   auto with_spare = r;
   with_spare.nodes.push_back(with_spare.nodes[1]);
   with_spare.nodes.back().node_rank = 3;
+  with_spare.nodes.back().host = "s\"3";
   with_spare.nodes.back().spare = true;
   std::ostringstream spare_out;
   ddprun::launcher::write_plan_json(spare_out, with_spare, ddprun::launcher::dry_run_table(with_spare));
-  CHECK(spare_out.str() == json_reference(r));
-  CHECK(text_of(with_spare, ddprun::launcher::dry_run_table(with_spare)) ==
-        text_of(r, ddprun::launcher::dry_run_table(r)));
+  nlohmann::json want = nlohmann::json::parse(json_reference(r));
+  want["standbys"] = nlohmann::json::array({{{"node_rank", 3}, {"host", "s\"3"}}});
+  CHECK(spare_out.str() == dump_json(want, 2) + "\n");
+  std::string text = text_of(r, ddprun::launcher::dry_run_table(r));
+  const auto command = text.find("command:");
+  const auto spare_row = fmt::format("{:<5} {:<5} {:>5} {:>6}  standby\n", 3, "s\"3", "-", "-");
+  text = text.substr(0, command) + spare_row + text.substr(command);
+  CHECK(text_of(with_spare, ddprun::launcher::dry_run_table(with_spare)) == text);
+}
+
+TEST_CASE("dry-run and startup table show the standbys of an elastic job", "[plan][dryrun][elastic]") {
+  ddprun::core::Resolved r;
+  r.mode = Mode::agent;
+  r.context = SlurmContext::step;
+  r.elastic = true;
+  r.nnodes_min = r.nnodes_max = 2;
+  r.nagents = 3;
+  r.job.mode = Mode::agent;
+  r.job.nnodes = 2;
+  r.job.node_rank = 2;
+  r.job.max_restarts = 3;
+  r.command = r.command_spec.command = {"train"};
+  r.nodes = nodes({1, 1, 1}, {});
+  r.nodes[2].spare = true;
+  const PlanTable t = ddprun::launcher::dry_run_table(r);
+  const std::string text = text_of(r, t);
+  CHECK_THAT(text,
+             Catch::Contains("elastic: a lost node restarts the job without it (--max-restarts 3) while at "
+                             "least 2 of 2 nodes remain; 1 standby node (spare) takes a lost node's place"));
+  CHECK_THAT(text, Catch::Matches("(.|\n)*\n2 +node3 +- +- +standby  <- this node\n(.|\n)*"));
+  const auto j = nlohmann::json::parse([&] {
+    std::ostringstream out;
+    ddprun::launcher::write_plan_json(out, r, t);
+    return out.str();
+  }());
+  CHECK(j.at("elastic") == true);
+  CHECK(j.at("standbys") == nlohmann::json::array({{{"node_rank", 2}, {"host", "node3"}}}));
+  CHECK(j.at("workers").size() == 2);
+  const std::string startup = render_startup_table(t, 0);
+  CHECK_THAT(startup, Catch::Contains("2 nodes, world size 2"));
+  CHECK_THAT(startup, Catch::Matches("(.|\n)*\n  2 +node3 +standby +-\n"));
 }
 
 namespace {

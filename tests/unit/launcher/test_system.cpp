@@ -2,12 +2,17 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
+#include "agent/io.hpp"
 #include "launcher/self_launch.hpp"
 #include "launcher/system.hpp"
 #include "support/net_util.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace ddprun::launcher;
 
@@ -45,6 +50,46 @@ TEST_CASE("self-launch: one agent task per node with the node's whole allocation
                                          "4",
                                          "train.py"};
   CHECK(argv == want);
+}
+
+TEST_CASE("self-launch in elastic mode: the step outlives a lost node or agent", "[config][slurm][elastic]") {
+  // Fail-fast keeps --kill-on-bad-exit=1 (above); elastic mode must not let Slurm end the survivors.
+  const auto argv = self_launch_argv("srun", 5, {"/opt/ddprun", "--nnodes", "4:4", "train.py"}, 2, true);
+  const std::vector<std::string> want = {"srun",        "--nodes=5",
+                                         "--ntasks=5",  "--ntasks-per-node=1",
+                                         "--no-kill",   "--kill-on-bad-exit=0",
+                                         "--whole",     "--gpus-per-node=2",
+                                         "/opt/ddprun", "--nnodes",
+                                         "4:4",         "train.py"};
+  CHECK(argv == want);
+  const auto fail_fast = self_launch_argv("srun", 5, {"/opt/ddprun", "train.py"}, std::nullopt, false);
+  CHECK(std::find(fail_fast.begin(), fail_fast.end(), "--no-kill") == fail_fast.end());
+  CHECK(std::find(fail_fast.begin(), fail_fast.end(), "--kill-on-bad-exit=1") != fail_fast.end());
+}
+
+TEST_CASE("elastic self-launch ends with the local agent's code, not srun's highest task code",
+          "[config][slurm][elastic]") {
+  CHECK(elastic_exit_code(137, 0) == 0);  // a lost node's agent was killed; the survivors finished
+  CHECK(elastic_exit_code(137, 3) == 3);  // the job itself failed: its code
+  CHECK(elastic_exit_code(137, std::nullopt) == 137);  // this host's agent left nothing: srun's
+  CHECK(elastic_exit_code(0, std::nullopt) == 0);
+}
+
+TEST_CASE("the agent on the self-launching host records the job's code for it", "[config][slurm][elastic]") {
+  ddprun::test::TempDir dir;
+  const std::string path = (dir.path() / "exit_code").string();
+  ::setenv(kSelfLaunchResultVar, path.c_str(), 1);
+  ::setenv(kSelfLaunchHostVar, "not-this-host.invalid", 1);
+  record_self_launch_result(3);
+  CHECK_FALSE(std::filesystem::exists(path));  // another node's agent: the batch host's answers
+  ::setenv(kSelfLaunchHostVar, ddprun::agent::local_hostname().c_str(), 1);
+  record_self_launch_result(3);
+  std::ifstream in(path);
+  int code = -1;
+  in >> code;
+  CHECK(code == 3);
+  ::unsetenv(kSelfLaunchResultVar);
+  ::unsetenv(kSelfLaunchHostVar);
 }
 
 TEST_CASE("self-launch under --gpus-per-task holds every task's GPUs on each node", "[config][slurm][gpu]") {
