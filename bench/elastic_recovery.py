@@ -58,6 +58,25 @@ def wait_ready(d, n, limit=120):
     return False
 
 
+def phases(ev, t_loss, d, world):
+    """The recovery's phases from the survivors' events (a lost agent's events are not in `ev`)."""
+    detect = min(ts(e) for e in ev if e["event"] == "remote_abort" and ts(e) >= t_loss - 1)
+    restart = max(ts(e) for e in ev if e["event"] == "restart")
+    joined = max(ts(e) for e in ev if e["event"] == "rendezvous_joined" and e.get("attempt") == 1)
+    spawned = max(ts(e) for e in ev if e["event"] == "worker_started" and ts(e) >= joined)
+    trained = max(os.path.getmtime(os.path.join(d, f"done_{r}")) for r in range(world))
+    return {"detection": detect - t_loss, "teardown": restart - detect, "round": joined - restart,
+            "spawn": spawned - joined, "total": spawned - t_loss, "allreduce": trained - t_loss}
+
+
+def print_row(scenario, t, r):
+    if r is None:
+        print(f"{scenario:9} {t:5}  did not recover")
+    else:
+        print(f"{scenario:9} {t:5}  {r['detection']:9.3f}  {r['teardown']:8.3f}  {r['round']:6.3f}  "
+              f"{r['spawn']:6.3f}  {r['total']:6.3f}  {r['allreduce']:10.3f}")
+
+
 def ddprun_trial(ddprun, scenario):
     """One loss; returns the phases in seconds, or None when the job did not recover."""
     spec = {"shrink": ("3:4", [0, 1, 2, 3], 2, signal.SIGKILL),
@@ -98,17 +117,7 @@ def ddprun_trial(ddprun, scenario):
         if not ok:
             return None
         ev = [e for n in procs if n != victim for e in events(os.path.join(d, f"agent{n}.log"))]
-        first = lambda name, att=None: min(ts(e) for e in ev if e["event"] == name and
-                                           (att is None or e.get("attempt") == att))
-        detect = first("remote_abort")
-        restart = max(ts(e) for e in ev if e["event"] == "restart")
-        joined = max(ts(e) for e in ev if e["event"] == "rendezvous_joined" and e.get("attempt") == 1)
-        spawned = max(ts(e) for e in ev if e["event"] == "worker_started" and
-                      ts(e) >= joined)
-        world = 4 if scenario == "standby" else 3
-        trained = max(os.path.getmtime(os.path.join(d, f"done_{r}")) for r in range(world))
-        return {"detection": detect - t_loss, "teardown": restart - detect, "round": joined - restart,
-                "spawn": spawned - joined, "total": spawned - t_loss, "allreduce": trained - t_loss}
+        return phases(ev, t_loss, d, 4 if scenario == "standby" else 3)
 
 
 def torchrun_trial():
@@ -150,7 +159,18 @@ def main():
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--no-torchrun", action="store_true")
+    ap.add_argument("--slurm-out", nargs=4, metavar=("SCENARIO", "OUT", "T_LOSS", "WORLD"),
+                    help="(bench/elastic_slurm.sh) the phases from a Slurm job's merged output; DIR beside it")
     a = ap.parse_args()
+    if a.slurm_out:
+        scenario, out, t_loss, world = a.slurm_out
+        ev = events(out)  # the lost agent wrote no event of the recovery
+        r = phases(ev, float(t_loss), os.path.dirname(out), int(world))
+        print_row(scenario, 0, r)
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps({"launcher": "ddprun", "where": "slurm", "scenario": scenario, **r}) + "\n")
+        return 0
     rows = []
     print("scenario  trial  detection  teardown  round   spawn   total   all-reduce  (s from the loss; target for "
           "total: heartbeat timeout 5 s + 2 s)")
@@ -158,11 +178,7 @@ def main():
         for t in range(a.trials):
             r = ddprun_trial(a.ddprun, scenario)
             rows.append({"launcher": "ddprun", "scenario": scenario, "trial": t, **(r or {"failed": True})})
-            if r is None:
-                print(f"{scenario:9} {t:5}  did not recover")
-            else:
-                print(f"{scenario:9} {t:5}  {r['detection']:9.3f}  {r['teardown']:8.3f}  {r['round']:6.3f}  "
-                      f"{r['spawn']:6.3f}  {r['total']:6.3f}  {r['allreduce']:10.3f}")
+            print_row(scenario, t, r)
     if not a.no_torchrun:
         got = torchrun_trial()
         rows.append({"launcher": "torchrun", "scenario": "shrink", "trial": 0, "total": got})

@@ -69,8 +69,11 @@ std::optional<int> failover_host(const std::vector<Member>& members, const std::
   return std::nullopt;
 }
 
-int failover_port(int base_port, int generation) {
-  return base_port + generation;
+int failover_port(int base_port, int generation, int master_port) {
+  const int port = base_port + generation;
+  // Never worker rank 0's MASTER_PORT (under Slurm the derived pair is P, P+1): the old master's
+  // workers may still hold it while they die.
+  return generation > 0 && base_port < master_port && port >= master_port ? port + 1 : port;
 }
 
 MembershipChange membership_change(const std::vector<Member>& before, const std::vector<Member>& after) {

@@ -88,7 +88,7 @@ class RendezvousSession final : public Session {
     const auto host = core::failover_host(previous_, lost_);
     if (!host) return;
     const auto& row = last_table_.nodes.at(static_cast<std::size_t>(*host));
-    const int port = core::failover_port(r_.rdzv_port, rz_.failovers() + 1);
+    const int port = core::failover_port(r_.rdzv_port, rz_.failovers() + 1, last_table_.job.master_port);
     rz_.fail_over(*host, row.addr.empty() ? row.host.value_or("localhost") : row.addr,
                   static_cast<std::uint16_t>(port));
   }

@@ -33,6 +33,7 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   } else {
     s.set(keys::arrived(s.add(keys::kArrivals, 1)), std::to_string(me.node_rank));
   }
+  s.set(keys::present(me.node_rank), "1");
   // Heartbeats start now, while the plan is awaited and delivered: a node starved while the plan
   // fans out, or spawning its workers right after, is still heard; a stopped or dead one is lost.
   start_liveness();
@@ -199,7 +200,7 @@ void Rendezvous::wait_for_survivors(PrefixStore& s) {
   for (std::size_t i = 0; i < previous_.size(); ++i) {
     const int orig = previous_[i].orig_rank;
     if (!previous_lost_.contains(static_cast<int>(i)) && !gone.contains(orig))
-      expected.push_back(keys::node(orig));
+      expected.push_back(keys::present(orig));  // after its arrival record: joined_ranks() lists it
   }
   s.wait(expected, opts_.rejoin_timeout);
   const auto ranks = joined_ranks(s);

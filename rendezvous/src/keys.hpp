@@ -38,6 +38,10 @@ inline std::string arrived(std::int64_t n) {
 inline std::string standby_arrived(std::int64_t n) {
   return fmt::format("standby/{}", n);
 }
+// Set by an agent once its arrival is counted and recorded: a round after a restart waits for these.
+inline std::string present(int node_rank) {
+  return fmt::format("present/{}", node_rank);
+}
 // Set by a node that reached a barrier: it is leaving, its disconnection is no failure.
 inline std::string left(int node_rank) {
   return fmt::format("left/{}", node_rank);

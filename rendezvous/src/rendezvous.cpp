@@ -84,7 +84,18 @@ void Rendezvous::fail_over(int host_rank, const std::string& addr, std::uint16_t
   opts_.port = port;
   port_ = port;
   const auto i = static_cast<std::size_t>(host_rank);
-  if (i < previous_.size() && previous_[i].orig_rank == opts_.node_rank) start_server();
+  if (i >= previous_.size() || previous_[i].orig_rank != opts_.node_rank) return;
+  // A process of the lost master's job that still dies on this host may hold the port a moment.
+  const auto deadline = Clock::now() + Millis{3000};
+  for (;;) {
+    try {
+      start_server();
+      return;
+    } catch (const Error&) {
+      if (Clock::now() >= deadline) throw;
+    }
+    std::this_thread::sleep_for(Millis{100});
+  }
 }
 
 Rendezvous::~Rendezvous() {

@@ -39,8 +39,9 @@ bool has_majority(int present, int previous);
 std::optional<int> failover_host(const std::vector<Member>& members, const std::vector<int>& lost);
 
 // The store's port after `generation` failovers: each new store host serves on the next port, so a
-// master that is not dead after all (a partition) never collides with its successor.
-int failover_port(int base_port, int generation);
+// master that is not dead after all (a partition) never collides with its successor. The workers'
+// MASTER_PORT is skipped.
+int failover_port(int base_port, int generation, int master_port);
 
 // The difference between two rounds, by orig_rank.
 struct MembershipChange {

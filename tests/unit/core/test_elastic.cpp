@@ -54,8 +54,12 @@ TEST_CASE("the new store host is the first survivor in node order", "[elastic]")
   CHECK(failover_host(four(), {0, 1}) == 2);
   CHECK(failover_host(four(), {2}) == 0);
   CHECK_FALSE(failover_host(four(), {0, 1, 2, 3}).has_value());
-  CHECK(failover_port(29400, 0) == 29400);
-  CHECK(failover_port(29400, 2) == 29402);
+  CHECK(failover_port(29400, 0, 29500) == 29400);
+  CHECK(failover_port(29400, 2, 29500) == 29402);
+  // Under Slurm MASTER_PORT is the store's port + 1: skipped.
+  CHECK(failover_port(27512, 1, 27513) == 27514);
+  CHECK(failover_port(27512, 2, 27513) == 27515);
+  CHECK(failover_port(27512, 1, 20000) == 27513);
 }
 
 TEST_CASE("membership change names the lost, the promoted and the new", "[elastic]") {
