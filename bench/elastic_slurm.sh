@@ -26,7 +26,7 @@ one() { # scenario nodes --nnodes lost-node-id world
   cat >"$d/job.sh" <<EOS
 #!/bin/bash
 #SBATCH --no-kill
-export DIR=$d
+export DIR=$d ELASTIC_WORKER_COLLECTIVES=1
 "$DDPRUN" --log-format json --nnodes $nn --max-restarts 2 --nproc-per-node 1 --term-timeout 3 \
   --python /usr/bin/python3 $ROOT/tests/e2e/elastic_worker.py
 EOS

@@ -19,7 +19,14 @@ if restart == 0:
     dist.barrier()
     child = subprocess.Popen(["sleep", "300"])
     open(os.path.join(out, f"ready_{rank}"), "w").close()
-    time.sleep(300)
+    # ELASTIC_WORKER_COLLECTIVES=1 (the bench): all-reduce every 50 ms, as training does, so a lost peer
+    # also shows as a failed collective.
+    busy = os.environ.get("ELASTIC_WORKER_COLLECTIVES") == "1"
+    end = time.time() + 300
+    while time.time() < end:
+        if busy:
+            dist.all_reduce(torch.ones(1))
+        time.sleep(0.05 if busy else 1)
     sys.exit(3)
 t = torch.ones(1)
 dist.all_reduce(t)
