@@ -20,6 +20,7 @@
 #include "core/plan_table.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/system.hpp"
+#include "membership_report.hpp"
 #include "per_task_session.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "session.hpp"
@@ -186,9 +187,20 @@ void raise_test_signal() {
 // The last line; the stopping signals stay held (hold_stop_signals) up to the exit itself, so a TERM
 // now (srun's --kill-on-bad-exit, once another node exited with the root cause) cannot turn the
 // root cause's exit code into 143.
-int finished(agent::Events& ev, int code) {
-  if (ev.json()) ev.emit("job_finished", {{"exit_code", code}, {"success", code == 0}});
+int finished(agent::Events& ev, int code, const std::vector<AttemptRecord>& attempts = {}) {
+  if (ev.json()) {
+    nlohmann::json e = {{"exit_code", code}, {"success", code == 0}};
+    if (!attempts.empty()) e["attempts"] = attempts_json(attempts);
+    ev.emit("job_finished", e);
+  }
   return code;
+}
+
+// The job's last line on the node that announces the rounds: every attempt, when there were several.
+int finished_attempts(agent::Events& ev, const core::Options& o, const Round& round, int code,
+                      const std::vector<AttemptRecord>& attempts) {
+  if (!ev.json() && round.announce && !o.quiet) fmt::print(stderr, "{}", attempts_line(attempts));
+  return finished(ev, code, attempts);
 }
 
 // --cpu-bind: this node's workers of the agreed plan, on this machine's topology and affinity.
@@ -235,6 +247,7 @@ AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, in
 int run_attempts(Session& session, const core::Options& o, const core::Resolved& r, agent::AgentOptions ao,
                  agent::Events& ev) {
   const int max_restarts = r.job.max_restarts;
+  std::vector<AttemptRecord> attempts;
   for (int attempt = 0;; ++attempt) {
     Round round = session.join(attempt);
     bind_cpus(ev, r, round, attempt);
@@ -246,16 +259,17 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     const AttemptEnd end = round.standby ? stand_by(session, attempt, max_restarts)
                                          : run_round(session, round, ao, attempt, max_restarts);
     agent::AttemptDecision d = end.decision;
+    attempts.push_back({attempt, round.table.job.world_size, d.exit_code, end.root ? end.root->reason : ""});
     // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md).
     if (d.restart) {
       if (const auto why = session.prepare_restart(end.root)) {
         fail_line(ev, *why, d.exit_code);
-        return finished(ev, d.exit_code);
+        return finished_attempts(ev, o, round, d.exit_code, attempts);
       }
     }
     // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
     if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
-    if (!d.restart) return finished(ev, d.exit_code);
+    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts);
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt();
   }

@@ -36,6 +36,29 @@ std::string membership_line(int attempt, const std::vector<core::Member>& before
                      fmt::join(parts, "; "), active(after), active(before), new_world, old_world);
 }
 
+std::string attempts_line(const std::vector<AttemptRecord>& attempts) {
+  if (attempts.size() < 2) return {};
+  std::vector<std::string> parts;
+  for (const auto& a : attempts) {
+    parts.push_back(a.exit_code == 0
+                        ? fmt::format("{} (world size {}) succeeded", a.attempt, a.world_size)
+                        : fmt::format("{} (world size {}) failed, exit {}{}{}", a.attempt, a.world_size,
+                                      a.exit_code, a.cause.empty() ? "" : ": ", a.cause));
+  }
+  return fmt::format("ddprun: attempts: {}\n", fmt::join(parts, "; "));
+}
+
+nlohmann::json attempts_json(const std::vector<AttemptRecord>& attempts) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& a : attempts) {
+    out.push_back({{"attempt", a.attempt},
+                   {"world_size", a.world_size},
+                   {"exit_code", a.exit_code},
+                   {"cause", a.cause.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.cause)}});
+  }
+  return out;
+}
+
 void report_membership(agent::Events& ev, bool quiet, int attempt, const std::vector<core::Member>& before,
                        const std::vector<core::Member>& after, int old_world, int new_world) {
   const auto c = core::membership_change(before, after);

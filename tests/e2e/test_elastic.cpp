@@ -76,6 +76,9 @@ TEST_CASE("elastic: losing a node shrinks the job and the survivors finish at th
   const std::string master = job.agents.at(0).err();
   CHECK_THAT(master, Catch::Contains("lost the agent on") && Catch::Contains("(node rank 2)"));
   CHECK_THAT(master, Catch::Contains("attempt 1: lost") && Catch::Contains("world size 3 (was 4)"));
+  CHECK_THAT(master,
+             Catch::Contains("ddprun: attempts: 0 (world size 4) failed, exit 1: lost the agent on") &&
+                 Catch::Contains("; 1 (world size 3) succeeded"));
   CHECK(leftovers_after(job.token, 10s).empty());
 }
 
