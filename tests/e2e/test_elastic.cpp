@@ -122,6 +122,27 @@ TEST_CASE("elastic: losing the master's node moves the store to the first surviv
   CHECK(leftovers_after(job.token, 10s).empty());
 }
 
+TEST_CASE(
+    "elastic: a silent node (SIGSTOP) is lost after the heartbeat timeout and the job goes on without it",
+    "[e2e][elastic]") {
+  ElasticJob job;
+  for (int n = 0; n < 4; ++n) job.start(n, "3:4");
+  REQUIRE(job.ready(4));
+  ::kill(job.agents.at(3).pid, SIGSTOP);
+  for (int n : {0, 1, 2}) {
+    REQUIRE(wait_for(job.agents.at(n), 180s));
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  for (int r = 0; r < 3; ++r) CHECK(job.done(r).starts_with("3 1 3 "));
+  CHECK_THAT(job.agents.at(0).err(), Catch::Contains("(node rank 3): no heartbeat"));
+  // Resumed, the stopped agent finds the job gone on without it: it stops its workers and fails.
+  ::kill(job.agents.at(3).pid, SIGCONT);
+  REQUIRE(wait_for(job.agents.at(3), 60s));
+  CHECK(job.agents.at(3).code != 0);
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
 TEST_CASE("elastic: below MIN every survivor fails with the lost nodes and MIN named", "[e2e][elastic]") {
   ElasticJob job;
   for (int n = 0; n < 4; ++n) job.start(n, "3:4");
