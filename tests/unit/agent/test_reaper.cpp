@@ -13,18 +13,6 @@ using ddprun::agent::Reaper;
 
 namespace {
 
-// A process group of two sleeping processes (a worker and its child); returns its id.
-pid_t start_group() {
-  const pid_t p = ::fork();
-  if (p == 0) {
-    ::setpgid(0, 0);
-    ::fork();
-    for (;;) ::pause();
-  }
-  ::setpgid(p, p);
-  return p;
-}
-
 // Live (not zombie) processes in group `pgid`, from /proc.
 int live_in_group(pid_t pgid) {
   int n = 0;
@@ -52,6 +40,20 @@ bool wait_until(const std::function<bool()>& ok, std::chrono::seconds limit = 10
     std::this_thread::sleep_for(5ms);
   }
   return true;
+}
+
+// A process group of two sleeping processes (a worker and its child); returns its id once both
+// run (the child is forked by the worker: on a loaded machine that comes late).
+pid_t start_group() {
+  const pid_t p = ::fork();
+  if (p == 0) {
+    ::setpgid(0, 0);
+    ::fork();
+    for (;;) ::pause();
+  }
+  ::setpgid(p, p);
+  wait_until([&] { return live_in_group(p) == 2; });
+  return p;
 }
 
 struct Agent {
