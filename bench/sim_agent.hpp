@@ -132,7 +132,7 @@ class Steps {
     co_await set(
         fmt::format("node/{}", rank_),
         fmt::format(
-            R"({{"addr":"127.0.0.1","gpus":[],"hostname":"sim{}","local_world_size":{},"node_rank":{}}})",
+            R"({{"addr":"127.0.0.1","gpus":[],"hostname":"sim{}","local_world_size":{},"node_rank":{},"spare":false}})",
             rank_, cfg_.nproc, rank_));
     const std::int64_t n = co_await add("arrivals", 1);
     co_await set(fmt::format("arrived/{}", n), std::to_string(rank_));
