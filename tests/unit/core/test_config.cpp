@@ -4,23 +4,14 @@
 #include <limits>
 
 #include "core/config.hpp"
+#include "support/config_inputs.hpp"
 
 using namespace ddprun::core;
 
+using ddprun::test::cmd;
+using ddprun::test::sys;
+
 namespace {
-
-Options cmd(std::vector<std::string> c = {"train.py"}) {
-  Options o;
-  o.command = std::move(c);
-  return o;
-}
-
-SystemInfo sys() {
-  SystemInfo s;
-  s.hostname = "ws";
-  s.cpu_count = 8;
-  return s;
-}
 
 // An srun step with one task per node on node[1-2] of a 4-node job.
 EnvSnapshot step_env(int node_id) {

@@ -4,23 +4,14 @@
 #include "core/config.hpp"
 #include "core/node_count.hpp"
 #include "core/plan_table.hpp"
+#include "support/config_inputs.hpp"
 
 using namespace ddprun::core;
 
+using ddprun::test::cmd;
+using ddprun::test::sys;
+
 namespace {
-
-Options cmd() {
-  Options o;
-  o.command = {"train.py"};
-  return o;
-}
-
-SystemInfo sys() {
-  SystemInfo s;
-  s.hostname = "ws";
-  s.cpu_count = 8;
-  return s;
-}
 
 // An srun step of one task per node on node[1-N], seen from node `id`.
 EnvSnapshot step_of(int n, int id) {
