@@ -54,11 +54,10 @@ class RendezvousSession final : public Session {
     round.announce = joined.node_rank == 0;
     round.standby = round.table.nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
     if (attempt > 0 && round.announce) {
-      report_membership(ev_, quiet_, attempt, previous_, joined.members, previous_world_,
+      report_membership(ev_, quiet_, attempt, previous_, joined.members, last_table_.job.world_size,
                         round.table.job.world_size);
     }
     previous_ = joined.members;
-    previous_world_ = round.table.job.world_size;
     last_table_ = round.table;
     return round;
   }
@@ -120,7 +119,6 @@ class RendezvousSession final : public Session {
   StoreCoordinator coord_;
   // The last round, for the next one (elastic).
   std::vector<core::Member> previous_;
-  int previous_world_ = 0;
   core::PlanTable last_table_;
   std::vector<int> lost_;  // node ranks of the last round known to be gone
 };

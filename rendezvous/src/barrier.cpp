@@ -9,6 +9,24 @@ namespace ddprun::rdzv {
 using detail::Clock;
 using detail::left_until;
 
+// This node is at barrier `name` of `n` nodes, and leaving: its disconnection is no failure from now on.
+void Rendezvous::arrive_at_barrier(PrefixStore& s, const std::string& name, int n) {
+  s.set(keys::left(opts_.node_rank), "1");
+  if (s.add(keys::barrier_count(name), 1) >= n) s.set(keys::barrier_done(name), "1");
+}
+
+// Barrier `name` has passed (on an agent, not the master): from here on the master closing the store is
+// expected, not a lost master, so the watch stops before the ack, which lets the master stop serving.
+// The ack only lets it stop sooner: a master that stopped first (its bounded wait for the acks ended) is
+// no failure of this node.
+void Rendezvous::ack_barrier(PrefixStore& s, const std::string& name) {
+  watching_ = false;
+  try {
+    s.set(keys::barrier_ack(name, opts_.node_rank), "1");
+  } catch (const Error&) {
+  }
+}
+
 bool Rendezvous::barrier(const std::string& name, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   const int n = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
@@ -16,21 +34,13 @@ bool Rendezvous::barrier(const std::string& name, Millis timeout) {
   try {
     ensure_connected();
     PrefixStore s = store();
-    s.set(keys::left(opts_.node_rank), "1");
-    if (s.add(keys::barrier_count(name), 1) >= n) s.set(keys::barrier_done(name), "1");
+    arrive_at_barrier(s, name, n);
     const auto got = s.wait_any({keys::barrier_done(name), keys::kAbort}, left_until(deadline));
     ok = got && *got == 0;
-    // Leaving: from here on the master closing the store is expected, not a lost master. This must
-    // happen before the ack, which lets the master stop serving.
-    if (ok) watching_ = false;
     if (ok && !server_) {
-      // The barrier has passed: the ack only lets the master stop serving sooner. A master that
-      // stopped first (its bounded wait for the acks ended) is no failure of this node.
-      try {
-        s.set(keys::barrier_ack(name, opts_.node_rank), "1");
-      } catch (const Error&) {
-      }
+      ack_barrier(s, name);
     } else if (ok) {
+      watching_ = false;  // the others leaving now is expected
       // Keep serving until every other node has seen the barrier pass (bounded). Every node arrived,
       // so the barrier has passed even when some acks do not come in time.
       std::vector<std::string> acks;

@@ -33,7 +33,8 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   } else {
     s.set(keys::arrived(s.add(keys::kArrivals, 1)), std::to_string(me.node_rank));
   }
-  s.set(keys::present(me.node_rank), "1");
+  // Only a round after a restart waits for these (wait_for_survivors); the first one costs nothing.
+  if (opts_.attempt > 0) s.set(keys::present(me.node_rank), "1");
   // Heartbeats start now, while the plan is awaited and delivered: a node starved while the plan
   // fans out, or spawning its workers right after, is still heard; a stopped or dead one is lost.
   start_liveness();
@@ -110,20 +111,21 @@ void Rendezvous::fail_join(const std::string& message) {
 
 void Rendezvous::run_master_round(const PlanFn& make_plan) {
   PrefixStore s = store();
+  std::vector<int> in;  // node ranks that joined
   if (elastic_round()) {
-    wait_for_survivors(s);
+    in = wait_for_survivors(s);
   } else {
     wait_for_arrivals(s);
     // Last call: the round closes when every expected agent (MAX, standbys included) is in, or this
-    // long after MIN were.
-    // Under Slurm the step's node count (nagents) says how many can come at all.
+    // long after MIN were. Under Slurm the step's node count (nagents) says how many can come at all.
     const int actives = opts_.nagents > 0 ? std::min(opts_.nnodes_max, opts_.nagents) : opts_.nnodes_max;
     std::vector<std::string> all = {keys::arrived(actives)};
     if (opts_.elastic && opts_.nagents > opts_.nnodes_max)
       all.push_back(keys::standby_arrived(opts_.nagents - opts_.nnodes_max));
     if (opts_.nnodes_min < actives || all.size() > 1) s.wait(all, opts_.last_call);
+    in = joined_ranks(s);
   }
-  std::vector<JoinInfo> joined = read_join_records(s);
+  std::vector<JoinInfo> joined = read_join_records(s, in);
   // The first MAX in node order run workers; the rest are standbys (elastic only: otherwise no rank
   // beyond MAX can join).
   for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = static_cast<int>(i) >= opts_.nnodes_max;
@@ -190,7 +192,7 @@ bool Rendezvous::elastic_round() const {
 // teardown bounded by the grace), so the round closes when they are all in, not after a last call.
 // Whoever did not come within rejoin_timeout is lost too; then the round goes on only with MIN and a
 // strict majority of the last round (core::after_loss).
-void Rendezvous::wait_for_survivors(PrefixStore& s) {
+std::vector<int> Rendezvous::wait_for_survivors(PrefixStore& s) {
   std::set<int> gone;
   {
     std::lock_guard lk(lost_mu_);
@@ -211,6 +213,7 @@ void Rendezvous::wait_for_survivors(PrefixStore& s) {
   }
   const auto d = core::after_loss(previous_, missing, opts_.nnodes_min, true);
   if (!d.go_on) fail_join(fmt::format("rendezvous {} (run {}): {}", endpoint(), opts_.run_id, d.message));
+  return ranks;
 }
 
 // Until nnodes_min agents arrived; at the deadline, fails the round naming the missing nodes.
@@ -242,9 +245,9 @@ void Rendezvous::wait_for_arrivals(PrefixStore& s) {
 }
 
 // The join records of the nodes that joined, sorted by node rank.
-std::vector<JoinInfo> Rendezvous::read_join_records(PrefixStore& s) {
+std::vector<JoinInfo> Rendezvous::read_join_records(PrefixStore& s, const std::vector<int>& ranks) {
   std::vector<JoinInfo> joined;
-  for (int r : joined_ranks(s)) {
+  for (int r : ranks) {
     auto v = s.get(keys::node(r), Millis{0});
     if (!v) continue;
     try {

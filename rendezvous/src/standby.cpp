@@ -14,9 +14,7 @@ std::optional<core::Failure> Rendezvous::standby(const std::function<bool()>& st
   PrefixStore s = store();
   // A standby has nothing to finish: it is at the exit barrier from the start, and leaving is no
   // failure (a lost standby is only dropped from the next round, liveness.cpp).
-  const int n = static_cast<int>(participants_.size());
-  s.set(keys::left(opts_.node_rank), "1");
-  if (s.add(keys::barrier_count("exit"), 1) >= n) s.set(keys::barrier_done("exit"), "1");
+  arrive_at_barrier(s, "exit", static_cast<int>(participants_.size()));
   for (;;) {
     {
       std::lock_guard lk(cb_mu_);
@@ -35,11 +33,7 @@ std::optional<core::Failure> Rendezvous::standby(const std::function<bool()>& st
       continue;
     }
     // Done: the active nodes finished. Let the master stop serving, as barrier() does.
-    watching_ = false;
-    try {
-      s.set(keys::barrier_ack("exit", opts_.node_rank), "1");
-    } catch (const Error&) {
-    }
+    ack_barrier(s, "exit");
     barrier_passed_ = true;
     stop_watch();
     return std::nullopt;

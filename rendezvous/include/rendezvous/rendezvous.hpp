@@ -210,13 +210,17 @@ class Rendezvous {
   bool wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start);
   void run_master_round(const PlanFn& make_plan);
   void wait_for_arrivals(PrefixStore& s);
-  void wait_for_survivors(PrefixStore& s);
+  std::vector<int> wait_for_survivors(PrefixStore& s);  // the node ranks that joined
   bool elastic_round() const;
   void start_server();
   std::vector<int> joined_ranks(PrefixStore& s) const;
-  std::vector<JoinInfo> read_join_records(PrefixStore& s);
+  std::vector<JoinInfo> read_join_records(PrefixStore& s, const std::vector<int>& ranks);
   [[noreturn]] void fail_join(const std::string& message);
   Joined read_plan(const std::string& published);
+
+  // barrier.cpp
+  void arrive_at_barrier(PrefixStore& s, const std::string& name, int n);
+  void ack_barrier(PrefixStore& s, const std::string& name);
 
   // liveness.cpp
   void start_liveness();
