@@ -1,22 +1,25 @@
 // The compact published plan (docs/protocol.md, "The plan"). Line oriented, with only characters
 // that JSON carries unescaped in the common case, since the rendezvous wraps it in a JSON record:
 //
-//   ddprun-plan 1
+//   ddprun-plan 2
 //   mode agent            (one line per constant; omp_num_threads and cpus_per_task only when set)
 //   ...
 //   gpuset 8 0 1 2 3 4 5 6 7      (the distinct GPU lists: count, then the ids; referred to by index)
-//   nodes 2
-//   node001 = 8 0 a               (host, addr, local world size, gpuset index, a(ctive)|s(pare))
-//   node002 = 8 0 a
+//   nodes 4
+//   login1 10.0.0.9 8 0 a         (one row: host, addr, local world size, gpuset index, a(ctive)|s(pare))
+//   node[001-003] * 8 0 a         (a run of rows alike, each its own address: a Slurm hostlist)
 //
 // Strings are percent-encoded outside [A-Za-z0-9._:/@+[]-]; a host "~" is unknown, an addr "=" is
-// the host. First ranks are not sent: they are the running sum over the active rows.
+// the host. First ranks are not sent: they are the running sum over the active rows. Runs make the
+// table of a uniform cluster a few lines at any size (host names fold as Slurm folds them).
 #include <charconv>
 #include <limits>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
+#include "core/hostlist.hpp"
 #include "core/plan_table.hpp"
 
 namespace ddprun::core {
@@ -111,8 +114,41 @@ void encode_constants(const JobConstants& c, std::string& out) {
 
 }  // namespace
 
+namespace {
+
+// Rows a run line can hold: a known host that is its own address, and alike otherwise.
+bool runs_with(const NodeRow& a, const NodeRow& b) {
+  return b.host && b.addr == *b.host && a.local_world_size == b.local_world_size && a.gpus == b.gpus &&
+         a.spare == b.spare;
+}
+
+void encode_row(const NodeRow& row, std::size_t set, std::string& out) {
+  out += row.host ? pct(*row.host) : "~";
+  out += ' ';
+  out += row.host && row.addr == *row.host ? std::string("=") : pct(row.addr);
+  out += fmt::format(" {} {} {}\n", row.local_world_size, set, row.spare ? 's' : 'a');
+}
+
+// Slurm's folding of hosts, cut at its top-level commas: "n[1-3,5],login" -> {"n[1-3,5]", "login"}.
+std::vector<std::string> folded_items(const std::vector<std::string>& hosts) {
+  const std::string expr = compress_hostlist(hosts);
+  std::vector<std::string> items(1);
+  int depth = 0;
+  for (char c : expr) {
+    depth += c == '[' ? 1 : c == ']' ? -1 : 0;
+    if (c == ',' && depth == 0) {
+      items.emplace_back();
+    } else {
+      items.back() += c;
+    }
+  }
+  return items;
+}
+
+}  // namespace
+
 std::string encode_plan_table(const PlanTable& t) {
-  std::string out = "ddprun-plan 1\n";
+  std::string out = "ddprun-plan 2\n";
   encode_constants(t.job, out);
   std::map<std::vector<std::string>, std::size_t> sets;
   for (const auto& row : t.nodes) {
@@ -122,11 +158,35 @@ std::string encode_plan_table(const PlanTable& t) {
     out += '\n';
   }
   out += fmt::format("nodes {}\n", t.nodes.size());
-  for (const auto& row : t.nodes) {
-    out += row.host ? pct(*row.host) : "~";
-    out += ' ';
-    out += row.host && row.addr == *row.host ? std::string("=") : pct(row.addr);
-    out += fmt::format(" {} {} {}\n", row.local_world_size, sets.at(row.gpus), row.spare ? 's' : 'a');
+  for (std::size_t i = 0; i < t.nodes.size();) {
+    const NodeRow& first = t.nodes[i];
+    const std::size_t set = sets.at(first.gpus);
+    std::size_t end = i + 1;
+    while (end < t.nodes.size() && runs_with(first, t.nodes[end])) ++end;
+    std::vector<std::string> items;
+    if (end - i > 1 && runs_with(first, first)) {
+      std::vector<std::string> hosts;
+      for (std::size_t k = i; k < end; ++k) hosts.push_back(*t.nodes[k].host);
+      try {
+        items = folded_items(hosts);
+      } catch (const Error&) {  // a name no hostlist holds: one line each
+      }
+    }
+    if (items.empty()) {
+      encode_row(first, set, out);
+      ++i;
+      continue;
+    }
+    for (const auto& item : items) {
+      const std::size_t n = expand_hostlist(item).size();
+      if (n == 1) {
+        encode_row(t.nodes[i], set, out);
+      } else {
+        out +=
+            fmt::format("{} * {} {} {}\n", pct(item), first.local_world_size, set, first.spare ? 's' : 'a');
+      }
+      i += n;
+    }
   }
   return out;
 }
@@ -203,44 +263,62 @@ struct Reader {
     gpusets.push_back(std::move(ids));
   }
 
-  NodeRow row(std::string_view line, std::size_t n) const {
+  // One line of the node section: one row, or a run of rows (addr "*": HOST is a hostlist).
+  void rows(std::string_view line, std::size_t n, std::size_t count, std::vector<NodeRow>& out) const {
     const auto f = split(line, ' ');
     if (f.size() != 5) bad(n, "a node row has 5 fields: host addr workers gpuset a|s");
     NodeRow r;
-    if (f[0] != "~") r.host = unpct(f[0], n);
-    r.addr = f[1] == "=" && r.host ? *r.host : unpct(f[1], n);
     r.local_world_size = static_cast<int>(number(f[2], n, 1, kMaxLocalWorldSize));
     const auto set = static_cast<std::size_t>(number(f[3], n, 0, kMaxNodes));
     if (set >= gpusets.size()) bad(n, fmt::format("gpuset {} is not defined", set));
     r.gpus = gpusets[set];
     if (f[4] != "a" && f[4] != "s") bad(n, "the last field is a (active) or s (spare)");
     r.spare = f[4] == "s";
-    return r;
+    if (f[1] != "*") {
+      if (f[0] != "~") r.host = unpct(f[0], n);
+      r.addr = f[1] == "=" && r.host ? *r.host : unpct(f[1], n);
+      if (out.size() == count) bad(n, fmt::format("more rows than 'nodes {}'", count));
+      out.push_back(std::move(r));
+      return;
+    }
+    std::vector<std::string> hosts;
+    try {
+      hosts = expand_hostlist(unpct(f[0], n));
+    } catch (const Error& e) {
+      bad(n, e.what());
+    }
+    if (hosts.size() > count - out.size()) bad(n, fmt::format("more rows than 'nodes {}'", count));
+    for (auto& h : hosts) {
+      r.addr = h;
+      r.host = std::move(h);
+      out.push_back(r);
+    }
   }
 };
 
 // The checks make_plan_table makes, on a table from the wire: whatever passes derives without error.
+// Errors name the node rank and the 'nodes' line (a run line holds many rows).
 void check_table(PlanTable& t, std::size_t line) {
   const JobConstants& c = t.job;
   long long rank = 0;
   int active = 0;
   for (std::size_t i = 0; i < t.nodes.size(); ++i) {
     NodeRow& r = t.nodes[i];
-    const std::size_t n = line + 1 + i;
-    if (r.spare != (static_cast<int>(i) >= c.nnodes)) bad(n, "spare rows must follow the nnodes active ones");
+    if (r.spare != (static_cast<int>(i) >= c.nnodes))
+      bad(line, fmt::format("node rank {}: spare rows must follow the nnodes active ones", i));
     if (r.local_world_size % c.procs_per_replica != 0)
-      bad(n, "local world size not divisible by procs_per_replica");
+      bad(line, fmt::format("node rank {}: local world size not divisible by procs_per_replica", i));
     const auto g = static_cast<std::size_t>(c.gpus_per_proc);
     const bool task_slice = c.mode == Mode::per_task && r.gpus.size() == g;
     if (g > 0 && !task_slice &&
         (r.gpus.size() < g * static_cast<std::size_t>(r.local_world_size) || r.gpus.size() % g != 0))
-      bad(n, "the GPUs cannot be cut into gpus_per_proc slices");
+      bad(line, fmt::format("node rank {}: the GPUs cannot be cut into gpus_per_proc slices", i));
     r.first_rank = r.spare ? -1 : static_cast<int>(rank);
     if (!r.spare) {
       rank += r.local_world_size;
       ++active;
     }
-    if (rank > std::numeric_limits<int>::max()) bad(n, "the world size overflows");
+    if (rank > std::numeric_limits<int>::max()) bad(line, "the world size overflows");
   }
   if (active != c.nnodes) bad(line, fmt::format("{} active rows for nnodes {}", active, c.nnodes));
   if (rank != c.world_size)
@@ -253,7 +331,7 @@ PlanTable decode_plan_table(std::string_view bytes) {
   if (!bytes.empty() && bytes.back() == '\n') bytes.remove_suffix(1);
   Reader rd;
   rd.lines = split(bytes, '\n');
-  if (rd.lines[0] != "ddprun-plan 1") bad(1, "not a ddprun plan of version 1 (mixed ddprun versions?)");
+  if (rd.lines[0] != "ddprun-plan 2") bad(1, "not a ddprun plan of version 2 (mixed ddprun versions?)");
   std::size_t i = 1;
   for (; i < rd.lines.size(); ++i) {
     const auto line = rd.lines[i];
@@ -273,12 +351,12 @@ PlanTable decode_plan_table(std::string_view bytes) {
     if (!rd.seen.contains(std::string_view(required))) bad(i + 1, fmt::format("no '{}' line", required));
   }
   const auto count = static_cast<std::size_t>(number(rd.lines[i].substr(6), i + 1, 1, kMaxNodes));
-  if (rd.lines.size() - i - 1 != count)
-    bad(i + 1, fmt::format("'nodes {}' but {} rows follow", count, rd.lines.size() - i - 1));
   PlanTable t;
   t.job = rd.c;
   t.nodes.reserve(count);
-  for (std::size_t k = 0; k < count; ++k) t.nodes.push_back(rd.row(rd.lines[i + 1 + k], i + 2 + k));
+  for (std::size_t k = i + 1; k < rd.lines.size(); ++k) rd.rows(rd.lines[k], k + 1, count, t.nodes);
+  if (t.nodes.size() != count)
+    bad(i + 1, fmt::format("'nodes {}' but {} rows follow", count, t.nodes.size()));
   check_table(t, i + 1);
   return t;
 }

@@ -50,8 +50,12 @@ void as_strings(std::string_view rest) {
   while (!rest.empty() && t.nodes.size() < 64) {
     core::NodeRow row;
     row.host = next();
-    row.addr = t.nodes.size() % 2 == 0 ? *row.host : next();
-    row.gpus = {next(), next()};
+    // Mostly rows alike (own address, the last row's GPUs), so that runs form and break.
+    row.addr = t.nodes.size() % 4 != 3 ? *row.host : next();
+    if (t.nodes.size() % 3 == 0)
+      row.gpus = {next(), next()};
+    else
+      row.gpus = t.nodes.back().gpus;
     row.first_rank = t.job.world_size;
     t.job.world_size += 1;
     t.job.nnodes += 1;

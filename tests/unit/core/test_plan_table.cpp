@@ -197,7 +197,7 @@ TEST_CASE("the table decoder refuses bad bytes with a one-line core::Error", "[p
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"", "not a ddprun plan"},
       {"{\"plan\":1}", "not a ddprun plan"},
-      {with("ddprun-plan 1", "ddprun-plan 2"), "version 1"},
+      {with("ddprun-plan 2", "ddprun-plan 1"), "version 2"},
       {with("mode agent", "mode boss"), "unknown mode"},
       {with("mode agent", "colour blue"), "unknown field"},
       {with("master_port ", "master_port 99999\nx"), "99999"},
@@ -205,13 +205,16 @@ TEST_CASE("the table decoder refuses bad bytes with a one-line core::Error", "[p
       {with("world_size 4", "world_size 5"), "world_size says 5"},
       {with("world_size 4\n", ""), "no 'world_size' line"},
       {with("\nnodes 2", "\nnodes 3"), "'nodes 3' but 2 rows follow"},
+      {with("\nnodes 2", "\nnodes 1"), "more rows than 'nodes 1'"},
+      {with("a = 2 0 a\nb = 2 0 a", "x[1-3] * 2 0 a"), "more rows than 'nodes 2'"},
+      {with("a = 2 0 a\nb = 2 0 a", "x[3-1] * 2 0 a"), "x[3-1]"},
       {with("a = 2 0 a", "a = 2 7 a"), "gpuset 7 is not defined"},
       {with("a = 2 0 a", "a = 2 0"), "5 fields"},
       {with("a = 2 0 a", "a = 2 0 x"), "a (active) or s (spare)"},
       {with("a = 2 0 a", "a = 0 0 a"), "not a number from 1"},
       {with("a = 2 0 a", "a%zz = 2 0 a"), "bad character or escape"},
       {with("a = 2 0 a", "a\"b = 2 0 a"), "bad character or escape"},
-      {with("b = 2 0 a", "b = 2 0 s"), "spare rows must follow"},
+      {with("b = 2 0 a", "b = 2 0 s"), "node rank 1: spare rows must follow"},
       {with("gpuset 2 0 1", "gpuset 3 0 1"), "gpuset says 3 ids but has 2"},
       {good.substr(0, good.rfind("\nnodes ") + 1), "no 'nodes' line"},
   };
@@ -253,4 +256,61 @@ TEST_CASE("the published table stays within 64 bytes a node plus 4 KB", "[plan][
     // the table itself takes at most half of the budget.
     CHECK(bytes.size() <= 32u * static_cast<unsigned>(n) + 2048u);
   }
+}
+
+TEST_CASE("rows alike with hosts Slurm folds travel as one run line", "[plan][table][codec]") {
+  JobSpec job;
+  job.mode = Mode::agent;
+  job.nnodes = 16384;
+  const std::vector<std::string> gpus = {"0", "1", "2", "3", "4", "5", "6", "7"};
+  std::vector<NodeSpec> ns;
+  for (int i = 0; i < 16384; ++i) ns.push_back(node(i, fmt::format("gpu-node-{:05}", i + 1), 8, gpus));
+  const PlanTable uniform = make_plan_table(job, ns);
+  const std::string bytes = encode_plan_table(uniform);
+  CHECK(bytes.find("\ngpu-node-[00001-16384] * 8 0 a\n") != std::string::npos);
+  CHECK(bytes.size() < 1024);
+  CHECK(decode_plan_table(bytes) == uniform);
+
+  // Runs break where a row differs: another size, GPU list, address, spare, or a name that does
+  // not fold; a gap in the numbers stays inside the bracket.
+  job.nnodes = 9;
+  ns = {node(0, "login1", 8, gpus),         node(1, "gpu-node-00001", 8, gpus),
+        node(2, "gpu-node-00002", 8, gpus), node(3, "gpu-node-00004", 8, gpus),
+        node(4, "gpu-node-00005", 4, gpus), node(5, "gpu-node-00006", 4, gpus),
+        node(6, "cpu7", 4, gpus),           node(7, "cpu8", 4, {"0"}),
+        node(8, "cpu9", 4, {"0"}),          node(9, "spare1", 8, gpus, true),
+        node(10, "spare2", 8, gpus, true)};
+  ns[2].addr = "10.0.0.2";
+  PlanTable mixed = make_plan_table(job, ns);
+  const std::string lines = encode_plan_table(mixed);
+  INFO(lines);
+  CHECK(lines.find("\nlogin1 = 8 0 a\ngpu-node-00001 = 8 0 a\ngpu-node-00002 10.0.0.2 8 0 a\n") !=
+        std::string::npos);
+  CHECK(lines.find("\ngpu-node-[00004-00006] * 8 0 a\n") == std::string::npos);
+  CHECK(lines.find("\ngpu-node-00004 = 8 0 a\ngpu-node-[00005-00006] * 4 0 a\ncpu7 = 4 0 a\n") !=
+        std::string::npos);
+  CHECK(lines.find("\ncpu[8-9] * 4 1 a\nspare[1-2] * 8 0 s\n") != std::string::npos);
+  CHECK(decode_plan_table(lines) == mixed);
+  // A gap folds into one bracket.
+  job.nnodes = 3;
+  mixed = make_plan_table(job, {node(0, "n1", 1), node(1, "n2", 1), node(2, "n4", 1)});
+  CHECK(encode_plan_table(mixed).find("\nn[1-2%2C4] * 1 0 a\n") != std::string::npos);
+  CHECK(decode_plan_table(encode_plan_table(mixed)) == mixed);
+}
+
+TEST_CASE("names that fold into no run still fit the budget", "[plan][table][codec]") {
+  JobSpec job;
+  job.mode = Mode::agent;
+  job.nnodes = 16384;
+  std::vector<NodeSpec> ns;
+  for (int i = 0; i < 16384; ++i) {
+    // Scattered names: no two consecutive rows share a prefix a bracket could fold.
+    const auto h = static_cast<std::uint32_t>(i) * 2654435761u;
+    ns.push_back(node(i, fmt::format("h{:08x}x", h), 8, {"0", "1", "2", "3", "4", "5", "6", "7"}));
+  }
+  const PlanTable t = make_plan_table(job, ns);
+  const std::string bytes = encode_plan_table(t);
+  CHECK(bytes.find(" * ") == std::string::npos);
+  CHECK(bytes.size() <= 32u * 16384u + 2048u);
+  CHECK(decode_plan_table(bytes) == t);
 }
