@@ -9,6 +9,7 @@
 #include "core/json.hpp"
 #include "deadline.hpp"
 #include "keys.hpp"
+#include "rendezvous/plan_record.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "store/store.hpp"
 
@@ -141,18 +142,14 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
     }
     throw;
   }
-  json ranks = json::object();
-  json hosts = json::array();
-  for (std::size_t i = 0; i < joined.size(); ++i) {
-    ranks[std::to_string(joined[i].node_rank)] = static_cast<int>(i);
-    hosts.push_back(joined[i].hostname);
+  PlanRecord record;
+  record.plan = std::move(plan);
+  for (const auto& j : joined) {
+    record.node_ranks.push_back(j.node_rank);
+    record.hosts.push_back(j.hostname);
   }
-  const json published = {
-      {keys::plan_record::kPlan, plan},
-      {keys::plan_record::kNodeRanks, ranks},
-      {keys::plan_record::kHosts, hosts},
-      {keys::plan_record::kActive, std::min<int>(static_cast<int>(joined.size()), opts_.nnodes_max)}};
-  s.set(keys::kPlan, core::dump_json(published));
+  record.active = std::min(joined.size(), static_cast<std::size_t>(opts_.nnodes_max));
+  s.set(keys::kPlan, encode_plan_record(record));
   {
     std::lock_guard lk(lost_mu_);
     dropped_.clear();
@@ -265,38 +262,29 @@ std::vector<JoinInfo> Rendezvous::read_join_records(PrefixStore& s, const std::v
 // ---- every agent: the published plan
 
 Joined Rendezvous::read_plan(const std::string& published) {
-  json j;
-  Joined out;
+  PlanRecord rec;
   try {
-    j = json::parse(published);
-    out.plan = j.at(keys::plan_record::kPlan).get<std::string>();
-  } catch (const std::exception& e) {
-    throw Error(Error::Kind::protocol,
-                fmt::format("rendezvous {}: the published plan is malformed: {}", endpoint(), e.what()),
-                "join", endpoint());
+    rec = decode_plan_record(published);
+  } catch (const Error& e) {
+    throw Error(Error::Kind::protocol, fmt::format("rendezvous {}: {}", endpoint(), e.what()), "join",
+                endpoint());
   }
-  const auto& ranks = j.at(keys::plan_record::kNodeRanks);
-  const std::string mine = std::to_string(opts_.node_rank);
-  if (!ranks.contains(mine)) {
+  const auto mine = std::lower_bound(rec.node_ranks.begin(), rec.node_ranks.end(), opts_.node_rank);
+  if (mine == rec.node_ranks.end() || *mine != opts_.node_rank) {
     throw Error(Error::Kind::join,
                 fmt::format("rendezvous {} (run {}): the round closed without this node (node "
                             "rank {}): it arrived after the last call; {} node(s) are running",
-                            endpoint(), opts_.run_id, opts_.node_rank, ranks.size()),
+                            endpoint(), opts_.run_id, opts_.node_rank, rec.node_ranks.size()),
                 "join", endpoint());
   }
-  participants_.assign(ranks.size(), {});
-  const auto& hosts = j.value(keys::plan_record::kHosts, json::array());
-  const auto active =
-      static_cast<std::size_t>(j.value(keys::plan_record::kActive, static_cast<int>(ranks.size())));
-  for (const auto& [orig, idx] : ranks.items()) {
-    const auto i = static_cast<std::size_t>(idx.get<int>());
-    if (i >= participants_.size()) continue;
-    participants_[i].orig_rank = std::stoi(orig);
-    participants_[i].spare = i >= active;
-    if (i < hosts.size()) participants_[i].hostname = hosts[i].get<std::string>();
+  Joined out;
+  participants_.assign(rec.node_ranks.size(), {});
+  for (std::size_t i = 0; i < participants_.size(); ++i) {
+    participants_[i] = {rec.node_ranks[i], std::move(rec.hosts[i]), i >= rec.active};
+    out.members.push_back({participants_[i].orig_rank, participants_[i].hostname, participants_[i].spare});
   }
-  for (const auto& p : participants_) out.members.push_back({p.orig_rank, p.hostname, p.spare});
-  plan_node_rank_ = ranks.at(mine).get<int>();
+  out.plan = std::move(rec.plan);
+  plan_node_rank_ = static_cast<int>(mine - rec.node_ranks.begin());
   out.node_rank = plan_node_rank_;
   out.nnodes = static_cast<int>(participants_.size());
   joined_ = true;

@@ -65,10 +65,11 @@ inline std::string result(int node_rank) {
 
 // Fields of the record under kPlan.
 namespace plan_record {
-inline constexpr const char* kPlan = "plan";             // the opaque plan
-inline constexpr const char* kNodeRanks = "node_ranks";  // {"<node rank>": rank in the plan}
-inline constexpr const char* kHosts = "hosts";           // hostname by rank in the plan
-inline constexpr const char* kActive = "active";         // active nodes; the rest are standbys
+inline constexpr const char* kPlan = "plan";          // the opaque plan
+inline constexpr const char* kRanks = "ranks";        // runs [first, last] of the node ranks that joined
+inline constexpr const char* kHostlist = "hostlist";  // hostnames by rank in the plan, as a Slurm hostlist
+inline constexpr const char* kHosts = "hosts";        // the same as a list, when a name fits no hostlist
+inline constexpr const char* kActive = "active";      // active nodes; the rest are standbys
 }  // namespace plan_record
 
 }  // namespace ddprun::rdzv::keys

@@ -14,6 +14,7 @@
 
 #include "core/json.hpp"
 
+#include "rendezvous/plan_record.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "store/client.hpp"
 #include "store/error.hpp"
@@ -605,4 +606,52 @@ TEST_CASE("rendezvous: liveness timing keeps the master's heartbeat load bounded
   CHECK(t.interval == 100ms);
   CHECK(t.agent_timeout == 1500ms);
   CHECK(t.master_timeout == 3000ms);
+}
+
+TEST_CASE("the published plan record folds node ranks and host names", "[plan_record]") {
+  PlanRecord r;
+  r.plan = "opaque \"bytes\"\n";
+  for (int i = 0; i < 16384; ++i) {
+    r.node_ranks.push_back(i);
+    r.hosts.push_back(fmt::format("gpu-node-{:05}", i + 1));
+  }
+  r.active = 16384;
+  const std::string bytes = encode_plan_record(r);
+  CHECK(bytes.size() < 200);
+  CHECK(decode_plan_record(bytes) == r);
+
+  // Gaps (a node that did not come back), standbys, names no hostlist holds.
+  r.node_ranks = {0, 1, 3, 4, 7};
+  r.hosts = {"n1", "n2", "n4", "n5", "spare1"};
+  r.active = 4;
+  CHECK(nlohmann::json::parse(encode_plan_record(r)).at("ranks") ==
+        nlohmann::json::parse("[[0,1],[3,4],[7,7]]"));
+  CHECK(decode_plan_record(encode_plan_record(r)) == r);
+  r.hosts[2] = "odd,name";
+  CHECK(nlohmann::json::parse(encode_plan_record(r)).contains("hosts"));
+  CHECK(decode_plan_record(encode_plan_record(r)) == r);
+}
+
+TEST_CASE("a malformed plan record is one protocol error", "[plan_record]") {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{", "parse error"},
+      {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-2]"})", "active"},
+      {R"({"plan":"p","ranks":[[1,0]],"hostlist":"n1","active":1})", "out of order"},
+      {R"({"plan":"p","ranks":[[0,1],[1,2]],"hostlist":"n[1-3]","active":1})", "out of order"},
+      {R"({"plan":"p","ranks":[[-3,-2]],"hostlist":"n[1-2]","active":1})", "out of order"},
+      {R"({"plan":"p","ranks":[[0,2000000000]],"hostlist":"n1","active":1})", "too long"},
+      {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-3]","active":1})", "3 hosts for 2 node ranks"},
+      {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[3-1]","active":1})", "n[3-1]"},
+      {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-2]","active":3})", "3 active of 2"},
+  };
+  for (const auto& [bytes, culprit] : bad) {
+    INFO(bytes);
+    try {
+      decode_plan_record(bytes);
+      FAIL("decoded");
+    } catch (const Error& e) {
+      CHECK(e.kind() == Error::Kind::protocol);
+      CHECK_THAT(e.what(), Catch::Contains("the published plan is malformed") && Catch::Contains(culprit));
+    }
+  }
 }

@@ -1,0 +1,25 @@
+#pragma once
+// The record the master publishes under /attempt_<n>/plan (docs/protocol.md, "The plan"): the
+// opaque plan plus who is in the round. Pure; O(nodes) in, and a few bytes for a uniform cluster
+// on the wire: node ranks travel as runs, host names as a Slurm hostlist.
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::rdzv {
+
+struct PlanRecord {
+  std::string plan;                // opaque here
+  std::vector<int> node_ranks;     // the node ranks that joined, ascending; index = rank in the plan
+  std::vector<std::string> hosts;  // by rank in the plan
+  std::size_t active = 0;          // the first `active` run workers; the rest are standbys
+  bool operator==(const PlanRecord&) const = default;
+};
+
+std::string encode_plan_record(const PlanRecord& r);
+
+// Throws rdzv::Error (protocol) naming what is malformed.
+PlanRecord decode_plan_record(std::string_view bytes);
+
+}  // namespace ddprun::rdzv
