@@ -28,7 +28,7 @@ proto::Response answer_of(const StoreData& data, const proto::Request& q) {
 }  // namespace
 
 void Waiters::add(const WaiterPtr& w) {
-  for (const auto& k : waited_keys(w->request)) by_key_[k].push_back(w);
+  for (const auto& k : waited_keys(w->request)) by_key_[k].insert(w);
   ++count_;
 }
 
@@ -37,7 +37,7 @@ void Waiters::remove(const WaiterPtr& w) {
     if (k == w->fired_by) continue;  // notify() took it off that list already
     auto it = by_key_.find(k);
     if (it == by_key_.end()) continue;
-    std::erase(it->second, w);
+    it->second.erase(w);
     if (it->second.empty()) by_key_.erase(it);
   }
   --count_;

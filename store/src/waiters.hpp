@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -37,7 +38,9 @@ class Waiters {
   void notify(const std::string& key, const StoreData& data);
 
  private:
-  std::unordered_map<std::string, std::vector<WaiterPtr>> by_key_;
+  // Sets, not lists: a waiter on several keys (the plan or a join error) leaves the others' sets
+  // in O(1) when one fires; 16k agents waiting on one key made that O(N^2) with lists.
+  std::unordered_map<std::string, std::unordered_set<WaiterPtr>> by_key_;
   std::size_t count_ = 0;
 };
 
