@@ -3,14 +3,18 @@
 #include "store/server.hpp"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 #include <boost/asio/co_spawn.hpp>
@@ -71,7 +75,7 @@ void StoreServer::Impl::listen() {
   if (!ec) acceptor.bind(ep, ec);
   // An accept storm of 16k nodes: the kernel clamps this to net.core.somaxconn (docs/rendezvous.md).
   if (!ec) acceptor.listen(kListenBacklog, ec);
-  if (!ec) acceptor.non_blocking(true, ec);
+  if (!ec) acceptor.non_blocking(true, ec);  // accept4 drains it until EAGAIN
   if (ec) {
     boost::system::error_code ignored;
     acceptor.close(ignored);
@@ -84,29 +88,37 @@ void StoreServer::Impl::listen() {
   bound_port = acceptor.local_endpoint().port();
 }
 
-asio::awaitable<void> StoreServer::Impl::accept_loop() {
+void StoreServer::Impl::accept_loop() {
+  struct Accepted {
+    int fd;
+    sockaddr_storage peer;
+  };
+  pollfd fds[2] = {{acceptor.native_handle(), POLLIN, 0}, {accept_stop_fd, POLLIN, 0}};
   for (;;) {
-    auto [ec] = co_await acceptor.async_wait(tcp::acceptor::wait_read, use_nothrow);
-    if (stopping || !acceptor.is_open()) co_return;
-    if (ec) continue;
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (fds[1].revents != 0) return;
     // Drain the backlog in one go; accept4 makes each socket close-on-exec atomically.
+    std::vector<Accepted> batch;
+    bool out_of_fds = false;
     for (;;) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof ss;
-      const int fd = ::accept4(acceptor.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len,
-                               SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EMFILE || errno == ENFILE) {
-          log_rejection_line(connection_limit_message(max_conns, fd_limits));
-          // Out of descriptors: back off briefly instead of spinning on a readable listener.
-          asio::steady_timer t(io, std::chrono::milliseconds(20));
-          co_await t.async_wait(use_nothrow);
-        }
-        break;
+      Accepted a{-1, {}};
+      socklen_t len = sizeof a.peer;
+      a.fd = ::accept4(acceptor.native_handle(), reinterpret_cast<sockaddr*>(&a.peer), &len,
+                       SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (a.fd >= 0) {
+        batch.push_back(a);
+        continue;
       }
-      admit(fd, ss);
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      out_of_fds = errno == EMFILE || errno == ENFILE;
+      break;
     }
+    asio::post(io, [this, batch = std::move(batch), out_of_fds] {
+      for (const auto& a : batch) admit(a.fd, a.peer);
+      if (out_of_fds) log_rejection_line(connection_limit_message(max_conns, fd_limits));
+    });
+    // Out of descriptors: back off briefly instead of spinning on a readable listener.
+    if (out_of_fds) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
@@ -150,10 +162,19 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
   impl_->max_conns =
       impl_->opts.max_connections > 0 ? impl_->opts.max_connections : connection_cap(impl_->fd_limits.soft);
   impl_->listen();
-  asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
+  impl_->accept_stop_fd = ::eventfd(0, EFD_CLOEXEC);
+  if (impl_->accept_stop_fd < 0) {
+    throw Error(Error::Kind::io,
+                fmt::format("cannot serve the rendezvous store: eventfd: {}", std::strerror(errno)),
+                "listen");
+  }
   impl_->thread = std::thread([impl = impl_.get()] {
     ::pthread_setname_np(::pthread_self(), "ddprun-store");  // names it in top -H, perf, gdb
     impl->io.run();
+  });
+  impl_->accept_thread = std::thread([impl = impl_.get()] {
+    ::pthread_setname_np(::pthread_self(), "ddprun-accept");
+    impl->accept_loop();
   });
 }
 
@@ -167,6 +188,15 @@ std::uint16_t StoreServer::port() const {
 
 void StoreServer::stop() {
   if (impl_->stopped.exchange(true)) return;
+  // The accept thread ends first: what it handed over is admitted, then closed with the rest.
+  if (impl_->accept_thread.joinable()) {
+    const std::uint64_t one = 1;
+    if (::write(impl_->accept_stop_fd, &one, sizeof one) < 0) {
+    }  // an eventfd write cannot fail here
+    impl_->accept_thread.join();
+  }
+  if (impl_->accept_stop_fd >= 0) ::close(impl_->accept_stop_fd);
+  impl_->accept_stop_fd = -1;
   asio::post(impl_->io, [impl = impl_.get()] { impl->shutdown_now(); });
   if (impl_->thread.joinable()) impl_->thread.join();
 }

@@ -19,6 +19,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -85,6 +86,8 @@ struct StoreServer::Impl {
 
   ServerOptions opts;
   boost::asio::io_context io{1};
+  // Keeps io.run() going while nothing is pending (accepting has its own thread); shutdown_now ends it.
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> keep_running{io.get_executor()};
   std::array<char, 65536> read_buf{};  // shared by every connection: reads happen on this thread only
   tcp::acceptor acceptor;
   std::uint16_t bound_port = 0;
@@ -104,10 +107,14 @@ struct StoreServer::Impl {
   bool stopping = false;
   std::atomic<bool> stopped{false};
   std::thread thread;
+  // Accepting has its own thread: a server thread busy serving 16k agents must not let the kernel's
+  // accept queue (net.core.somaxconn) overflow, which costs each dropped agent a 1 s SYN-ACK retry.
+  std::thread accept_thread;
+  int accept_stop_fd = -1;  // an eventfd that wakes the accept thread to end
 
   // server.cpp
   void listen();
-  boost::asio::awaitable<void> accept_loop();
+  void accept_loop();  // on accept_thread; hands each batch of descriptors to the server thread
   void admit(int fd, const sockaddr_storage& peer);
   void refuse_over_cap(int fd);
   void shutdown_now();
