@@ -5,8 +5,10 @@
 // received per agent, and the master's idle CPU with every agent heartbeating.
 // Usage: rdzv_scale [--ddprun PATH] [--protocol one-conn|two-conn] [--threads T] [--idle S] [--scenarios
 // abort,barrier]
-//                   [--json FILE] [--rss-cap-mb M] [--ramp-ms R] N...
+//                   [--json FILE] [--rss-cap-mb M] [--ramp-ms R] [--scattered-hosts] N...
 // --ramp-ms spreads the agents' starts over R ms (default 0: every agent connects at once).
+// Simulated agents are hosts sim1..simN, each its own address as a real agent (the plan folds them
+// into one hostlist); --scattered-hosts gives names that do not fold, the plan's worst case.
 // Figures only, never a pass/fail: see docs/scale.md and bench/rdzv_scale.sh.
 #include <signal.h>
 #include <sys/resource.h>
@@ -45,6 +47,7 @@ struct Options {
   std::vector<int> sizes;
   bool one_conn = true;  // --protocol one-conn (today's), two-conn (before issue 16)
   int ramp_ms = 0;
+  bool scattered_hosts = false;
 };
 
 struct Result {
@@ -193,6 +196,7 @@ Result run_one(const Options& o, int n, Scenario sc) {
   std::vector<std::unique_ptr<sim::Agent>> agents;
   run.cfg.one_conn = o.one_conn;
   run.cfg.ramp_ms = o.ramp_ms;
+  run.cfg.scattered_hosts = o.scattered_hosts;
   const std::int64_t t0 = sim::now_ns();
   for (int rank = 1; rank < n; ++rank) {
     const auto lane = static_cast<std::size_t>(rank % o.threads);
@@ -329,6 +333,8 @@ Options parse(int argc, char** argv) {
       o.one_conn = v == "one-conn";
     } else if (a == "--json")
       o.json = next();
+    else if (a == "--scattered-hosts")
+      o.scattered_hosts = true;
     else if (a == "--ramp-ms")
       o.ramp_ms = std::stoi(next());
     else if (a == "--rss-cap-mb")

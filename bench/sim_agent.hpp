@@ -38,9 +38,17 @@ struct Config {
   std::chrono::milliseconds hb_interval{250};  // the watch's renewal (RendezvousOptions default)
   std::uint32_t hb_timeout_ms = 5000;          // liveness promised in the watch's hello
   std::string prefix = "/attempt_0/";
-  bool one_conn = true;  // today's protocol (docs/protocol.md); false: before issue 16
-  int ramp_ms = 0;       // agents start spread over this long (0: all at once, the worst case)
+  bool one_conn = true;          // today's protocol (docs/protocol.md); false: before issue 16
+  int ramp_ms = 0;               // agents start spread over this long (0: all at once, the worst case)
+  bool scattered_hosts = false;  // host names no hostlist folds (the plan's worst case)
 };
+
+// Agent `rank`'s host name: "sim<rank>" as on a cluster (they fold to "sim[1-N]"), or a scattered
+// name that does not fold.
+inline std::string sim_host(const Config& cfg, int rank) {
+  if (!cfg.scattered_hosts) return fmt::format("sim{}", rank);
+  return fmt::format("h{:08x}x", static_cast<std::uint32_t>(rank) * 2654435761u);
+}
 
 // Agent `rank` starts this long after the first (--ramp-ms).
 inline awaitable<void> ramp(const Config& cfg, int rank) {
@@ -132,8 +140,8 @@ class Steps {
     co_await set(
         fmt::format("node/{}", rank_),
         fmt::format(
-            R"({{"addr":"127.0.0.1","gpus":[],"hostname":"sim{}","local_world_size":{},"node_rank":{},"spare":false}})",
-            rank_, cfg_.nproc, rank_));
+            R"({{"addr":"{}","gpus":[],"hostname":"{}","local_world_size":{},"node_rank":{},"spare":false}})",
+            sim_host(cfg_, rank_), sim_host(cfg_, rank_), cfg_.nproc, rank_));
     const std::int64_t n = co_await add("arrivals", 1);
     co_await set(fmt::format("arrived/{}", n), std::to_string(rank_));
   }
