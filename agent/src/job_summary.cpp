@@ -75,19 +75,19 @@ std::optional<NodeRecord> decode_node_record(std::string_view text) {
   try {
     const auto j = nlohmann::json::parse(text);
     NodeRecord n;
-    n.node_rank = j.at("node_rank").get<int>();
+    n.node_rank = core::json_int<int>(j, "node_rank");
     n.host = j.at("host").get<std::string>();
-    n.first_rank = j.at("first_rank").get<int>();
-    n.last_rank = j.at("last_rank").get<int>();
-    n.workers = j.at("workers").get<int>();
+    n.first_rank = core::json_int<int>(j, "first_rank");
+    n.last_rank = core::json_int<int>(j, "last_rank");
+    n.workers = core::json_int<int>(j, "workers");
     n.success = j.at("success").get<bool>();
-    n.exit_code = j.at("exit_code").get<int>();
-    n.failed_rank = j.at("failed_rank").get<int>();
-    n.failed_exit = j.at("failed_exit").get<int>();
-    n.failed_signal = j.at("failed_signal").get<int>();
+    n.exit_code = core::json_int<int>(j, "exit_code");
+    n.failed_rank = core::json_int<int>(j, "failed_rank");
+    n.failed_exit = core::json_int<int>(j, "failed_exit");
+    n.failed_signal = core::json_int<int>(j, "failed_signal");
     n.spawn_failed = j.at("spawn_failed").get<bool>();
-    n.stopped = j.at("stopped").get<int>();
-    n.agent_signal = j.at("agent_signal").get<int>();
+    n.stopped = core::json_int<int>(j, "stopped");
+    n.agent_signal = core::json_int<int>(j, "agent_signal");
     n.duration_s = j.at("duration_s").get<double>();
     return n;
   } catch (const nlohmann::json::exception&) {

@@ -79,22 +79,22 @@ Failure failure_from_json(const nlohmann::json& j) {
   try {
     Failure f;
     f.host = j.at("host").get<std::string>();
-    f.node_rank = j.at("node_rank").get<int>();
-    f.rank = j.at("rank").get<int>();
-    f.local_rank = j.at("local_rank").get<int>();
-    f.exit_code = j.at("exit_code").get<int>();
-    f.signal = j.at("signal").get<int>();
-    f.pid = j.at("pid").get<long>();
+    f.node_rank = json_int<int>(j, "node_rank");
+    f.rank = json_int<int>(j, "rank");
+    f.local_rank = json_int<int>(j, "local_rank");
+    f.exit_code = json_int<int>(j, "exit_code");
+    f.signal = json_int<int>(j, "signal");
+    f.pid = json_int<long>(j, "pid");
     f.reason = j.at("reason").get<std::string>();
-    f.time = FailureTime(std::chrono::microseconds(j.at("timestamp_us").get<long long>()));
+    f.time = FailureTime(std::chrono::microseconds(json_int<long long>(j, "timestamp_us")));
     f.stderr_tail = j.value("stderr_tail", std::vector<std::string>{});
     f.fatal = j.value("fatal", false);
-    f.after_signal = j.value("after_signal", 0);
+    f.after_signal = json_int_or(j, "after_signal", 0);
     f.hang = j.value("hang", false);
     f.lost = j.value("lost", false);
     // Absent in records from older agents; when present, every entry must be well formed.
     for (const auto& s : j.value("silent", nlohmann::json::array())) {
-      f.silent.push_back({s.at("rank").get<int>(), s.at("silent_s").get<double>()});
+      f.silent.push_back({json_int<int>(s, "rank"), s.at("silent_s").get<double>()});
     }
     f.error_message = optional_string(j, "error_message");
     f.traceback = optional_string(j, "traceback");

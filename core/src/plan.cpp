@@ -9,6 +9,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json.hpp"
+
 namespace ddprun::core {
 
 const char* to_string(Mode m) {
@@ -108,20 +110,20 @@ Plan plan_from_json(const nlohmann::json& j) {
     Plan p;
     const std::string mode = j.at("mode").get<std::string>();
     p.mode = mode == "agent" ? Mode::agent : mode == "per-task" ? Mode::per_task : Mode::standalone;
-    p.world_size = j.at("world_size").get<int>();
-    p.nnodes = j.at("nnodes").get<int>();
-    p.node_rank = j.at("node_rank").get<int>();
+    p.world_size = json_int<int>(j, "world_size");
+    p.nnodes = json_int<int>(j, "nnodes");
+    p.node_rank = json_int<int>(j, "node_rank");
     p.master_addr = j.at("master_addr").get<std::string>();
-    p.master_port = j.at("master_port").get<int>();
+    p.master_port = json_int<int>(j, "master_port");
     p.run_id = j.at("run_id").get<std::string>();
     for (const auto& wj : j.at("workers")) {
       Worker w;
-      w.node_rank = wj.at("node_rank").get<int>();
+      w.node_rank = json_int<int>(wj, "node_rank");
       if (!wj.at("host").is_null()) w.host = wj.at("host").get<std::string>();
-      w.rank = wj.at("rank").get<int>();
-      w.local_rank = wj.at("local_rank").get<int>();
+      w.rank = json_int<int>(wj, "rank");
+      w.local_rank = json_int<int>(wj, "local_rank");
       w.gpus = wj.value("gpus", std::vector<std::string>{});
-      w.cpus = wj.value("cpus", std::vector<int>{});
+      w.cpus = wj.contains("cpus") ? json_ints<int>(wj.at("cpus")) : std::vector<int>{};
       w.env = wj.at("env").get<EnvMap>();
       p.workers.push_back(std::move(w));
     }

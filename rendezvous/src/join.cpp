@@ -20,6 +20,21 @@ using detail::left_until;
 using detail::seconds;
 using nlohmann::json;
 
+void to_json(json& j, const JoinInfo& info) {
+  j = {{"node_rank", info.node_rank}, {"hostname", info.hostname},
+       {"addr", info.addr},           {"local_world_size", info.local_world_size},
+       {"gpus", info.gpus},           {"spare", info.spare}};
+}
+
+void from_json(const json& j, JoinInfo& info) {
+  info.node_rank = core::json_int<int>(j, "node_rank");
+  info.hostname = j.at("hostname").get<std::string>();
+  info.addr = j.at("addr").get<std::string>();
+  info.local_world_size = core::json_int<int>(j, "local_world_size");
+  info.gpus = j.at("gpus").get<std::vector<std::string>>();
+  info.spare = j.at("spare").get<bool>();
+}
+
 Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   const auto start = Clock::now();
   JoinInfo me = me_in;

@@ -39,8 +39,8 @@ std::vector<int> expand_runs(const json& runs) {
   std::vector<int> out;
   long long last = -1;
   for (const auto& run : runs) {
-    const auto first = run.at(0).get<long long>();
-    const auto end = run.at(1).get<long long>();
+    const auto first = core::json_int<long long>(run.at(0));
+    const auto end = core::json_int<long long>(run.at(1));
     if (first <= last || end < first || static_cast<std::size_t>(end - first) >= kMaxNodes - out.size())
       malformed(fmt::format("node rank run [{}, {}] out of order or too long", first, end));
     for (long long r = first; r <= end; ++r) out.push_back(static_cast<int>(r));
@@ -74,7 +74,7 @@ PlanRecord decode_plan_record(std::string_view bytes) {
     } else {
       r.hosts = j.at(keys::plan_record::kHosts).get<std::vector<std::string>>();
     }
-    r.active = j.at(keys::plan_record::kActive).get<std::size_t>();
+    r.active = core::json_int<std::size_t>(j.at(keys::plan_record::kActive));
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // json's and the hostlist's errors

@@ -43,8 +43,10 @@ struct JoinInfo {
   std::vector<std::string> gpus;
   bool spare = false;  // set by the master: a standby of this round (elastic, docs/elastic.md)
 };
-// A plain record: nlohmann's macro writes its codec (every field required when reading).
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinInfo, node_rank, hostname, addr, local_world_size, gpus, spare)
+// Its JSON codec: every field required when reading, integers checked (a join record comes from
+// another node).
+void to_json(nlohmann::json& j, const JoinInfo& info);
+void from_json(const nlohmann::json& j, JoinInfo& info);
 
 // One agent's end-of-run record as the master gathers it (index in the plan, host, the record or
 // nullopt when it did not come in time).

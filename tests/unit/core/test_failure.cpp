@@ -112,6 +112,33 @@ TEST_CASE("failure: a malformed record is one clear error", "[failure]") {
   }
 }
 
+TEST_CASE("failure: a number that no int holds is a malformed record, not a cast", "[failure]") {
+  // A record comes from another node: json reads 1e70 or 2^40 as a number, and casting it to int
+  // would be undefined behaviour (the fuzzer's find).
+  const std::string good = encode_failure(sample());
+  REQUIRE(decode_failure(good).node_rank == sample().node_rank);
+  const std::pair<const char*, const char*> table[] = {
+      {"node_rank", "77777777777777777777777777777777777777777777777777771"},  // a float out of range
+      {"node_rank", "1099511627776"},                                          // 2^40: an int64, not an int
+      {"rank", "18446744073709551615"},                                        // a uint64
+      {"exit_code", "1.5"},                                                    // a float in range
+      {"signal", "true"},                                                      // a bool
+      {"after_signal", "-1e300"},
+  };
+  for (const auto& [key, value] : table) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    j[key] = nlohmann::json::parse(value);
+    INFO(key << " = " << value);
+    try {
+      decode_failure(dump_json(j));
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("malformed failure record") != std::string::npos);
+      CHECK(std::string(e.what()).find("expected an integer") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("failure: which root causes end the job whatever --max-restarts says", "[failure]") {
   struct Row {
     int rank;

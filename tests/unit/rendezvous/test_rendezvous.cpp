@@ -643,6 +643,9 @@ TEST_CASE("a malformed plan record is one protocol error", "[plan_record]") {
       {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-3]","active":1})", "3 hosts for 2 node ranks"},
       {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[3-1]","active":1})", "n[3-1]"},
       {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-2]","active":3})", "3 active of 2"},
+      {R"({"plan":"p","ranks":[[0,1e300]],"hostlist":"n[1-2]","active":1})", "expected an integer"},
+      {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-2]","active":-1})", "expected an integer"},
+      {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-2]","active":1.5})", "expected an integer"},
   };
   for (const auto& [bytes, culprit] : bad) {
     INFO(bytes);
