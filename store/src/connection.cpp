@@ -187,12 +187,33 @@ void StoreServer::Impl::handle(const ConnPtr& c, proto::Request q) {
     block(c, std::move(q));
     return;
   }
+  if (q.op == proto::Op::get) {
+    if (auto f = shared_get_frame(q.key)) {
+      send_shared(c, std::move(f));
+      return;
+    }
+  }
+  send(c, proto::encode_response(apply_request(std::move(q)).reply));
+}
+
+Answer StoreServer::Impl::apply_request(proto::Request q) {
+  if (q.op == proto::Op::del) get_frames.erase(q.key);
   Answer a = answer(data, std::move(q));
   if (a.changed) on_changed(*a.changed);
-  send(c, proto::encode_response(a.reply));
+  return a;
+}
+
+detail::Shared StoreServer::Impl::shared_get_frame(const std::string& key) {
+  constexpr std::size_t kShareFrom = 4096;  // smaller answers cost less than the lookup
+  const std::string* v = data.find(key);
+  if (!v || v->size() < kShareFrom) return nullptr;
+  auto& f = get_frames[key];
+  if (!f) f = std::make_shared<const std::string>(proto::encode_response({proto::Status::ok, 0, *v}));
+  return f;
 }
 
 void StoreServer::Impl::on_changed(const std::string& key) {
+  get_frames.erase(key);
   waiters.notify(key, data);
   publish(key);
 }
@@ -275,7 +296,15 @@ void StoreServer::Impl::send(const ConnPtr& c, std::string frame) {
 void StoreServer::Impl::send_shared(const ConnPtr& c, detail::Shared frame) {
   if (!c->open) return;
   if (c->batching) {
-    send(c, *frame);
+    if (c->batch.size() + frame->size() <= kMaxBatch) {
+      c->batch += *frame;
+      return;
+    }
+    // A large shared frame goes out as it is, after what was batched before it.
+    c->batching = false;
+    if (!c->batch.empty()) send(c, std::exchange(c->batch, {}));
+    send_shared(c, std::move(frame));
+    c->batching = true;
     return;
   }
   std::size_t off = 0;

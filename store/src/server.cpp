@@ -224,9 +224,7 @@ proto::Response StoreServer::apply(proto::Request q) const {
   auto fut = result->get_future();
   if (!impl_->stopped.load()) {
     asio::post(impl_->io, [impl = impl_.get(), q = std::move(q), result]() mutable {
-      Answer a = answer(impl->data, std::move(q));
-      if (a.changed) impl->on_changed(*a.changed);
-      result->set_value(std::move(a.reply));
+      result->set_value(impl->apply_request(std::move(q)).reply);
     });
     // Slices: a server stopping under us never runs the handler.
     while (!impl_->stopped.load()) {

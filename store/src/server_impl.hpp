@@ -25,6 +25,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "store/answer.hpp"
 #include "store/auth.hpp"
 #include "store/codec.hpp"
 #include "store/limits.hpp"
@@ -96,6 +97,9 @@ struct StoreServer::Impl {
   std::unordered_set<ConnPtr> conns;
   // Watched keys: subscriber -> its index of the key (the event's number).
   std::unordered_map<std::string, std::unordered_map<Conn*, std::pair<ConnPtr, std::uint32_t>>> subscribers;
+  // A get's answer for a large value, encoded once and shared until the key changes: 16k agents
+  // reading one plan must not each cost the server two copies of it.
+  std::unordered_map<std::string, detail::Shared> get_frames;
   FdLimits fd_limits;
   std::size_t max_conns = 0;  // in force: opts.max_connections, or what RLIMIT_NOFILE allows
   std::atomic<std::size_t> n_conns{0};
@@ -127,6 +131,10 @@ struct StoreServer::Impl {
   boost::system::error_code read_rest(Conn& c, proto::FrameParser& parser);
   void serve_frames(const ConnPtr& c, proto::FrameParser& parser);
   void handle(const ConnPtr& c, proto::Request q);
+  // Applies a request to the data (connections and apply() alike) and wakes what it changed.
+  Answer apply_request(proto::Request q);
+  // The shared get answer for `key`, or null when the value is missing or small.
+  detail::Shared shared_get_frame(const std::string& key);
   void watch(const ConnPtr& c, proto::Request q);
   void unsubscribe(Conn& c);
   // After a write to `key`: its value goes to every subscriber, encoded once per event index.

@@ -82,6 +82,34 @@ TEST_CASE("server: every operation over TCP", "[server]") {
   CHECK(c.get("text", 0ms) == "abc");
 }
 
+TEST_CASE("server: a large value read by many peers is always the one written last", "[server]") {
+  // The server shares one encoded answer among the gets of a large value; every write, delete
+  // or in-process apply must retire it.
+  StoreServer server(server_opts());
+  TcpStore a(client_opts(server.port()));
+  TcpStore b(client_opts(server.port()));
+  const auto big = [](char fill) { return std::string(100000, fill) + "end"; };
+  a.set("plan", big('a'));
+  CHECK(a.get("plan", 0ms) == big('a'));
+  CHECK(b.get("plan", 0ms) == big('a'));
+  b.set("plan", big('b'));
+  CHECK(a.get("plan", 0ms) == big('b'));
+  CHECK(b.compare_set("plan", big('b'), big('c')) == big('c'));
+  CHECK(a.get("plan", 0ms) == big('c'));
+  proto::Request q;
+  q.op = proto::Op::set;
+  q.key = "plan";
+  q.value = big('d');
+  server.apply(q);
+  CHECK(b.get("plan", 0ms) == big('d'));
+  CHECK(a.del("plan"));
+  CHECK_FALSE(b.get("plan", 0ms).has_value());
+  a.set("plan", "small");
+  CHECK(b.get("plan", 0ms) == "small");
+  a.set("plan", big('e'));
+  CHECK(b.get("plan", 0ms) == big('e'));
+}
+
 TEST_CASE("server: blocked get/wait are woken by another client's write", "[server]") {
   StoreServer server(server_opts());
   TcpStore waiter(client_opts(server.port()));
