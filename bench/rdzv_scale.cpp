@@ -188,10 +188,11 @@ Result run_one(const Options& o, int n, Scenario sc) {
     return r;
   }
   std::vector<std::unique_ptr<asio::io_context>> ios;
-  std::vector<std::unique_ptr<sim::Gate>> gates;
+  std::vector<std::unique_ptr<sim::Gate>> gates, leave;
   for (int t = 0; t < o.threads; ++t) {
     ios.push_back(std::make_unique<asio::io_context>(1));
     gates.push_back(std::make_unique<sim::Gate>(*ios.back()));
+    leave.push_back(std::make_unique<sim::Gate>(*ios.back()));
   }
   std::vector<std::unique_ptr<sim::Agent>> agents;
   run.cfg.one_conn = o.one_conn;
@@ -201,7 +202,8 @@ Result run_one(const Options& o, int n, Scenario sc) {
   for (int rank = 1; rank < n; ++rank) {
     const auto lane = static_cast<std::size_t>(rank % o.threads);
     if (o.one_conn) {
-      agents.push_back(std::make_unique<sim::AgentOneConn>(*ios[lane], run, *gates[lane], rank));
+      agents.push_back(
+          std::make_unique<sim::AgentOneConn>(*ios[lane], run, *gates[lane], *leave[lane], rank));
     } else {
       agents.push_back(std::make_unique<sim::AgentTwoConns>(*ios[lane], run, *gates[lane], rank));
     }
@@ -246,7 +248,15 @@ Result run_one(const Options& o, int n, Scenario sc) {
     r.note = "";  // summarize() says how many failed, and when
   }
   // The master exits by itself after an abort, once the agents have gone: not a reason to stop.
-  const auto all_finished = [&] { return run.finished.load() >= others; };
+  // After an abort, the agents leave once every one has it (sim_agent.hpp, AgentOneConn).
+  bool left = false;
+  const auto all_finished = [&] {
+    if (!left && run.aborts_seen.load() + run.failed.load() >= others) {
+      for (auto& g : leave) g->fire();
+      left = true;
+    }
+    return run.finished.load() >= others;
+  };
   if (!watch_master(master, r, o, t_go > 0 ? 60s : 5s, all_finished, false) && r.note.empty()) {
     r.note = "agents did not finish in time";
   }

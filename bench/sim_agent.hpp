@@ -94,6 +94,7 @@ struct Run {
   std::vector<Stat> stats;  // by node rank; each touched only by its agent until finished
   std::atomic<int> plans{0}, finished{0}, failed{0};
   std::atomic<std::int64_t> abort_t0{0};
+  std::atomic<int> aborts_seen{0};  // one-conn agents holding the abort, still connected
 };
 
 inline proto::Request req(proto::Op op, std::string key, std::string value = {}) {
@@ -289,10 +290,11 @@ class AgentTwoConns : public Agent {
 // One connection: the abort arrives as an event; heartbeat frames at the interval the job size gives.
 class AgentOneConn : public Agent {
  public:
-  AgentOneConn(asio::io_context& io, Run& run, Gate& go, int rank)
+  AgentOneConn(asio::io_context& io, Run& run, Gate& go, Gate& leave, int rank)
       : run_(run),
         cfg_(run.cfg),
         go_(go),
+        leave_(leave),
         rank_(rank),
         st_(run.stats[static_cast<std::size_t>(rank)]),
         conn_(io, st_.bytes),
@@ -365,6 +367,10 @@ class AgentOneConn : public Agent {
       }
       beat_.cancel();
       if (lost_ && st_.abort_ns == 0) throw std::runtime_error("lost the master before the abort");
+      // Connected until every agent has the abort: 16k closes on the simulator's one thread would
+      // delay the agents still reading it, where real agents close on their own nodes.
+      run_.aborts_seen.fetch_add(1);
+      co_await leave_.wait();
       co_return;
     }
     co_await steps_.barrier_wait();
@@ -382,6 +388,7 @@ class AgentOneConn : public Agent {
   Run& run_;
   const Config& cfg_;
   Gate& go_;
+  Gate& leave_;
   int rank_;
   Stat& st_;
   MuxConn conn_;

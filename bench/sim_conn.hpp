@@ -63,6 +63,9 @@ class Conn {
     for (;;) {
       boost::system::error_code ec;
       sock_.open(tcp::v4());
+      // Without it, this socket's TIME_WAIT after the run keeps its port from the next run's
+      // master, which listens on 0.0.0.0 ("Address already in use").
+      sock_.set_option(tcp::socket::reuse_address(true));
       sock_.bind(tcp::endpoint(source, 0));
       co_await sock_.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), port),
                                    asio::redirect_error(use_awaitable, ec));
