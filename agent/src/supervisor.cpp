@@ -33,6 +33,7 @@ RunResult Supervisor::run() {
       coord_, [this](const Failure& f) { asio::post(io_, [this, f] { on_remote_abort(f); }); });
   SignalWatcher sigw(forwarded_signals());
   sig_sd_.assign(::fcntl(sigw.fd(), F_DUPFD_CLOEXEC, 3));
+  sig_sd_.non_blocking(true);  // take_pending_signals reads it directly
   if (!local_.empty()) {
     reaper_.start();
     error_files_ = open_error_files(opts_.log_dir, opts_.requeue, opts_.attempt,
@@ -125,6 +126,10 @@ void Supervisor::on_eof(Proc& p, bool is_err) {
 
 // The one place a worker's end is recorded.
 void Supervisor::on_exit(Proc& p) {
+  // srun signals the agent and every worker at once: a signal already here is taken before the
+  // exit it may have caused (the two wake the loop together, in either order), so a worker ending
+  // on a checkpoint signal is "stopped after" it, not this node's failure.
+  take_pending_signals();
   hang_.exited(p.index());
   // Once a hang is declared, an end is ours: our SIGABRT, or a peer's abort reaching a rank that
   // waited for the hung one. The hang stays the root cause.
@@ -177,6 +182,15 @@ void Supervisor::arm_signal() {
     }
     arm_signal();
   });
+}
+
+void Supervisor::take_pending_signals() {
+  if (!running_) return;
+  unsigned char buf[64];
+  ssize_t n = 0;
+  while ((n = ::read(sig_sd_.native_handle(), buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; ++i) on_signal(buf[i]);
+  }
 }
 
 void Supervisor::on_signal(int sig) {

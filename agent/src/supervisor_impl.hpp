@@ -58,6 +58,7 @@ class Supervisor final : ProcListener {
   void on_eof(Proc& p, bool is_err) override;
   void on_exit(Proc& p) override;
   void on_signal(int sig);
+  void take_pending_signals();
   void on_remote_abort(const Failure& f);
   void on_local_failure(const Failure& f);
   void on_hang(const std::vector<HungRank>& hung);

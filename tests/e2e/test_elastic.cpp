@@ -46,7 +46,10 @@ struct ElasticJob {
   // Every worker of the first attempt is running (ranks 0..n-1).
   bool ready(int n) {
     for (int r = 0; r < n; ++r) {
-      if (!wait_file(dir / ("ready_" + std::to_string(r)), 120s)) return false;
+      if (!wait_file(dir / ("ready_" + std::to_string(r)), 120s)) {
+        for (const auto& [rank, a] : agents) UNSCOPED_INFO("agent " << rank << " so far:\n" << a.err());
+        return false;
+      }
     }
     return true;
   }
