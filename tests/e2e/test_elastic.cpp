@@ -20,6 +20,8 @@ struct ElasticJob {
   TempDir dir;
   std::string token = "ddprun-elastic-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
   int port = free_port();
+  // Not the default 29500: the workers of a test running beside this one would race for it.
+  std::string master_port = std::to_string(free_port());
   std::map<int, Proc> agents;  // by node rank
 
   void start(int node_rank, const std::string& nnodes, std::vector<std::string> extra = {}) {
@@ -38,6 +40,7 @@ struct ElasticJob {
                                      "120",
                                      "--python",
                                      "/usr/bin/python3"};
+    argv.insert(argv.end(), {"--master-port", master_port});
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back(kWorker);
     agents.emplace(node_rank, ddprun::test::start(argv, {{"DIR", dir.path()}, {"DDPRUN_TEST_TOKEN", token}},
