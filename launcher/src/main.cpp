@@ -1,5 +1,7 @@
 // ddprun: parse, then expand hostlists, or resolve and validate, then dry-run, self-launch under a batch
 // script, or run the agent.
+#include <malloc.h>
+
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -71,6 +73,11 @@ std::optional<int> validate_or_dry_run(const ddprun::core::Options& o, const ddp
 
 int main(int argc, char** argv) {
   using namespace ddprun;
+  // Blocks of 128 KiB and more (the per-node tables of a large job: 1.7 MB each at 16,384 nodes) are
+  // mapped apart and go back to the system when freed. glibc would otherwise raise this threshold to
+  // the largest block freed, and the next tables would come from the heap, whose freed middle stays
+  // resident: 1.5 MB of an agent's peak RSS at 16,384 nodes.
+  ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   try {
     auto cli = launcher::parse_cli(argc, argv);
     if (cli.exit_now) return *cli.exit_now;
