@@ -277,7 +277,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
 
 }  // namespace
 
-int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions ao) {
+int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
   agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
   ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
   auto fail = [&](const std::string& what, int code) {
@@ -294,6 +294,9 @@ int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions
       session = make_per_task_session(o, r, std::move(auth), ev);
     } else {
       session = make_rendezvous_session(o, r, std::move(auth), ev);
+      // The rendezvous replaces the assumed layout with the nodes that join, and the session took the
+      // expected host names from it: 16,384 assumed nodes need not stay for the whole job.
+      std::vector<core::NodeSpec>().swap(r.nodes);
     }
     return run_attempts(*session, o, r, ao, ev);
   } catch (const rdzv::Error& e) {

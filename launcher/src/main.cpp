@@ -83,11 +83,11 @@ int main(int argc, char** argv) {
     if (cli.exit_now) return *cli.exit_now;
     if (cli.hostlist) return hostlist_main(*cli.hostlist);
     const core::Options& o = cli.options;
-    const auto resolved = core::resolve(o, launcher::snapshot_environ(), launcher::probe_system());
+    auto resolved = core::resolve(o, launcher::snapshot_environ(), launcher::probe_system());
     agent::AgentOptions agent_opts;
     if (const auto dry_run_code = validate_or_dry_run(o, resolved, agent_opts)) return *dry_run_code;
     if (resolved.context == core::SlurmContext::batch) launcher::exec_self_launch(resolved, argc, argv);
-    const int code = launcher::run_job(o, resolved, std::move(agent_opts));
+    const int code = launcher::run_job(o, std::move(resolved), std::move(agent_opts));
     launcher::record_self_launch_result(code);  // for an elastic self-launch on this host, if any
     return code;
   } catch (const core::Error& e) {
