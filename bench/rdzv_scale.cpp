@@ -169,6 +169,8 @@ bool watch_master(pid_t pid, Result& r, const Options& o, std::chrono::seconds l
   return true;
 }
 
+// The master's peak RSS is its VmHWM as watch_master sampled it: wait4's ru_maxrss would also count this
+// simulator's pages, which the forked child held until its exec (tens of MB after a large run).
 void reap_master(pid_t pid, Result& r) {
   rusage ru{};
   int status = 0;
@@ -183,7 +185,6 @@ void reap_master(pid_t pid, Result& r) {
   }
   r.master_cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                    static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  r.master_hwm_kb = std::max(r.master_hwm_kb, ru.ru_maxrss);
   r.master_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
