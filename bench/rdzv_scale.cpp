@@ -3,19 +3,16 @@
 // Per N and scenario (abort | barrier) it measures: time until the last agent holds its plan, the
 // abort's or the exit barrier's time to reach every agent, the master's CPU and peak RSS, bytes
 // received per agent, and the master's idle CPU with every agent heartbeating.
-// Usage: rdzv_scale [--ddprun PATH] [--protocol one-conn|two-conn] [--threads T] [--idle S] [--scenarios
-// abort,barrier]
-//                   [--json FILE] [--rss-cap-mb M] [--ramp-ms R] [--scattered-hosts] N...
-// --ramp-ms spreads the agents' starts over R ms (default 0: every agent connects at once).
-// Simulated agents are hosts sim1..simN, each its own address as a real agent (the plan folds them
-// into one hostlist); --scattered-hosts gives names that do not fold, the plan's worst case.
-// Figures only, never a pass/fail: see docs/scale.md and bench/rdzv_scale.sh.
+// --real-agent: node rank 1 is a real `ddprun` agent too (its workers /bin/true, or /bin/sleep until
+// the abort), and its peak RSS and the bytes it read from files are reported.
+// Figures only, never a pass/fail: see docs/scale.md and bench/rdzv_scale.sh; --help for the options.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -48,7 +45,29 @@ struct Options {
   bool one_conn = true;  // --protocol one-conn (today's), two-conn (before issue 16)
   int ramp_ms = 0;
   bool scattered_hosts = false;
+  bool real_agent = false;  // node rank 1 is a real ddprun agent, measured
+  int gpus = -1;            // GPUs per node; -1: 8 with --real-agent, else none
 };
+
+constexpr const char* kUsage = R"(usage: rdzv_scale [options] N...
+A real ddprun master (node rank 0) and N-1 simulated agents on loopback, token auth; per N and
+scenario, figures only (docs/scale.md, "The simulation"). Sizes default to 256 1024 4096 16384.
+  --ddprun PATH          the ddprun to run (default: ../launcher/ddprun next to this program)
+  --protocol P           one-conn (today's) or two-conn (before issue 16)
+  --threads T            io_context threads for the simulated agents (default 1)
+  --idle S               window for the idle master's CPU, seconds (default 3)
+  --scenarios LIST       abort,barrier (default both)
+  --json FILE            append one JSON line per run
+  --rss-cap-mb M         kill the master above M MB of RSS (default 4000)
+  --ramp-ms R            spread the agents' starts over R ms (default 0: all at once)
+  --scattered-hosts      host names that fold into no hostlist (the plan's worst case)
+  --gpus G               GPU ids each node reports (default 0; 8 with --real-agent)
+  --real-agent           node rank 1 is a real ddprun agent (workers /bin/true; /bin/sleep until the
+                         abort), 8 GPUs a node unless --gpus: reports its peak RSS (VmHWM, sampled
+                         every 10 ms) and the bytes it read from files (/proc/PID/io rchar; socket
+                         reads are not counted there)
+Simulated agents are hosts sim1..simN, each its own loopback address, as real agents are their own hosts.
+)";
 
 struct Result {
   int n = 0;
@@ -64,33 +83,61 @@ struct Result {
   std::uint64_t bytes_max = 0, bytes_mean = 0, plan_bytes = 0;
   int master_status = -1;
   std::string note;
+  // --real-agent: the agent at node rank 1.
+  pid_t agent_pid = -1;
+  long agent_hwm_kb = 0;
+  std::uint64_t agent_rchar = 0;
+  int agent_status = -1;
 };
 
-pid_t spawn_master(const Options& o, const sim::Config& c, int sleep_s, const std::string& log) {
+// /proc/<pid>/io: rchar, the bytes read() returned (files and pipes; not recv() on sockets).
+std::uint64_t proc_rchar(pid_t pid) {
+  std::ifstream f(fmt::format("/proc/{}/io", pid));
+  std::string key;
+  std::uint64_t v = 0;
+  while (f >> key >> v) {
+    if (key == "rchar:") return v;
+  }
+  return 0;
+}
+
+void sample_agent(Result& r) {
+  if (r.agent_pid <= 0) return;
+  r.agent_hwm_kb = std::max(r.agent_hwm_kb, proc_status_kb(r.agent_pid, "VmHWM:"));
+  r.agent_rchar = std::max(r.agent_rchar, proc_rchar(r.agent_pid));
+}
+
+// A real ddprun at `node_rank` running `cmd` as its workers, its output to `log`.
+pid_t spawn_ddprun(const Options& o, const sim::Config& c, int node_rank, const std::vector<std::string>& cmd,
+                   const std::string& log) {
   std::fflush(stdout);  // the child must not print our buffered table again
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
   std::FILE* f = std::freopen(log.c_str(), "w", stdout);
   if (f) ::dup2(::fileno(stdout), 2);
   ::setenv("DDPRUN_TOKEN", c.token.c_str(), 1);
-  const std::vector<std::string> args = {o.ddprun,
-                                         "--nnodes",
-                                         std::to_string(c.nnodes),
-                                         "--node-rank",
-                                         "0",
-                                         "--rdzv-endpoint",
-                                         fmt::format("127.0.0.1:{}", c.port),
-                                         "--rdzv-id",
-                                         c.run_id,
-                                         "--rdzv-auth",
-                                         "token",
-                                         "--rdzv-timeout",
-                                         "600",
-                                         "--nproc-per-node",
-                                         std::to_string(c.nproc),
-                                         "--",
-                                         "/bin/sleep",
-                                         std::to_string(sleep_s)};
+  if (c.gpus > 0) {
+    std::string ids;
+    for (int g = 0; g < c.gpus; ++g) ids += fmt::format("{}{}", g ? "," : "", g);
+    ::setenv("CUDA_VISIBLE_DEVICES", ids.c_str(), 1);
+  }
+  std::vector<std::string> args = {o.ddprun,
+                                   "--nnodes",
+                                   std::to_string(c.nnodes),
+                                   "--node-rank",
+                                   std::to_string(node_rank),
+                                   "--rdzv-endpoint",
+                                   fmt::format("127.0.0.1:{}", c.port),
+                                   "--rdzv-id",
+                                   c.run_id,
+                                   "--rdzv-auth",
+                                   "token",
+                                   "--rdzv-timeout",
+                                   "600",
+                                   "--nproc-per-node",
+                                   std::to_string(c.nproc),
+                                   "--"};
+  args.insert(args.end(), cmd.begin(), cmd.end());
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -105,6 +152,7 @@ bool watch_master(pid_t pid, Result& r, const Options& o, std::chrono::seconds l
                   bool stop_on_exit = true) {
   const auto end = sim::Clock::now() + limit;
   while (!until()) {
+    sample_agent(r);
     r.master_hwm_kb = std::max(r.master_hwm_kb, proc_status_kb(pid, "VmHWM:"));
     if (proc_status_kb(pid, "VmRSS:") > o.rss_cap_mb * 1024) {
       ::kill(pid, SIGKILL);
@@ -121,6 +169,8 @@ bool watch_master(pid_t pid, Result& r, const Options& o, std::chrono::seconds l
   return true;
 }
 
+// The master's peak RSS is its VmHWM as watch_master sampled it: wait4's ru_maxrss would also count this
+// simulator's pages, which the forked child held until its exec (tens of MB after a large run).
 void reap_master(pid_t pid, Result& r) {
   rusage ru{};
   int status = 0;
@@ -135,15 +185,38 @@ void reap_master(pid_t pid, Result& r) {
   }
   r.master_cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                    static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  r.master_hwm_kb = std::max(r.master_hwm_kb, ru.ru_maxrss);
   r.master_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-void summarize(const sim::Run& run, std::int64_t t0, std::int64_t t_go, Result& r) {
+// The real agent: its end (at most `limit`, then killed), its peak RSS and the bytes it read. The peak
+// is its VmHWM sampled every 10 ms while it lives (sample_agent), not wait4's ru_maxrss: that also
+// counts this simulator's pages, which the forked child held until its exec.
+void reap_agent(Result& r, std::chrono::seconds limit) {
+  if (r.agent_pid <= 0) return;
+  rusage ru{};
+  int status = 0;
+  const auto end = sim::Clock::now() + limit;
+  pid_t got = 0;
+  for (;;) {
+    sample_agent(r);  // a zombie's io still reads
+    if ((got = ::wait4(r.agent_pid, &status, WNOHANG, &ru)) != 0 || sim::Clock::now() > end) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  if (got == 0) {
+    ::kill(r.agent_pid, SIGKILL);
+    ::wait4(r.agent_pid, &status, 0, &ru);
+    r.note += r.note.empty() ? "real agent did not exit in time" : "; real agent did not exit in time";
+  }
+  r.agent_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.agent_pid = -1;
+}
+
+// Over the simulated agents, ranks first..n-1.
+void summarize(const sim::Run& run, std::size_t first, std::int64_t t0, std::int64_t t_go, Result& r) {
   std::int64_t last_plan = 0, last_end = 0;
   std::uint64_t sum = 0;
   int agents = 0;
-  for (std::size_t i = 1; i < run.stats.size(); ++i) {
+  for (std::size_t i = first; i < run.stats.size(); ++i) {
     const auto& s = run.stats[i];
     ++agents;
     if (!s.error.empty() && r.first_error.empty()) r.first_error = fmt::format("agent {}: {}", i, s.error);
@@ -176,16 +249,28 @@ Result run_one(const Options& o, int n, Scenario sc) {
   run.cfg.token = "rdzv-scale-bench-token";
   run.cfg.nnodes = n;
   run.cfg.scenario = sc;
+  run.cfg.gpus = o.gpus >= 0 ? o.gpus : o.real_agent ? 8 : 0;
+  const int first_sim = o.real_agent ? 2 : 1;  // node rank 1 is the real agent
+  run.cfg.abort_rank = first_sim;
   run.stats.resize(static_cast<std::size_t>(n));
   // Barrier: the master's workers end during the idle window, so it waits at the barrier first.
   const int sleep_s = sc == Scenario::barrier ? 1 : 3600;
   const std::string log =
       fmt::format("/tmp/rdzv_scale_master_{}_{}.log", n, sc == Scenario::abort ? "abort" : "barrier");
-  const pid_t master = spawn_master(o, run.cfg, sleep_s, log);
+  const pid_t master = spawn_ddprun(o, run.cfg, 0, {"/bin/sleep", std::to_string(sleep_s)}, log);
   if (!wait_listening(run.cfg.port, master)) {
     r.note = "master never listened; see " + log;
     reap_master(master, r);
     return r;
+  }
+  const std::string agent_log =
+      fmt::format("/tmp/rdzv_scale_agent_{}_{}.log", n, sc == Scenario::abort ? "abort" : "barrier");
+  if (o.real_agent) {
+    // Its workers end at once (it then waits at the exit barrier), or run until the abort.
+    const std::vector<std::string> cmd = sc == Scenario::barrier
+                                             ? std::vector<std::string>{"/bin/true"}
+                                             : std::vector<std::string>{"/bin/sleep", "3600"};
+    r.agent_pid = spawn_ddprun(o, run.cfg, 1, cmd, agent_log);
   }
   std::vector<std::unique_ptr<asio::io_context>> ios;
   std::vector<std::unique_ptr<sim::Gate>> gates, leave;
@@ -199,7 +284,7 @@ Result run_one(const Options& o, int n, Scenario sc) {
   run.cfg.ramp_ms = o.ramp_ms;
   run.cfg.scattered_hosts = o.scattered_hosts;
   const std::int64_t t0 = sim::now_ns();
-  for (int rank = 1; rank < n; ++rank) {
+  for (int rank = first_sim; rank < n; ++rank) {
     const auto lane = static_cast<std::size_t>(rank % o.threads);
     if (o.one_conn) {
       agents.push_back(
@@ -211,7 +296,7 @@ Result run_one(const Options& o, int n, Scenario sc) {
   }
   std::vector<std::thread> threads;
   for (auto& io : ios) threads.emplace_back([&io] { io->run(); });
-  const int others = n - 1;
+  const int others = n - first_sim;
   const auto limit = std::chrono::seconds(120 + n / 64);
   // Stop waiting for the plan once nothing moved for 30 s (agents failing or getting their plan).
   int last_seen = -1;
@@ -261,11 +346,16 @@ Result run_one(const Options& o, int n, Scenario sc) {
     r.note = "agents did not finish in time";
   }
   if (run.finished.load() < others) ::kill(master, SIGKILL);
+  reap_agent(r, t_go > 0 ? 60s : 5s);
   reap_master(master, r);
   for (auto& io : ios) io->stop();
   for (auto& t : threads) t.join();
   agents.clear();
-  summarize(run, t0, t_go, r);
+  summarize(run, static_cast<std::size_t>(first_sim), t0, t_go, r);
+  if (o.real_agent && sc == Scenario::barrier && r.agent_status != 0) {
+    r.note +=
+        fmt::format("{}real agent exited {}; see {}", r.note.empty() ? "" : "; ", r.agent_status, agent_log);
+  }
   if (r.failed > 0 && r.plan_s >= 0) {
     r.note += fmt::format("{}{} agents failed after holding the plan", r.note.empty() ? "" : "; ", r.failed);
   } else if (r.failed > 0) {
@@ -283,16 +373,20 @@ std::string fmt_s(double s) {
   return s < 0 ? "-" : fmt::format("{:.3f}", s);
 }
 
-void print_row(const Result& r) {
-  fmt::print("| {} | {} | {} | {} | {} | {:.2f} | {:.1f} | {} | {} | {} | {}{} |\n", r.n,
+void print_row(const Options& o, const Result& r) {
+  const std::string agent =
+      o.real_agent
+          ? fmt::format(" {:.1f} | {} |", static_cast<double>(r.agent_hwm_kb) / 1024.0, r.agent_rchar)
+          : "";
+  fmt::print("| {} | {} | {} | {} | {} | {:.2f} | {:.1f} | {} | {} | {} |{} {}{} |\n", r.n,
              r.scenario == Scenario::abort ? "abort" : "barrier", fmt_s(r.plan_s), fmt_s(r.end_s),
              r.idle_cpu < 0 ? "-" : fmt::format("{:.3f}", r.idle_cpu), r.master_cpu_s,
-             static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, r.failed,
+             static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, r.failed, agent,
              r.note.empty() ? "" : r.note, r.first_error.empty() ? "" : " " + r.first_error.substr(0, 120));
   std::fflush(stdout);
 }
 
-std::string json_line(const Result& r) {
+std::string json_line(const Options& opts, const Result& r) {
   auto esc = [](std::string s) {
     std::string o;
     for (char c : s) {
@@ -302,13 +396,17 @@ std::string json_line(const Result& r) {
     return o;
   };
   return fmt::format(
-      R"({{"store":"ddprun","protocol":"{}","n":{},"scenario":"{}","plan_s":{},"end_s":{},"reached":{},"early_aborts":{},"idle_cpu":{},)"
+      R"({{"store":"ddprun","protocol":"{}","n":{},{}"scenario":"{}","plan_s":{},"end_s":{},"reached":{},"early_aborts":{},"idle_cpu":{},)"
       R"("master_cpu_s":{:.3f},"master_hwm_mb":{:.1f},"plan_bytes":{},"bytes_max":{},"bytes_mean":{},"failed":{},)"
       R"("master_status":{},"note":"{}","error":"{}"}})",
-      r.one_conn ? "one-conn" : "two-conn", r.n, r.scenario == Scenario::abort ? "abort" : "barrier",
-      r.plan_s, r.end_s, r.reached, r.early_aborts, r.idle_cpu, r.master_cpu_s,
-      static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, r.bytes_mean, r.failed,
-      r.master_status, esc(r.note), esc(r.first_error));
+      r.one_conn ? "one-conn" : "two-conn", r.n,
+      opts.real_agent
+          ? fmt::format(R"("agent_hwm_mb":{:.1f},"agent_rchar":{},"agent_status":{},)",
+                        static_cast<double>(r.agent_hwm_kb) / 1024.0, r.agent_rchar, r.agent_status)
+          : std::string(),
+      r.scenario == Scenario::abort ? "abort" : "barrier", r.plan_s, r.end_s, r.reached, r.early_aborts,
+      r.idle_cpu, r.master_cpu_s, static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max,
+      r.bytes_mean, r.failed, r.master_status, esc(r.note), esc(r.first_error));
 }
 
 // Raises the descriptor limit: soft to hard, and hard too where we may (root).
@@ -331,7 +429,10 @@ Options parse(int argc, char** argv) {
     auto next = [&] {
       return i + 1 < argc ? std::string(argv[++i]) : throw std::runtime_error(a + " needs a value");
     };
-    if (a == "--ddprun")
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--ddprun")
       o.ddprun = next();
     else if (a == "--threads")
       o.threads = std::max(1, std::stoi(next()));
@@ -345,6 +446,10 @@ Options parse(int argc, char** argv) {
       o.json = next();
     else if (a == "--scattered-hosts")
       o.scattered_hosts = true;
+    else if (a == "--real-agent")
+      o.real_agent = true;
+    else if (a == "--gpus")
+      o.gpus = std::max(0, std::stoi(next()));
     else if (a == "--ramp-ms")
       o.ramp_ms = std::stoi(next());
     else if (a == "--rss-cap-mb")
@@ -354,10 +459,16 @@ Options parse(int argc, char** argv) {
       o.scenarios.clear();
       if (v.find("abort") != std::string::npos) o.scenarios.push_back(Scenario::abort);
       if (v.find("barrier") != std::string::npos) o.scenarios.push_back(Scenario::barrier);
-    } else
+    } else if (!a.empty() && a[0] == '-') {
+      throw std::runtime_error("unknown option " + a + " (see --help)");
+    } else {
       o.sizes.push_back(std::stoi(a));
+    }
   }
   if (o.sizes.empty()) o.sizes = {256, 1024, 4096, 16384};
+  if (o.real_agent && *std::min_element(o.sizes.begin(), o.sizes.end()) < 3)
+    throw std::runtime_error(
+        "--real-agent needs N of at least 3 (the master, the real agent, a simulated one)");
   return o;
 }
 
@@ -375,15 +486,16 @@ int main(int argc, char** argv) {
   raise_fd_limit(static_cast<rlim_t>(*std::max_element(o.sizes.begin(), o.sizes.end())) * 3 + 1024);
   fmt::print(
       "| nodes | scenario | last plan s | abort/barrier s | idle master CPU/s | master CPU s | master peak "
-      "RSS MB | plan bytes | bytes/agent max | failed | note |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "RSS MB | plan bytes | bytes/agent max | failed |{} note |\n",
+      o.real_agent ? " agent peak RSS MB | agent rchar |" : "");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|{}---|\n", o.real_agent ? "---|---|" : "");
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
   for (int n : o.sizes) {
     for (Scenario sc : o.scenarios) {
       const Result r = run_one(o, n, sc);
-      print_row(r);
-      if (js) js << json_line(r) << std::endl;
+      print_row(o, r);
+      if (js) js << json_line(o, r) << std::endl;
       if (r.plan_s < 0) break;  // the other scenario would fail the same way before the plan
     }
   }

@@ -41,7 +41,16 @@ struct Config {
   bool one_conn = true;          // today's protocol (docs/protocol.md); false: before issue 16
   int ramp_ms = 0;               // agents start spread over this long (0: all at once, the worst case)
   bool scattered_hosts = false;  // host names no hostlist folds (the plan's worst case)
+  int gpus = 0;                  // GPU ids each agent reports in its join record ("0".."gpus-1")
+  int abort_rank = 1;            // the simulated agent that publishes the abort (2 with --real-agent)
 };
+
+// The join record's GPU list: "0","1",... as CUDA_VISIBLE_DEVICES=0,1,... gives a real agent.
+inline std::string sim_gpus(const Config& cfg) {
+  std::string out;
+  for (int g = 0; g < cfg.gpus; ++g) out += fmt::format("{}\"{}\"", g ? "," : "", g);
+  return out;
+}
 
 // Agent `rank`'s host name: "sim<rank>" as on a cluster (they fold to "sim[1-N]"), or a scattered
 // name that does not fold.
@@ -141,8 +150,8 @@ class Steps {
     co_await set(
         fmt::format("node/{}", rank_),
         fmt::format(
-            R"({{"addr":"{}","gpus":[],"hostname":"{}","local_world_size":{},"node_rank":{},"spare":false}})",
-            sim_host(cfg_, rank_), sim_host(cfg_, rank_), cfg_.nproc, rank_));
+            R"({{"addr":"{}","gpus":[{}],"hostname":"{}","local_world_size":{},"node_rank":{},"spare":false}})",
+            sim_host(cfg_, rank_), sim_gpus(cfg_), sim_host(cfg_, rank_), cfg_.nproc, rank_));
     const std::int64_t n = co_await add("arrivals", 1);
     co_await set(fmt::format("arrived/{}", n), std::to_string(rank_));
   }
@@ -266,7 +275,7 @@ class AgentTwoConns : public Agent {
   awaitable<void> main_after_go() {
     co_await go_.wait();
     if (cfg_.scenario == Scenario::abort) {
-      if (rank_ == 1) co_await steps_.publish_abort(run_.abort_t0);
+      if (rank_ == cfg_.abort_rank) co_await steps_.publish_abort(run_.abort_t0);
       co_return;
     }
     co_await steps_.barrier_wait();
@@ -359,7 +368,7 @@ class AgentOneConn : public Agent {
   awaitable<void> main_after_go() {
     co_await go_.wait();
     if (cfg_.scenario == Scenario::abort) {
-      if (rank_ == 1) co_await steps_.publish_abort(run_.abort_t0);
+      if (rank_ == cfg_.abort_rank) co_await steps_.publish_abort(run_.abort_t0);
       while (st_.abort_ns == 0 && !lost_) {
         boost::system::error_code ec;
         ended_.expires_at(Clock::time_point::max());

@@ -48,9 +48,12 @@ inline long proc_status_kb(pid_t pid, const char* field) {
   return 0;
 }
 
+// Free on every address, as the master listens on 0.0.0.0: a port free on 127.0.0.1 only may be the
+// source port of a simulated agent's connection from another loopback address (of this run or of
+// another simulator on the machine), and the master's bind would fail.
 inline std::uint16_t free_port() {
   asio::io_context io;
-  tcp::acceptor a(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  tcp::acceptor a(io, tcp::endpoint(asio::ip::address_v4::any(), 0));
   return a.local_endpoint().port();
 }
 

@@ -329,6 +329,8 @@ int local_workers(const Options& o, const SlurmEnv& s, const SystemInfo& sys,
 void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gpus, const SystemInfo& sys,
                   Resolved& r) {
   const JobSpec& job = r.job;
+  const GpuList shared(gpus);  // one list for every node, not a copy each (16,384 nodes x 8 GPUs)
+  r.nodes.reserve(static_cast<std::size_t>(r.nagents));
   for (int i = 0; i < r.nagents; ++i) {
     NodeSpec ns;
     ns.node_rank = i;
@@ -339,8 +341,8 @@ void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gp
       ns.host = sys.hostname;
     }
     ns.local_world_size = r.mode == Mode::per_task ? l.tasks[static_cast<std::size_t>(i)] : local;
-    ns.gpus = gpus;
-    r.nodes.push_back(ns);
+    ns.gpus = shared;
+    r.nodes.push_back(std::move(ns));
   }
   r.self = r.nodes[static_cast<std::size_t>(job.node_rank)];
 }

@@ -197,7 +197,7 @@ namespace {
 struct Reader {
   std::vector<std::string_view> lines;
   JobConstants c;
-  std::vector<std::vector<std::string>> gpusets;
+  std::vector<GpuList> gpusets;  // every row of a set shares its list
   std::map<std::string, bool, std::less<>> seen;
 
   void constant(std::string_view key, std::string_view v, std::size_t n) {

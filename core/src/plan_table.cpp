@@ -19,12 +19,15 @@ void check_job(const JobSpec& job) {
 }
 
 // The nodes by node rank, checked: 0..n-1 with the active ones first, each with whole model-parallel
-// groups.
-std::vector<NodeSpec> sorted_nodes(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
-  std::vector<NodeSpec> nodes = nodes_in;
+// groups. Pointers into `nodes_in`: a sorted copy of 16,384 nodes would be an agent's largest allocation.
+std::vector<const NodeSpec*> sorted_nodes(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
+  std::vector<const NodeSpec*> nodes;
+  nodes.reserve(nodes_in.size());
+  for (const auto& n : nodes_in) nodes.push_back(&n);
+  // The same std::sort as on the nodes themselves: the same order, duplicates included.
   std::sort(nodes.begin(), nodes.end(),
-            [](const NodeSpec& a, const NodeSpec& b) { return a.node_rank < b.node_rank; });
-  const auto active = std::count_if(nodes.begin(), nodes.end(), [](const NodeSpec& n) { return !n.spare; });
+            [](const NodeSpec* a, const NodeSpec* b) { return a->node_rank < b->node_rank; });
+  const auto active = std::count_if(nodes.begin(), nodes.end(), [](const NodeSpec* n) { return !n->spare; });
   if (active != job.nnodes) {
     throw Error(fmt::format("the plan needs {} nodes but {} were described", job.nnodes, active));
   }
@@ -35,7 +38,7 @@ std::vector<NodeSpec> sorted_nodes(const JobSpec& job, const std::vector<NodeSpe
                             job.node_rank, all, all - 1));
   }
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    const auto& n = nodes[i];
+    const NodeSpec& n = *nodes[i];
     if (n.node_rank != static_cast<int>(i))
       throw Error(fmt::format("node ranks must be 0..{} with no gaps or duplicates", nodes.size() - 1));
     if (n.spare != (static_cast<int>(i) >= job.nnodes))
@@ -136,11 +139,12 @@ std::optional<TaskSlot> task_slot(const JobSpec& job) {
 
 PlanTable make_plan_table(const JobSpec& job, const std::vector<NodeSpec>& nodes_in) {
   check_job(job);
-  const std::vector<NodeSpec> nodes = sorted_nodes(job, nodes_in);
+  const std::vector<const NodeSpec*> nodes = sorted_nodes(job, nodes_in);
   PlanTable t;
   t.job = constants_of(job);
   t.nodes.reserve(nodes.size());
-  for (const auto& n : nodes) {
+  for (const NodeSpec* np : nodes) {
+    const NodeSpec& n = *np;
     NodeRow row{n.host, n.addr, n.spare ? -1 : t.job.world_size, n.local_world_size, n.gpus, n.spare};
     if (!n.spare) t.job.world_size += n.local_world_size;
     t.nodes.push_back(std::move(row));

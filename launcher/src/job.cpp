@@ -43,9 +43,9 @@ class LocalSession final : public Session {
     job.restart_count = attempt;
     job.master_port = choose_master_port(job.master_port, 0, r_.master_port_given);
     Round round;
-    round.table = core::make_plan_table(job, r_.nodes);
-    round.local = core::derive_workers(round.table, job.node_rank, core::task_slot(job));
-    round.announce = round.table.job.world_size > 1;
+    round.table = std::make_shared<const core::PlanTable>(core::make_plan_table(job, r_.nodes));
+    round.local = core::derive_workers(*round.table, job.node_rank, core::task_slot(job));
+    round.announce = round.table->job.world_size > 1;
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
@@ -161,11 +161,11 @@ void warn_replaced_master_env(agent::Events& ev, const core::JobConstants& plan)
 }
 
 void announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
-  if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table.job);
+  if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table->job);
   if (ev.json()) {
-    ev.emit("rendezvous_joined", plan_event(round.table.job, attempt));
+    ev.emit("rendezvous_joined", plan_event(round.table->job, attempt));
   } else if (round.announce && !o.quiet) {
-    fmt::print(stderr, "{}", render_startup_table(round.table, attempt));
+    fmt::print(stderr, "{}", render_startup_table(*round.table, attempt));
   }
 }
 
@@ -234,7 +234,7 @@ AttemptEnd stand_by(Session& session, int attempt, int max_restarts) {
 }
 
 AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, int attempt, int max_restarts) {
-  const core::JobConstants& job = round.table.job;
+  const core::JobConstants& job = round.table->job;
   ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
   const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
   raise_test_signal();
@@ -259,7 +259,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     const AttemptEnd end = round.standby ? stand_by(session, attempt, max_restarts)
                                          : run_round(session, round, ao, attempt, max_restarts);
     agent::AttemptDecision d = end.decision;
-    attempts.push_back({attempt, round.table.job.world_size, d.exit_code, end.root ? end.root->reason : ""});
+    attempts.push_back({attempt, round.table->job.world_size, d.exit_code, end.root ? end.root->reason : ""});
     // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md).
     if (d.restart) {
       if (const auto why = session.prepare_restart(end.root)) {
@@ -277,7 +277,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
 
 }  // namespace
 
-int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions ao) {
+int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
   agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
   ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
   auto fail = [&](const std::string& what, int code) {
@@ -294,6 +294,9 @@ int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions
       session = make_per_task_session(o, r, std::move(auth), ev);
     } else {
       session = make_rendezvous_session(o, r, std::move(auth), ev);
+      // The rendezvous replaces the assumed layout with the nodes that join, and the session took the
+      // expected host names from it: 16,384 assumed nodes need not stay for the whole job.
+      std::vector<core::NodeSpec>().swap(r.nodes);
     }
     return run_attempts(*session, o, r, ao, ev);
   } catch (const rdzv::Error& e) {

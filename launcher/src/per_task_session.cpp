@@ -165,12 +165,12 @@ Round PerTaskSession::join(int attempt) {
     if (from.empty()) from = down_->endpoint();
   }
   Round round;
-  round.table = parse_published_plan(text, from);
+  round.table = std::make_shared<const core::PlanTable>(parse_published_plan(text, from));
   // This task's own worker, from its own view of Slurm (its GPUs may differ from task 0's), with
   // the agreed MASTER_PORT.
   core::JobSpec job = r_.job;
   job.restart_count = attempt;
-  job.master_port = round.table.job.master_port;
+  job.master_port = round.table->job.master_port;
   const auto slot = core::task_slot(job);
   for (auto& w : core::derive_workers(core::make_plan_table(job, r_.nodes), job.node_rank, slot)) {
     if (slot && w.local_rank == slot->local_rank) round.local.push_back(std::move(w));

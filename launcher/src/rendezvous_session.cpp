@@ -13,7 +13,8 @@ namespace ddprun::launcher {
 
 namespace {
 
-// The plan's nodes from the joined agents (sorted by node rank), renumbered 0..n-1.
+// The plan's nodes from the joined agents (sorted by node rank), renumbered 0..n-1. A node that sees
+// the same GPUs as the one before shares its list (most do).
 std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>& joined) {
   std::vector<core::NodeSpec> nodes;
   nodes.reserve(joined.size());
@@ -22,7 +23,7 @@ std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>&
     n.node_rank = static_cast<int>(i);
     if (!joined[i].hostname.empty()) n.host = joined[i].hostname;
     n.local_world_size = joined[i].local_world_size;
-    n.gpus = joined[i].gpus;
+    n.gpus = i > 0 && nodes.back().gpus == joined[i].gpus ? nodes.back().gpus : core::GpuList(joined[i].gpus);
     n.addr = joined[i].addr;
     n.spare = joined[i].spare;
     nodes.push_back(std::move(n));
@@ -45,19 +46,21 @@ class RendezvousSession final : public Session {
   Round join(int attempt) override {
     // The master publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
     // every agent derives its own node's workers from them.
-    const rdzv::Joined joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
+    rdzv::Joined joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
       return core::encode_plan_table(master_table(nodes, attempt));
     });
     Round round;
-    round.table = parse_published_plan(joined.plan, rz_.endpoint());
-    round.local = core::derive_workers(round.table, joined.node_rank);
+    round.table = std::make_shared<const core::PlanTable>(parse_published_plan(joined.plan, rz_.endpoint()));
+    joined.plan = std::string();
+    round.local = core::derive_workers(*round.table, joined.node_rank);
     round.announce = joined.node_rank == 0;
-    round.standby = round.table.nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
+    round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
     if (attempt > 0 && round.announce) {
-      report_membership(ev_, quiet_, attempt, previous_, joined.members, last_table_.job.world_size,
-                        round.table.job.world_size);
+      report_membership(ev_, quiet_, attempt, previous_, joined.members, last_table_->job.world_size,
+                        round.table->job.world_size);
     }
-    previous_ = joined.members;
+    // Kept for the next round, not copied: one row per node.
+    previous_ = std::move(joined.members);
     last_table_ = round.table;
     return round;
   }
@@ -86,8 +89,8 @@ class RendezvousSession final : public Session {
     if (std::find(lost_.begin(), lost_.end(), 0) == lost_.end()) return;
     const auto host = core::failover_host(previous_, lost_);
     if (!host) return;
-    const auto& row = last_table_.nodes.at(static_cast<std::size_t>(*host));
-    const int port = core::failover_port(r_.rdzv_port, rz_.failovers() + 1, last_table_.job.master_port);
+    const auto& row = last_table_->nodes.at(static_cast<std::size_t>(*host));
+    const int port = core::failover_port(r_.rdzv_port, rz_.failovers() + 1, last_table_->job.master_port);
     rz_.fail_over(*host, row.addr.empty() ? row.host.value_or("localhost") : row.addr,
                   static_cast<std::uint16_t>(port));
   }
@@ -119,7 +122,7 @@ class RendezvousSession final : public Session {
   StoreCoordinator coord_;
   // The last round, for the next one (elastic).
   std::vector<core::Member> previous_;
-  core::PlanTable last_table_;
+  std::shared_ptr<const core::PlanTable> last_table_;
   std::vector<int> lost_;  // node ranks of the last round known to be gone
 };
 
@@ -135,7 +138,11 @@ rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const
   ro.nagents = r.nagents;
   // Survivors are back once their teardown (the grace, then SIGKILL) is over.
   ro.rejoin_timeout = to_ms(o.term_timeout) + ro.heartbeat_timeout + std::chrono::milliseconds(10000);
-  for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));
+  // Up to the last known host: an unknown one reads as a name past the list's end (outside Slurm only
+  // this node's is known, and 16,384 empty names would be held for nothing).
+  const auto known = std::find_if(r.nodes.rbegin(), r.nodes.rend(),
+                                  [](const core::NodeSpec& n) { return n.host && !n.host->empty(); });
+  for (auto n = r.nodes.begin(); n != known.base(); ++n) ro.expected_hosts.push_back(n->host.value_or(""));
   return ro;
 }
 

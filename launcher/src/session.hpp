@@ -20,7 +20,7 @@ namespace ddprun::launcher {
 // One attempt's membership: the agreed plan (job constants and node table) and the workers this
 // node runs, derived here from it.
 struct Round {
-  core::PlanTable table;
+  std::shared_ptr<const core::PlanTable> table;  // never null; the session may keep it for the next round
   std::vector<core::Worker> local;
   bool announce = false;  // this node prints the startup table
   bool standby = false;   // elastic: this node is a standby and runs no workers

@@ -294,6 +294,7 @@ Joined Rendezvous::read_plan(const std::string& published) {
   }
   Joined out;
   participants_.assign(rec.node_ranks.size(), {});
+  out.members.reserve(participants_.size());
   for (std::size_t i = 0; i < participants_.size(); ++i) {
     participants_[i] = {rec.node_ranks[i], std::move(rec.hosts[i]), i >= rec.active};
     out.members.push_back({participants_[i].orig_rank, participants_[i].hostname, participants_[i].spare});

@@ -1,9 +1,10 @@
 #include "store/auth.hpp"
 
+// SHA256_Init/Update/Final are deprecated since OpenSSL 3.0 but present in every 3.x; see hmac_sha256.
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include <fcntl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,20 +170,45 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return result == 0;
 }
 
+// HMAC (RFC 2104) over OpenSSL's low-level SHA-256, not its EVP HMAC, nor the one-shot SHA256() which
+// OpenSSL 3 routes through EVP as well: EVP loads OpenSSL's provider machinery on first use, 2.5 MB
+// of resident memory in every agent for a few hashes.
 std::string hmac_sha256(std::string_view key, std::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-            reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len)) {
-    throw Error(Error::Kind::io, "HMAC-SHA256 failed (OpenSSL)", "auth");
+  constexpr std::size_t kBlock = 64;  // SHA-256's block size
+  const auto sha256 = [](std::string_view a, std::string_view b = {}) {
+    SHA256_CTX ctx;
+    std::string d(SHA256_DIGEST_LENGTH, '\0');
+    if (SHA256_Init(&ctx) != 1 || SHA256_Update(&ctx, a.data(), a.size()) != 1 ||
+        SHA256_Update(&ctx, b.data(), b.size()) != 1 ||
+        SHA256_Final(reinterpret_cast<unsigned char*>(d.data()), &ctx) != 1) {
+      throw Error(Error::Kind::io, "SHA-256 failed (OpenSSL)", "auth");
+    }
+    return d;
+  };
+  std::string k = key.size() > kBlock ? sha256(key) : std::string(key);
+  k.resize(kBlock, '\0');
+  std::string inner(kBlock, '\0');
+  std::string outer(kBlock, '\0');
+  for (std::size_t i = 0; i < kBlock; ++i) {
+    inner[i] = static_cast<char>(k[i] ^ 0x36);
+    outer[i] = static_cast<char>(k[i] ^ 0x5c);
   }
-  return std::string(reinterpret_cast<const char*>(out), len);
+  return sha256(outer, sha256(inner, data));
 }
 
+// From the kernel's CSPRNG (getrandom(2)), for the same reason as above (OpenSSL's RAND_bytes
+// starts its provider machinery).
 std::string random_nonce() {
   std::string n(kNonceSize, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1) {
-    throw Error(Error::Kind::io, "cannot draw a random nonce (OpenSSL RAND_bytes failed)", "auth");
+  std::size_t got = 0;
+  while (got < n.size()) {
+    const ssize_t r = ::getrandom(n.data() + got, n.size() - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      throw Error(Error::Kind::io,
+                  fmt::format("cannot draw a random nonce (getrandom: {})", std::strerror(errno)), "auth");
+    }
+    got += static_cast<std::size_t>(r);
   }
   return n;
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/error.hpp"
+#include "core/gpu_list.hpp"
 
 namespace ddprun::core {
 
@@ -26,7 +27,7 @@ struct NodeSpec {
   int node_rank = 0;
   std::optional<std::string> host;  // unknown for other nodes outside Slurm
   int local_world_size = 1;         // workers on this node
-  std::vector<std::string> gpus;    // GPU ids visible on the node, as given (may be empty)
+  GpuList gpus;                     // GPU ids visible on the node, as given (may be empty)
   std::string addr;                 // where the other nodes reach it (rendezvous); empty when unknown
   bool spare = false;               // issue 14 (elastic): runs no workers; spares follow the active nodes
 };

@@ -38,7 +38,7 @@ struct NodeRow {
   std::string addr;    // where the other nodes reach it; empty when unknown
   int first_rank = 0;  // rank of its local rank 0 (-1 on a spare)
   int local_world_size = 1;
-  std::vector<std::string> gpus;
+  GpuList gpus;        // shared with the rows that see the same GPUs
   bool spare = false;  // issue 14 (elastic): a spare node runs no workers
   bool operator==(const NodeRow&) const = default;
 };

@@ -1,7 +1,7 @@
 #pragma once
 // `ddprun --dry-run`: the plan as a readable table or as one JSON object, and the startup table.
 // The whole plan is never held at once: each node's workers are derived (core::derive_workers) and
-// written in turn: memory is the table plus one node's workers (16,384 nodes x 8: 25 MB, docs/scale.md).
+// written in turn: memory is the table plus one node's workers (16,384 nodes x 8: 11 MB, docs/scale.md).
 #include <optional>
 #include <ostream>
 #include <set>

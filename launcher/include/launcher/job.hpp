@@ -7,7 +7,8 @@
 namespace ddprun::launcher {
 
 // Returns the process exit code: 0 when every worker everywhere exited 0, else the root cause's code.
-// `ao` comes from agent_options (launcher/agent_options.hpp), already checked.
-int run_job(const core::Options& o, const core::Resolved& r, agent::AgentOptions ao);
+// `ao` comes from agent_options (launcher/agent_options.hpp), already checked. `r` is taken: in agent
+// mode its assumed layout (one entry per node) is dropped once the rendezvous session has started.
+int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao);
 
 }  // namespace ddprun::launcher

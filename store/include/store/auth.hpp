@@ -57,7 +57,7 @@ std::string hmac_sha256(std::string_view key, std::string_view data);
 // Token mode: credential = 16-byte nonce || HMAC over the run id, label and nonce.
 std::string token_credential(std::string_view token, std::string_view run_id, std::string_view label,
                              std::string_view nonce);
-std::string random_nonce();  // 16 bytes from the OpenSSL CSPRNG
+std::string random_nonce();  // 16 bytes from the kernel CSPRNG (getrandom)
 
 // MUNGE support was compiled in (libmunge-dev at build time). Without it munge_usable is false
 // and the other two fail with a message that says so.

@@ -140,6 +140,26 @@ TEST_CASE("auth: HMAC-SHA256 matches RFC 4231 test case 2", "[auth]") {
         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 }
 
+// Keys shorter than, as long as, and longer than SHA-256's 64-byte block (a long key is hashed first).
+TEST_CASE("auth: HMAC-SHA256 matches RFC 4231 test cases 1 and 6, and a block-sized key", "[auth]") {
+  CHECK(hex(auth::hmac_sha256(std::string(20, '\x0b'), "Hi There")) ==
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  CHECK(hex(auth::hmac_sha256(std::string(131, '\xaa'),
+                              "Test Using Larger Than Block-Size Key - Hash Key First")) ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  // Python's hmac.new(b"k" * 64, b"", hashlib.sha256).
+  CHECK(hex(auth::hmac_sha256(std::string(64, 'k'), "")) ==
+        "83026a325aaee70e36cfe607536aa1054104ad1077c36134810d4ccded1ccd3b");
+}
+
+TEST_CASE("auth: nonces are 16 random bytes, different each time", "[auth]") {
+  const std::string a = auth::random_nonce();
+  const std::string b = auth::random_nonce();
+  CHECK(a.size() == 16u);
+  CHECK(b.size() == 16u);
+  CHECK(a != b);
+}
+
 TEST_CASE("auth: policy parsing and mode choice", "[auth]") {
   using auth::Mode;
   using auth::Policy;
