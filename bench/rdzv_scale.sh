@@ -19,8 +19,9 @@ jsonl="$out/scale.jsonl"
 : >"$jsonl"
 
 echo "== ddprun: simulated agents against a real ddprun master (token auth)"
+# Node rank 1 is a real ddprun agent (8 GPUs a node): its peak RSS is the agent's column.
 build/bench/rdzv_scale --ddprun "${DDPRUN:-build/launcher/ddprun}" --protocol "${PROTOCOL:-one-conn}" \
-  --threads "${SIM_THREADS:-1}" --json "$jsonl" "${sizes[@]}"
+  --threads "${SIM_THREADS:-1}" --real-agent --json "$jsonl" "${sizes[@]}"
 
 echo "== c10d TCPStore, the same join workload (plan of 64 bytes per node)"
 /usr/bin/python3 bench/c10d_scale.py --procs "${C10D_PROCS:-16}" --timeout "${C10D_TIMEOUT:-60}" \

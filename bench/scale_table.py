@@ -34,8 +34,8 @@ def main():
     theirs = {r["n"]: r for r in recs if r["store"] == "c10d"}
     lines = [
         "| nodes | ddprun: last plan (s) | abort to all (s) | exit barrier (s) | master CPU (s) | master peak RSS (MB) "
-        "| idle master CPU (core) | plan bytes | bytes/agent (max) | agents failed | c10d: last plan (s) | c10d master CPU (s) | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| agent peak RSS (MB) | idle master CPU (core) | plan bytes | bytes/agent (max) | agents failed | c10d: last plan (s) | c10d master CPU (s) | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     plot = []
     for n in sorted(set(ours) | set(theirs)):
@@ -51,8 +51,11 @@ def main():
         idle = [x["idle_cpu"] for x in both
                 if x.get("idle_cpu", -1) >= 0 and not x.get("early_aborts") and not x.get("failed")]
         cpu = " / ".join(f"{x['master_cpu_s']:.2f}" for x in both) or "-"
+        # The real agent at node rank 1 (rdzv_scale --real-agent), when there was one.
+        agents = [x["agent_hwm_mb"] for x in both if x.get("agent_hwm_mb", 0) > 0]
+        agent_rss = f"{max(agents):.1f}" if agents else "-"
         if not both:
-            lines.append(f"| {n} | - | - | - | - | - | - | - | - | - | {sec(c.get('plan_s'))} "
+            lines.append(f"| {n} | - | - | - | - | - | - | - | - | - | - | {sec(c.get('plan_s'))} "
                          f"| {sec(c.get('master_cpu_s'))} | {'; '.join(notes)} |")
             plot.append((n, None, c.get("plan_s") if c.get("plan_s", -1) >= 0 else None))
             continue
@@ -60,6 +63,7 @@ def main():
             f"| {n} | {sec(plan)} | {sec(a.get('end_s'))} | {sec(b.get('end_s'))} "
             f"| {cpu} "
             f"| {max((x['master_hwm_mb'] for x in both), default=0):.0f} "
+            f"| {agent_rss} "
             f"| {(max(idle) if idle else -1):.3f} | {max((x['plan_bytes'] for x in both), default=0)} "
             f"| {max((x['bytes_max'] for x in both), default=0)} | {' / '.join(str(x['failed']) for x in both)} "
             f"| {sec(c.get('plan_s'))} | {sec(c.get('master_cpu_s'))} | {'; '.join(notes)} |".replace("| -1.000 |", "| - |"))
