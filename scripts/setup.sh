@@ -10,7 +10,7 @@ PACKAGES=(
   libboost1.81-dev libcli11-dev nlohmann-json3-dev libfmt-dev catch2
   # CPU/NUMA binding (--cpu-bind): the node's topology
   libhwloc-dev
-  # rendezvous authentication: HMAC-SHA256 and random nonces (libcrypto)
+  # rendezvous authentication: SHA-256 for HMAC-SHA256 (libcrypto); nonces come from getrandom(2)
   libssl-dev
   # Slurm (hostlist oracle, local test cluster) and MUNGE
   libslurm-dev slurm-wlm munge libmunge-dev
