@@ -269,20 +269,25 @@ void StoreServer::Impl::publish(const std::string& key) {
 
 // ---- writing: try the socket directly, queue the rest behind one writer
 
-void StoreServer::Impl::send(const ConnPtr& c, std::string frame) {
-  if (!c->open) return;
-  if (c->batching) {
-    if (c->batch.size() + frame.size() <= kMaxBatch) {
-      c->batch += frame;
-      return;
-    }
-    // Large answers go out one by one, so the cap on queued answers below still bites.
-    c->batching = false;
-    if (!c->batch.empty()) send(c, std::exchange(c->batch, {}));
-    send(c, std::move(frame));
-    c->batching = true;
-    return;
+// While one read's answers collect, a frame joins the batch (true). One too large for it goes out on
+// its own after what was batched, so the cap on queued answers still bites: the batch leaves here and
+// the caller writes the frame (false), unless that closed the connection.
+bool StoreServer::Impl::batched(const ConnPtr& c, std::string_view frame) {
+  if (!c->batching) return false;
+  if (c->batch.size() + frame.size() <= kMaxBatch) {
+    c->batch += frame;
+    return true;
   }
+  if (!c->batch.empty()) {
+    c->batching = false;
+    send(c, std::exchange(c->batch, {}));
+    c->batching = true;
+  }
+  return !c->open;
+}
+
+void StoreServer::Impl::send(const ConnPtr& c, std::string frame) {
+  if (!c->open || batched(c, frame)) return;
   std::size_t off = 0;
   if (!c->writing) {
     const auto sent = write_now(c, frame);
@@ -294,19 +299,7 @@ void StoreServer::Impl::send(const ConnPtr& c, std::string frame) {
 
 // The same bytes for many connections (a fan-out): never copied, except into a batch.
 void StoreServer::Impl::send_shared(const ConnPtr& c, detail::Shared frame) {
-  if (!c->open) return;
-  if (c->batching) {
-    if (c->batch.size() + frame->size() <= kMaxBatch) {
-      c->batch += *frame;
-      return;
-    }
-    // A large shared frame goes out as it is, after what was batched before it.
-    c->batching = false;
-    if (!c->batch.empty()) send(c, std::exchange(c->batch, {}));
-    send_shared(c, std::move(frame));
-    c->batching = true;
-    return;
-  }
+  if (!c->open || batched(c, *frame)) return;
   std::size_t off = 0;
   if (!c->writing) {
     const auto sent = write_now(c, *frame);

@@ -141,6 +141,7 @@ struct StoreServer::Impl {
   void publish(const std::string& key);
   void on_changed(const std::string& key);
   bool bytes_waiting(Conn& c);
+  bool batched(const ConnPtr& c, std::string_view frame);
   void send(const ConnPtr& c, std::string frame);
   void send_shared(const ConnPtr& c, detail::Shared frame);
   std::optional<std::size_t> write_now(const ConnPtr& c, std::string_view bytes);
