@@ -169,23 +169,41 @@ bool watch_master(pid_t pid, Result& r, const Options& o, std::chrono::seconds l
   return true;
 }
 
+struct Reaped {
+  int status = -1;  // exit code, or 128 + signal
+  rusage ru{};
+  bool killed = false;  // it had not exited within the limit
+};
+
+// Waits for child `pid` up to `limit` (calling `tick` every 10 ms meanwhile), then SIGKILLs it.
+template <typename Tick>
+Reaped reap(pid_t pid, std::chrono::seconds limit, Tick tick) {
+  Reaped out;
+  int status = 0;
+  const auto end = sim::Clock::now() + limit;
+  pid_t got = 0;
+  for (;;) {
+    tick();
+    if ((got = ::wait4(pid, &status, WNOHANG, &out.ru)) != 0 || sim::Clock::now() > end) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  if (got == 0) {
+    ::kill(pid, SIGKILL);
+    ::wait4(pid, &status, 0, &out.ru);
+    out.killed = true;
+  }
+  out.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
 // The master's peak RSS is its VmHWM as watch_master sampled it: wait4's ru_maxrss would also count this
 // simulator's pages, which the forked child held until its exec (tens of MB after a large run).
 void reap_master(pid_t pid, Result& r) {
-  rusage ru{};
-  int status = 0;
-  const auto end = sim::Clock::now() + 60s;
-  pid_t got = 0;
-  while ((got = ::wait4(pid, &status, WNOHANG, &ru)) == 0 && sim::Clock::now() < end)
-    std::this_thread::sleep_for(10ms);
-  if (got == 0) {
-    ::kill(pid, SIGKILL);
-    ::wait4(pid, &status, 0, &ru);
-    r.note += r.note.empty() ? "master did not exit in 60 s" : "; master did not exit";
-  }
-  r.master_cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-                   static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  r.master_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const Reaped m = reap(pid, 60s, [] {});
+  if (m.killed) r.note += r.note.empty() ? "master did not exit in 60 s" : "; master did not exit";
+  r.master_cpu_s = static_cast<double>(m.ru.ru_utime.tv_sec + m.ru.ru_stime.tv_sec) +
+                   static_cast<double>(m.ru.ru_utime.tv_usec + m.ru.ru_stime.tv_usec) / 1e6;
+  r.master_status = m.status;
 }
 
 // The real agent: its end (at most `limit`, then killed), its peak RSS and the bytes it read. The peak
@@ -193,21 +211,10 @@ void reap_master(pid_t pid, Result& r) {
 // counts this simulator's pages, which the forked child held until its exec.
 void reap_agent(Result& r, std::chrono::seconds limit) {
   if (r.agent_pid <= 0) return;
-  rusage ru{};
-  int status = 0;
-  const auto end = sim::Clock::now() + limit;
-  pid_t got = 0;
-  for (;;) {
-    sample_agent(r);  // a zombie's io still reads
-    if ((got = ::wait4(r.agent_pid, &status, WNOHANG, &ru)) != 0 || sim::Clock::now() > end) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  if (got == 0) {
-    ::kill(r.agent_pid, SIGKILL);
-    ::wait4(r.agent_pid, &status, 0, &ru);
+  const Reaped a = reap(r.agent_pid, limit, [&r] { sample_agent(r); });  // a zombie's io still reads
+  if (a.killed)
     r.note += r.note.empty() ? "real agent did not exit in time" : "; real agent did not exit in time";
-  }
-  r.agent_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.agent_status = a.status;
   r.agent_pid = -1;
 }
 
