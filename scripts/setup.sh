@@ -18,6 +18,8 @@ PACKAGES=(
   libtorch-dev libgloo-dev libopenblas0-pthread zlib1g-dev
   # tests and demo: real PyTorch workers, torchrun, Fashion-MNIST
   python3-torch dataset-fashion-mnist
+  # the torch 2.x virtual environment below
+  python3-venv
   # tools: fuzzing, formatting, process inspection in tests
   clang libclang-rt-14-dev clang-format procps iproute2
   # native stacks of hung workers (ddprun --hang-timeout runs eu-stack when present)
@@ -35,13 +37,31 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: packages done"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# torch 2.x from PyPI, pinned, in the project's own virtual environment (scripts/torch2.sh says where): the second
+# torch the tests run against, and the libtorch of the CUDA trainer build. PyPI's Linux wheel is a CUDA build: about
+# 3.5 GB with its nvidia-* and cuda-* dependencies (docs/install.md). Without network access, set
+# DDPRUN_SKIP_TORCH2=1: the torch 2.x tests and the CUDA trainer build are then skipped, saying so.
+. "$(dirname "$0")/torch2.sh"
+if [ "${DDPRUN_SKIP_TORCH2:-0}" = 1 ]; then
+  echo "setup: torch $DDPRUN_TORCH2_VERSION skipped (DDPRUN_SKIP_TORCH2=1)"
+elif "$DDPRUN_TORCH2_PYTHON" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$DDPRUN_TORCH2_VERSION')" \
+  2>/dev/null; then
+  echo "setup: torch $DDPRUN_TORCH2_VERSION present in $DDPRUN_TORCH2_VENV"
+else
+  echo "setup: installing torch $DDPRUN_TORCH2_VERSION from PyPI into $DDPRUN_TORCH2_VENV (about 3.5 GB)"
+  rm -rf "$DDPRUN_TORCH2_VENV"
+  /usr/bin/python3 -m venv "$DDPRUN_TORCH2_VENV"
+  "$DDPRUN_TORCH2_VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$DDPRUN_TORCH2_VERSION" numpy
+  echo "setup: torch $("$DDPRUN_TORCH2_PYTHON" -c 'import torch; print(torch.__version__)') installed"
+fi
 echo "setup: done"

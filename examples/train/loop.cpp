@@ -116,6 +116,9 @@ void place_model(Trainer& t) {
     } else {
       head_dev = tail_dev = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(t.env.local_rank % n));
     }
+    // Where the model runs is what a GPU run is checked for (scripts/gpu-check.sh).
+    t.log(fmt::format("ddprun-train: backend {}, head on {}, tail on {}", t.o.backend, head_dev.str(),
+                      tail_dev.str()));
   } else if (t.o.model_parallel) {
     t.log("model-parallel: no CUDA devices, head and tail both stay on the CPU");
   }
