@@ -4,24 +4,29 @@
 // abort's or the exit barrier's time to reach every agent, the master's CPU and peak RSS, bytes
 // received per agent, and the master's idle CPU with every agent heartbeating.
 // --real-agent: node rank 1 is a real `ddprun` agent too (its workers /bin/true, or /bin/sleep until
-// the abort), and its peak RSS and the bytes it read from files are reported.
+// the abort), and its peak RSS, the bytes it received from the store (counted by a relay between it and
+// the master, tests/support/byte_proxy.hpp) and the bytes its own threads read are reported.
 // Figures only, never a pass/fail: see docs/scale.md and bench/rdzv_scale.sh; --help for the options.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
 
 #include "sim_agent.hpp"
 #include "sim_proc.hpp"
+#include "support/byte_proxy.hpp"
 
 namespace {
 
@@ -64,8 +69,9 @@ scenario, figures only (docs/scale.md, "The simulation"). Sizes default to 256 1
   --gpus G               GPU ids each node reports (default 0; 8 with --real-agent)
   --real-agent           node rank 1 is a real ddprun agent (workers /bin/true; /bin/sleep until the
                          abort), 8 GPUs a node unless --gpus: reports its peak RSS (VmHWM, sampled
-                         every 10 ms) and the bytes it read from files (/proc/PID/io rchar; socket
-                         reads are not counted there)
+                         every 10 ms), the bytes it received from the store (its connection runs
+                         through a counting relay) and the bytes its own threads read from files and
+                         pipes (rchar of /proc/PID/task/*/io, without its reaped workers)
 Simulated agents are hosts sim1..simN, each its own loopback address, as real agents are their own hosts.
 )";
 
@@ -86,13 +92,15 @@ struct Result {
   // --real-agent: the agent at node rank 1.
   pid_t agent_pid = -1;
   long agent_hwm_kb = 0;
-  std::uint64_t agent_rchar = 0;
+  std::map<int, std::uint64_t> agent_thread_rchar;  // per thread id, the largest sampled
+  std::uint64_t agent_rchar = 0;                    // their sum: what the agent's own threads read
+  std::uint64_t agent_rx = 0, agent_tx = 0;         // bytes on its store connection(s), from the relay
   int agent_status = -1;
 };
 
-// /proc/<pid>/io: rchar, the bytes read() returned (files and pipes; not recv() on sockets).
-std::uint64_t proc_rchar(pid_t pid) {
-  std::ifstream f(fmt::format("/proc/{}/io", pid));
+// rchar of a /proc io file: the bytes read() returned (files and pipes; not recv() on sockets).
+std::uint64_t rchar_of(const std::string& path) {
+  std::ifstream f(path);
   std::string key;
   std::uint64_t v = 0;
   while (f >> key >> v) {
@@ -101,15 +109,34 @@ std::uint64_t proc_rchar(pid_t pid) {
   return 0;
 }
 
+// The agent's own reads: per thread (/proc/PID/task/TID/io). /proc/PID/io would also count every
+// worker the agent reaped (Linux adds a reaped child's counters to its parent's): the kernel's reads
+// of each worker's executable at exec and its dynamic loader's, about 4 KB a worker of /bin/true.
+void sample_agent_reads(Result& r) {
+  const std::string dir = fmt::format("/proc/{}/task", r.agent_pid);
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    auto& v = r.agent_thread_rchar[std::atoi(e->d_name)];
+    v = std::max(v, rchar_of(dir + "/" + e->d_name + "/io"));
+  }
+  ::closedir(d);
+  std::uint64_t sum = 0;
+  for (const auto& [tid, v] : r.agent_thread_rchar) sum += v;
+  r.agent_rchar = sum;
+}
+
 void sample_agent(Result& r) {
   if (r.agent_pid <= 0) return;
   r.agent_hwm_kb = std::max(r.agent_hwm_kb, proc_status_kb(r.agent_pid, "VmHWM:"));
-  r.agent_rchar = std::max(r.agent_rchar, proc_rchar(r.agent_pid));
+  sample_agent_reads(r);
 }
 
-// A real ddprun at `node_rank` running `cmd` as its workers, its output to `log`.
+// A real ddprun at `node_rank` running `cmd` as its workers, its output to `log`; it finds the store at
+// `port` (the master's, or a relay's in front of it).
 pid_t spawn_ddprun(const Options& o, const sim::Config& c, int node_rank, const std::vector<std::string>& cmd,
-                   const std::string& log) {
+                   const std::string& log, std::uint16_t port) {
   std::fflush(stdout);  // the child must not print our buffered table again
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
@@ -127,7 +154,7 @@ pid_t spawn_ddprun(const Options& o, const sim::Config& c, int node_rank, const 
                                    "--node-rank",
                                    std::to_string(node_rank),
                                    "--rdzv-endpoint",
-                                   fmt::format("127.0.0.1:{}", c.port),
+                                   fmt::format("127.0.0.1:{}", port),
                                    "--rdzv-id",
                                    c.run_id,
                                    "--rdzv-auth",
@@ -264,7 +291,8 @@ Result run_one(const Options& o, int n, Scenario sc) {
   const int sleep_s = sc == Scenario::barrier ? 1 : 3600;
   const std::string log =
       fmt::format("/tmp/rdzv_scale_master_{}_{}.log", n, sc == Scenario::abort ? "abort" : "barrier");
-  const pid_t master = spawn_ddprun(o, run.cfg, 0, {"/bin/sleep", std::to_string(sleep_s)}, log);
+  const pid_t master =
+      spawn_ddprun(o, run.cfg, 0, {"/bin/sleep", std::to_string(sleep_s)}, log, run.cfg.port);
   if (!wait_listening(run.cfg.port, master)) {
     r.note = "master never listened; see " + log;
     reap_master(master, r);
@@ -272,12 +300,15 @@ Result run_one(const Options& o, int n, Scenario sc) {
   }
   const std::string agent_log =
       fmt::format("/tmp/rdzv_scale_agent_{}_{}.log", n, sc == Scenario::abort ? "abort" : "barrier");
+  // The real agent reaches the master through a relay that counts the bytes it receives and sends.
+  std::unique_ptr<testnet::ByteProxy> relay;
   if (o.real_agent) {
     // Its workers end at once (it then waits at the exit barrier), or run until the abort.
     const std::vector<std::string> cmd = sc == Scenario::barrier
                                              ? std::vector<std::string>{"/bin/true"}
                                              : std::vector<std::string>{"/bin/sleep", "3600"};
-    r.agent_pid = spawn_ddprun(o, run.cfg, 1, cmd, agent_log);
+    relay = std::make_unique<testnet::ByteProxy>(run.cfg.port);
+    r.agent_pid = spawn_ddprun(o, run.cfg, 1, cmd, agent_log, relay->port());
   }
   std::vector<std::unique_ptr<asio::io_context>> ios;
   std::vector<std::unique_ptr<sim::Gate>> gates, leave;
@@ -355,6 +386,7 @@ Result run_one(const Options& o, int n, Scenario sc) {
   if (run.finished.load() < others) ::kill(master, SIGKILL);
   reap_agent(r, t_go > 0 ? 60s : 5s);
   reap_master(master, r);
+  if (relay) r.agent_rx = relay->to_client(), r.agent_tx = relay->to_server();
   for (auto& io : ios) io->stop();
   for (auto& t : threads) t.join();
   agents.clear();
@@ -381,14 +413,16 @@ std::string fmt_s(double s) {
 }
 
 void print_row(const Options& o, const Result& r) {
+  // The real agent's bytes received sit beside the simulated agents' (bytes/agent max).
+  const std::string rx = o.real_agent ? fmt::format(" {} |", r.agent_rx) : "";
   const std::string agent =
       o.real_agent
           ? fmt::format(" {:.1f} | {} |", static_cast<double>(r.agent_hwm_kb) / 1024.0, r.agent_rchar)
           : "";
-  fmt::print("| {} | {} | {} | {} | {} | {:.2f} | {:.1f} | {} | {} | {} |{} {}{} |\n", r.n,
+  fmt::print("| {} | {} | {} | {} | {} | {:.2f} | {:.1f} | {} | {} |{} {} |{} {}{} |\n", r.n,
              r.scenario == Scenario::abort ? "abort" : "barrier", fmt_s(r.plan_s), fmt_s(r.end_s),
              r.idle_cpu < 0 ? "-" : fmt::format("{:.3f}", r.idle_cpu), r.master_cpu_s,
-             static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, r.failed, agent,
+             static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max, rx, r.failed, agent,
              r.note.empty() ? "" : r.note, r.first_error.empty() ? "" : " " + r.first_error.substr(0, 120));
   std::fflush(stdout);
 }
@@ -408,8 +442,10 @@ std::string json_line(const Options& opts, const Result& r) {
       R"("master_status":{},"note":"{}","error":"{}"}})",
       r.one_conn ? "one-conn" : "two-conn", r.n,
       opts.real_agent
-          ? fmt::format(R"("agent_hwm_mb":{:.1f},"agent_rchar":{},"agent_status":{},)",
-                        static_cast<double>(r.agent_hwm_kb) / 1024.0, r.agent_rchar, r.agent_status)
+          ? fmt::format(
+                R"("agent_hwm_mb":{:.1f},"agent_rx":{},"agent_tx":{},"agent_rchar":{},"agent_status":{},)",
+                static_cast<double>(r.agent_hwm_kb) / 1024.0, r.agent_rx, r.agent_tx, r.agent_rchar,
+                r.agent_status)
           : std::string(),
       r.scenario == Scenario::abort ? "abort" : "barrier", r.plan_s, r.end_s, r.reached, r.early_aborts,
       r.idle_cpu, r.master_cpu_s, static_cast<double>(r.master_hwm_kb) / 1024.0, r.plan_bytes, r.bytes_max,
@@ -493,9 +529,10 @@ int main(int argc, char** argv) {
   raise_fd_limit(static_cast<rlim_t>(*std::max_element(o.sizes.begin(), o.sizes.end())) * 3 + 1024);
   fmt::print(
       "| nodes | scenario | last plan s | abort/barrier s | idle master CPU/s | master CPU s | master peak "
-      "RSS MB | plan bytes | bytes/agent max | failed |{} note |\n",
-      o.real_agent ? " agent peak RSS MB | agent rchar |" : "");
-  fmt::print("|---|---|---|---|---|---|---|---|---|---|{}---|\n", o.real_agent ? "---|---|" : "");
+      "RSS MB | plan bytes | bytes/agent max |{} failed |{} note |\n",
+      o.real_agent ? " real agent bytes received |" : "",
+      o.real_agent ? " agent peak RSS MB | agent's own reads (rchar) |" : "");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|{}---|\n", o.real_agent ? "---|---|---|" : "");
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
   for (int n : o.sizes) {

@@ -34,8 +34,8 @@ def main():
     theirs = {r["n"]: r for r in recs if r["store"] == "c10d"}
     lines = [
         "| nodes | ddprun: last plan (s) | abort to all (s) | exit barrier (s) | master CPU (s) | master peak RSS (MB) "
-        "| agent peak RSS (MB) | idle master CPU (core) | plan bytes | bytes/agent (max) | agents failed | c10d: last plan (s) | c10d master CPU (s) | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| agent peak RSS (MB) | idle master CPU (core) | plan bytes | bytes/agent (max) | real agent: bytes received | agents failed | c10d: last plan (s) | c10d master CPU (s) | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     plot = []
     for n in sorted(set(ours) | set(theirs)):
@@ -54,8 +54,11 @@ def main():
         # The real agent at node rank 1 (rdzv_scale --real-agent), when there was one.
         agents = [x["agent_hwm_mb"] for x in both if x.get("agent_hwm_mb", 0) > 0]
         agent_rss = f"{max(agents):.1f}" if agents else "-"
+        # What it received from the store (counted by the relay in front of it), beside the simulated agents'.
+        rx = [x["agent_rx"] for x in both if x.get("agent_rx", 0) > 0]
+        agent_rx = str(max(rx)) if rx else "-"
         if not both:
-            lines.append(f"| {n} | - | - | - | - | - | - | - | - | - | - | {sec(c.get('plan_s'))} "
+            lines.append(f"| {n} | - | - | - | - | - | - | - | - | - | - | - | {sec(c.get('plan_s'))} "
                          f"| {sec(c.get('master_cpu_s'))} | {'; '.join(notes)} |")
             plot.append((n, None, c.get("plan_s") if c.get("plan_s", -1) >= 0 else None))
             continue
@@ -65,7 +68,7 @@ def main():
             f"| {max((x['master_hwm_mb'] for x in both), default=0):.0f} "
             f"| {agent_rss} "
             f"| {(max(idle) if idle else -1):.3f} | {max((x['plan_bytes'] for x in both), default=0)} "
-            f"| {max((x['bytes_max'] for x in both), default=0)} | {' / '.join(str(x['failed']) for x in both)} "
+            f"| {max((x['bytes_max'] for x in both), default=0)} | {agent_rx} | {' / '.join(str(x['failed']) for x in both)} "
             f"| {sec(c.get('plan_s'))} | {sec(c.get('master_cpu_s'))} | {'; '.join(notes)} |".replace("| -1.000 |", "| - |"))
         plot.append((n, plan if plan >= 0 else None, c.get("plan_s") if c.get("plan_s", -1) >= 0 else None))
     os.makedirs(out, exist_ok=True)

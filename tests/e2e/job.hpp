@@ -17,6 +17,7 @@ struct Job {
   int port = free_port();
   std::vector<Proc> agents;
   std::map<std::string, std::string> env;  // more variables for the agents
+  std::map<int, int> port_of;              // node rank -> another rendezvous port (a ByteProxy's)
 
   // Starts `nnodes` agents, each running `nproc` workers of `command`.
   void start(int nnodes, int nproc, const std::vector<std::string>& command,
@@ -28,7 +29,7 @@ struct Job {
                                        "--node-rank",
                                        std::to_string(n),
                                        "--rdzv-endpoint",
-                                       "127.0.0.1:" + std::to_string(port),
+                                       "127.0.0.1:" + std::to_string(port_of.count(n) ? port_of[n] : port),
                                        "--nproc-per-node",
                                        std::to_string(nproc),
                                        "--rdzv-timeout",

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include "e2e/job.hpp"
+#include "support/byte_proxy.hpp"
 
 using namespace ddprun::test;
 
@@ -17,6 +18,28 @@ TEST_CASE("scale: 64 agents × 32 workers of /bin/true all finish with exit 0", 
     INFO("agent " << n << ": " << job.agents[n].err());
     CHECK(job.agents[n].code == 0);
   }
+}
+
+// What a real agent receives from the store is bounded by the plan's budget, 64 B a node + 4 KB
+// (docs/scale.md): the plan, the answers, heartbeat pongs, the barrier. Counted exactly by a relay
+// between node 1 and the master, since /proc/PID/io counts no socket reads. Bytes, not timing.
+TEST_CASE("scale: a real agent of a 64-node job receives at most 64 B a node + 4 KB from the store",
+          "[e2e][scale]") {
+  constexpr int kNodes = 64;
+  Job job;
+  testnet::ByteProxy relay(static_cast<std::uint16_t>(job.port));
+  job.port_of[1] = relay.port();
+  job.start(kNodes, 2, {"/bin/true"});
+  job.wait_all(280s);
+  for (std::size_t n = 0; n < job.agents.size(); ++n) {
+    INFO("agent " << n << ": " << job.agents[n].err());
+    REQUIRE(job.agents[n].code == 0);
+  }
+  INFO("node 1 received " << relay.to_client() << " B and sent " << relay.to_server() << " B over "
+                          << relay.connections() << " connection(s)");
+  CHECK(relay.connections() >= 1);
+  CHECK(relay.to_client() > 0);
+  CHECK(relay.to_client() <= 64u * kNodes + 4096u);
 }
 
 // The master's store raises its own soft open-file limit to the hard limit for its sockets; the
