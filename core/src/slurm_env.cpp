@@ -84,7 +84,8 @@ SlurmEnv read_slurm_env(const EnvSnapshot& env) {
   if (!s.job_id) s.job_id = get(env, "SLURM_JOBID");
   s.step_id = get(env, "SLURM_STEP_ID");
   if (!s.step_id) s.step_id = get(env, "SLURM_STEPID");
-  s.cuda_visible_devices = get(env, "CUDA_VISIBLE_DEVICES");
+  // Set but empty is not unset: CUDA then shows no device, the usual way to keep a program off the GPUs.
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) s.cuda_visible_devices = it->second;
   if (!s.job_id) return s;  // not under Slurm: ignore stray SLURM_* variables
 
   s.context = s.step_id ? SlurmContext::step : SlurmContext::batch;

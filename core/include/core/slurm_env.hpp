@@ -42,7 +42,7 @@ struct SlurmEnv {
   std::optional<int> cpus_on_node;                     // SLURM_CPUS_ON_NODE: the job's CPUs here
   std::optional<std::string> het_size;                 // SLURM_HET_SIZE: a heterogeneous job's components
   std::optional<FromVar<std::string>> gpus;            // SLURM_STEP_GPUS, else SLURM_JOB_GPUS
-  std::optional<std::string> cuda_visible_devices;     // CUDA_VISIBLE_DEVICES
+  std::optional<std::string> cuda_visible_devices;     // CUDA_VISIBLE_DEVICES; set and empty: no GPUs
   std::optional<int> restart_count;                    // SLURM_RESTART_COUNT
 };
 

@@ -181,6 +181,21 @@ TEST_CASE("GPUs: CUDA_VISIBLE_DEVICES, then Slurm's list, and nproc gpu", "[conf
   CHECK(resolve(o, env, sys()).self.local_world_size == 1);
 }
 
+TEST_CASE("GPUs: an empty CUDA_VISIBLE_DEVICES hides the node's GPUs as CUDA reads it", "[config][gpu]") {
+  // A workstation with /dev/nvidia0 and /dev/nvidia1; `CUDA_VISIBLE_DEVICES= ddprun ...` keeps the job off
+  // them.
+  auto s = sys();
+  s.probed_gpus = {"0", "1"};
+  auto o = cmd();
+  CHECK(resolve(o, {}, s).nodes.at(0).gpus.size() == 2);
+  const EnvSnapshot hidden = {{"CUDA_VISIBLE_DEVICES", ""}};
+  const auto r = resolve(o, hidden, s);
+  CHECK(r.nodes.at(0).gpus.empty());
+  CHECK(build_plan(r.job, r.nodes).workers.at(0).env.count("CUDA_VISIBLE_DEVICES") == 0);
+  o.nproc_per_node = "gpu";
+  CHECK_THROWS_WITH(resolve(o, hidden, s), Catch::Contains("no GPUs are visible"));
+}
+
 TEST_CASE("multi-node outside Slurm needs an endpoint and a node rank", "[config]") {
   auto o = cmd();
   o.nnodes = "2";
