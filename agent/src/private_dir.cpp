@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <system_error>
 
+#include "agent/io.hpp"
+
 namespace ddprun::agent {
 
 std::string PrivateDir::parent() {
   const char* tmp = std::getenv("TMPDIR");
-  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  // Absolute: the paths inside are handed to workers, which may change directory.
+  return tmp != nullptr && *tmp != '\0' ? absolute_path(tmp) : "/tmp";
 }
 
 bool PrivateDir::make(const std::string& what) {

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "agent/io.hpp"
+
 namespace ddprun::launcher {
 
 agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& r) {
@@ -21,7 +23,8 @@ agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& 
   a.prefix_template = o.prefix;
   a.no_prefix = o.no_prefix;
   a.tee = o.tee;
-  a.log_dir = o.log_dir;
+  // Absolute: the workers' error and heartbeat files are in it, and a worker may change directory.
+  if (o.log_dir) a.log_dir = agent::absolute_path(*o.log_dir);
   a.local_ranks_filter = r.local_ranks_filter;
   a.error_file = o.error_file;
   a.requeue = r.job.requeue_count;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -415,4 +416,38 @@ TEST_CASE("log format json: spawn_failed says whether -m was used", "[cli][event
   for (const auto& j : json_lines(r.err)) {
     if (j.at("event") == "spawn_failed") CHECK(j.at("module") == false);
   }
+}
+
+// ddprun started in `dir` (a relative --log-dir or TMPDIR is relative to it), as `cd DIR && ddprun ARGS`.
+ddprun::test::ProcResult run_in(const std::string& dir, const std::vector<std::string>& args,
+                                std::map<std::string, std::string> env = {}) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir, DDPRUN_EXE};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, std::move(env));
+}
+
+TEST_CASE("a worker that changes directory still finds its error and heartbeat files", "[cli][paths]") {
+  // As Hydra does: the worker leaves the directory ddprun started in, then touches its heartbeat
+  // file and writes a @record-style error file. Each step fails (set -e) if its path is relative.
+  const std::string worker =
+      "set -e; cd /; touch \"$DDPRUN_HEARTBEAT_FILE\"; "
+      "printf '{\"message\": \"RuntimeError: written-after-chdir\"}' > \"$TORCHELASTIC_ERROR_FILE\"; exit 3";
+  ddprun::test::TempDir dir;
+  ::mkdir((dir / "tmp").c_str(), 0700);
+  struct Row {
+    std::vector<std::string> flags;
+    std::map<std::string, std::string> env;
+  };
+  const Row rows[] = {{{"--log-dir", "logs"}, {}},   // files in the relative log directory
+                      {{}, {{"TMPDIR", "./tmp"}}}};  // files in a private directory under a relative TMPDIR
+  for (const auto& row : rows) {
+    std::vector<std::string> args = {"--hang-timeout", "60"};
+    args.insert(args.end(), row.flags.begin(), row.flags.end());
+    args.insert(args.end(), {"--", "/bin/sh", "-c", worker});
+    auto r = run_in(dir.str(), args, row.env);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 3);
+    CHECK_THAT(r.err, Catch::Contains("error     : RuntimeError: written-after-chdir"));
+  }
+  CHECK(std::filesystem::exists(dir / "logs/attempt_0/rank_0/error.json"));
 }

@@ -18,7 +18,7 @@ class PrivateDir {
   bool made() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
 
-  // Where it goes: $TMPDIR when set and not empty, else /tmp.
+  // Where it goes: $TMPDIR (made absolute) when set and not empty, else /tmp.
   static std::string parent();
 
  private:
