@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -33,7 +34,7 @@ std::string HeartbeatFiles::create(int rank) {
           fmt::format("cannot create a directory for heartbeat files ({}/ddprun-heartbeat-XXXXXX): set "
                       "TMPDIR or --log-dir",
                       PrivateDir::parent()),
-          1);
+          kCannotExecute);
     }
     dir = fmt::format("{}/rank_{}", temp_dir_.path(), rank);
   }
@@ -41,7 +42,10 @@ std::string HeartbeatFiles::create(int rank) {
   fs::create_directories(dir, ec);
   const std::string path = dir + "/heartbeat";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(fmt::format("cannot create the heartbeat file {}", path), 1);
+  if (fd < 0) {
+    throw Error(fmt::format("cannot create the heartbeat file {}: {}", path, std::strerror(errno)),
+                kCannotExecute);
+  }
   ::close(fd);
   return path;
 }

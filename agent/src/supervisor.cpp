@@ -34,12 +34,15 @@ RunResult Supervisor::run() {
   SignalWatcher sigw(forwarded_signals());
   sig_sd_.assign(::fcntl(sigw.fd(), F_DUPFD_CLOEXEC, 3));
   sig_sd_.non_blocking(true);  // take_pending_signals reads it directly
+  std::string no_error_files;  // said once the workers started: a start error stays one line
   if (!local_.empty()) {
     reaper_.start();
     error_files_ = open_error_files(opts_.log_dir, opts_.requeue, opts_.attempt,
-                                    [this](const std::string& m) { reporter_.warn(m); });
+                                    [&no_error_files](const std::string& m) { no_error_files = m; });
   }
   if (const auto failed = spawn_all()) return start_failure(*failed);
+  if (opts_.on_started) opts_.on_started();
+  if (!no_error_files.empty()) reporter_.warn(no_error_files);
 
   if (!procs_.empty()) {
     for (auto& p : procs_) p->watch(*this);
@@ -69,7 +72,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
     cmd = resolve_command(spec, path);
     hang_.prepare(spec, path);
   } catch (const Error& e) {
-    return StartFailure{e.what(), e.exit_code(), 0};
+    return StartFailure{e.what(), start_exit_code(e.exit_code()), 0};
   }
   const auto base_env = current_environment();
   for (std::size_t i = 0; i < local_.size(); ++i) {
@@ -83,7 +86,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
       p->start(cmd, merge_environment(base_env, env), [this](pid_t pgid) { reaper_.watch(pgid); });
       hang_.started(i, w.rank, env);
     } catch (const Error& e) {
-      return StartFailure{e.what(), e.exit_code(), i};
+      return StartFailure{e.what(), start_exit_code(e.exit_code()), i};
     }
     procs_.push_back(std::move(p));
     on_spawned(*procs_.back(), cmd.argv);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -160,13 +161,16 @@ void warn_replaced_master_env(agent::Events& ev, const core::JobConstants& plan)
                   from, to));
 }
 
-void announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
+// The round's warnings and event now; the text startup table is returned to be printed once this
+// node's workers started (a command that cannot start is then one line: no table before it).
+std::function<void()> announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
   if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table->job);
   if (ev.json()) {
     ev.emit("rendezvous_joined", plan_event(round.table->job, attempt));
-  } else if (round.announce && !o.quiet) {
-    fmt::print(stderr, "{}", render_startup_table(*round.table, attempt));
+    return {};
   }
+  if (!round.announce || o.quiet) return {};
+  return [table = round.table, attempt] { fmt::print(stderr, "{}", render_startup_table(*table, attempt)); };
 }
 
 void restarting(agent::Events& ev, int attempt, int code, int max_restarts) {
@@ -251,7 +255,8 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
   for (int attempt = 0;; ++attempt) {
     Round round = session.join(attempt);
     bind_cpus(ev, r, round, attempt);
-    announce(ev, o, round, attempt);
+    ao.on_started = announce(ev, o, round, attempt);
+    if (round.standby && ao.on_started) ao.on_started();  // runs no workers
     ao.attempt = attempt;
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
     // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).

@@ -10,6 +10,13 @@ inline constexpr int kCannotExecute = 126;  // found but not executable (permiss
 inline constexpr int kNotFound = 127;       // no such file / not in PATH
 inline constexpr int kUsage = 2;            // bad agent options
 
+// The exit code of a worker that cannot be started: 127 when its program, script or interpreter is
+// not there, 126 for anything else (not executable, a directory, or files, pipes or the process
+// ddprun could not make for it), whatever the code of the error that stopped it.
+inline constexpr int start_exit_code(int error_code) {
+  return error_code == kNotFound ? kNotFound : kCannotExecute;
+}
+
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what, int exit_code = kUsage)

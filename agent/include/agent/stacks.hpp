@@ -28,7 +28,7 @@ class HeartbeatFiles {
   HeartbeatFiles(const HeartbeatFiles&) = delete;
   HeartbeatFiles& operator=(const HeartbeatFiles&) = delete;
 
-  // Creates rank `rank`'s empty file and returns its path. Throws Error (exit 1) when it cannot.
+  // Creates rank `rank`'s empty file and returns its path. Throws Error (exit 126) when it cannot.
   std::string create(int rank);
 
  private:

@@ -1,6 +1,7 @@
 #pragma once
 // Entry point: run this node's workers once and supervise them until they all ended.
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -44,6 +45,9 @@ struct AgentOptions {
   std::optional<int> task_rank;  // per-task mode: the rank of this agent's one worker
   bool quiet = false;            // no summary table; a failure still gets the brief report (root cause)
   bool verbose = false;          // several agents: each prints its own report and table, not one line
+  // Called once every local worker started, before any of their output is relayed (the startup
+  // table): a command that cannot start is then one error line with nothing before it.
+  std::function<void()> on_started;
   // Where ddprun's own messages go as JSON events (--log-format json); null or text mode: the usual
   // text on stderr. In json mode the supervisor writes no text of its own, whatever `quiet` says.
   Events* events = nullptr;
