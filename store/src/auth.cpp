@@ -104,7 +104,10 @@ Mode choose_mode(Policy policy, bool munge_ok, bool have_token) {
 }
 
 std::string read_token_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // A symbolic link is followed (~/.ddprun-token -> a shared home's copy): the file it leads to is
+  // what must be a regular file of ours, closed to others (fstat below). O_NONBLOCK: a FIFO there
+  // must not block the open; it is refused as not a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     usage(fmt::format("token file {}: {}; check --rdzv-token-file / DDPRUN_TOKEN_FILE", path,
                       std::strerror(errno)));

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "e2e/procs.hpp"
@@ -116,6 +117,40 @@ TEST_CASE("agents sharing DDPRUN_TOKEN meet, and workers do not inherit the toke
     CHECK(a.code == 0);
   }
   CHECK_FALSE(job.agents[0].err().find("rejected peer") != std::string::npos);
+  CHECK(leftovers_after(job.tag, 5s).empty());
+}
+
+TEST_CASE("agents reading the token through a symbolic link meet", "[e2e][auth]") {
+  AuthJob job;
+  const std::string file = job.dir / "token";
+  { std::ofstream(file) << "linked-secret\n"; }
+  ::chmod(file.c_str(), 0600);
+  // ~/.ddprun-token -> the real file, as a shared home or a secrets mount arranges it.
+  std::filesystem::create_symlink(file, job.dir / "token-link");
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(job.port),
+                                     "--rdzv-auth",
+                                     "token",
+                                     "--rdzv-token-file",
+                                     job.dir / "token-link",
+                                     "--rdzv-timeout",
+                                     "60",
+                                     "--",
+                                     "true"};
+    job.agents.push_back(start(argv, {{"DDPRUN_TEST_TOKEN", job.tag}, {"DDPRUN_TOKEN", ""}}, job.dir.path(),
+                               "linked" + std::to_string(rank)));
+  }
+  for (auto& a : job.agents) {
+    CHECK(wait_for(a, 120s));
+    INFO(a.err());
+    CHECK(a.code == 0);
+  }
   CHECK(leftovers_after(job.tag, 5s).empty());
 }
 

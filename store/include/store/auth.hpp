@@ -44,7 +44,8 @@ Config resolve(Policy policy, const std::optional<std::string>& token,
                const std::optional<std::string>& token_file, const std::string& munge_socket);
 
 // Reads a token file: it must be a regular file owned by this user with no group/other access
-// (0600 or stricter), and hold a non-empty secret (surrounding whitespace is ignored).
+// (0600 or stricter), and hold a non-empty secret (surrounding whitespace is ignored). A symbolic
+// link is followed: the file it leads to is checked.
 std::string read_token_file(const std::string& path);
 
 // Compares without an early exit, so the time taken does not reveal where the inputs differ.

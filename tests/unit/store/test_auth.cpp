@@ -218,6 +218,15 @@ TEST_CASE("auth: token file must be private and non-empty", "[auth]") {
   CHECK_THROWS_WITH(auth::read_token_file(empty.string()), Catch::Contains("empty"));
   CHECK_THROWS_WITH(auth::read_token_file((s.path / "missing").string()),
                     Catch::Contains("missing") && Catch::Contains("--rdzv-token-file"));
+  // A symbolic link is followed, and the file it leads to is what is checked.
+  fs::create_symlink(ok, s.path / "link_ok");
+  CHECK(auth::read_token_file((s.path / "link_ok").string()) == "hunter2-long-secret");
+  fs::create_symlink(open, s.path / "link_open");
+  CHECK_THROWS_WITH(auth::read_token_file((s.path / "link_open").string()),
+                    Catch::Contains("0644") && Catch::Contains("chmod 600"));
+  // Not a regular file (a FIFO): refused at once, without waiting for a writer.
+  REQUIRE(::mkfifo((s.path / "fifo").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(auth::read_token_file((s.path / "fifo").string()), Catch::Contains("not a regular file"));
   // resolve(): the token text wins over the file; policy none reads nothing.
   const auth::Config c = auth::resolve(auth::Policy::token, std::nullopt, ok.string(), "/nonexistent");
   CHECK(c.mode == auth::Mode::token);
