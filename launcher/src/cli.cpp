@@ -186,7 +186,8 @@ void add_auth_options(CLI::App& app, core::Options& o) {
   const std::string g = "Rendezvous";
   one_of(app.add_option("--rdzv-auth", o.rdzv_auth,
                         "Who may join the store: auto (MUNGE if munged runs, else a token if given, else "
-                        "none), munge, token, or none; same on every node (see docs/security.md)"),
+                        "none, with a warning), munge, token, or none; same on every node; a standalone run "
+                        "opens no store and checks none (see docs/security.md)"),
          {"auto", "munge", "token", "none"})
       ->envname(env("RDZV_AUTH"))
       ->group(g);
@@ -277,7 +278,8 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
   ignored<double>(app, "--monitor-interval,--monitor_interval",
                   "Accepted for torchrun compatibility; ignored (supervision is event driven)", g);
   app.add_flag("-q,--quiet", o.quiet,
-               "No startup table, progress or summary table; a failure still prints its root cause")
+               "No startup table, progress, summary table or unauthenticated-store warning; a failure "
+               "still prints its root cause")
       ->group(g);
   app.add_flag("--verbose", o.verbose,
                "Every node prints its own failure report and summary table (default with several nodes: "

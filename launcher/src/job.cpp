@@ -59,13 +59,16 @@ class LocalSession final : public Session {
 };
 
 // Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
-// munged; the token is then removed from our environment so the workers do not inherit it. Done in
-// every mode, a single node too, so the secret never reaches a worker and a bad set-up is the same
-// error everywhere.
-rdzv::auth::Config resolve_auth(const core::Resolved& r, agent::Events& ev) {
-  const bool master = r.mode == core::Mode::standalone ? false
-                      : r.mode == core::Mode::per_task ? r.job.task_rank.value_or(0) == 0
-                                                       : r.job.node_rank == 0;
+// munged; the token is then removed from our environment so the workers do not inherit it, in every
+// mode. A standalone run opens no store: nothing to authenticate, so its settings are not checked
+// (a site-wide DDPRUN_RDZV_AUTH=token must not stop a one-node run).
+rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Events& ev) {
+  if (r.mode == core::Mode::standalone) {
+    ::unsetenv("DDPRUN_TOKEN");
+    return {};
+  }
+  const bool master =
+      r.mode == core::Mode::per_task ? r.job.task_rank.value_or(0) == 0 : r.job.node_rank == 0;
   std::optional<std::string> token;
   if (const char* t = std::getenv("DDPRUN_TOKEN"); t && *t) token = std::string(t);
   const char* sock = std::getenv("DDPRUN_MUNGE_SOCKET");
@@ -79,7 +82,8 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, agent::Events& ev) {
     throw;
   }
   ::unsetenv("DDPRUN_TOKEN");
-  if (master && cfg.mode == rdzv::auth::Mode::none && r.rdzv_auth == "auto") {
+  // An advice about the site's set-up, repeated by every job: --quiet hides it (the JSON event stays).
+  if (master && cfg.mode == rdzv::auth::Mode::none && r.rdzv_auth == "auto" && (!quiet || ev.json())) {
     ev.warn(
         "the rendezvous store is unauthenticated (no munged, no DDPRUN_TOKEN): anyone who can "
         "reach its port can join or abort this job; see docs/security.md");
@@ -291,7 +295,7 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
   };
   try {
     ao.events = &ev;
-    rdzv::auth::Config auth = resolve_auth(r, ev);
+    rdzv::auth::Config auth = resolve_auth(r, o.quiet, ev);
     std::unique_ptr<Session> session;
     if (r.mode == core::Mode::standalone) {
       session = std::make_unique<LocalSession>(r);
