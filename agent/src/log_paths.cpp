@@ -33,6 +33,18 @@ std::string rank_log_dir(const std::string& log_dir, int requeue, int attempt, i
   return fmt::format("{}/rank_{}", attempt_dir(log_dir, requeue, attempt), rank);
 }
 
+std::string worker_error_file(const std::optional<std::string>& log_dir, int requeue, int attempt, int rank,
+                              const std::string& private_dir) {
+  if (log_dir) return rank_log_dir(*log_dir, requeue, attempt, rank) + "/error.json";
+  return fmt::format("{}/rank_{}.json", private_dir, rank);
+}
+
+std::string worker_heartbeat_file(const std::optional<std::string>& log_dir, int requeue, int attempt,
+                                  int rank, const std::string& private_dir) {
+  if (log_dir) return rank_log_dir(*log_dir, requeue, attempt, rank) + "/heartbeat";
+  return fmt::format("{}/rank_{}/heartbeat", private_dir, rank);
+}
+
 std::string error_file_path(const ErrorFileSpec& s) {
   if (s.error_file) {
     const std::string placeholder = "{node_rank}";

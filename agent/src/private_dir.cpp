@@ -15,9 +15,13 @@ std::string PrivateDir::parent() {
   return tmp != nullptr && *tmp != '\0' ? absolute_path(tmp) : "/tmp";
 }
 
+std::string PrivateDir::name_template(const std::string& what) {
+  return parent() + "/ddprun-" + what + "-XXXXXX";
+}
+
 bool PrivateDir::make(const std::string& what) {
   if (made()) return true;
-  std::string tmpl = parent() + "/ddprun-" + what + "-XXXXXX";
+  std::string tmpl = name_template(what);
   if (::mkdtemp(tmpl.data()) == nullptr) return false;  // mkdtemp makes it 0700
   path_ = tmpl;
   return true;

@@ -101,7 +101,7 @@ std::optional<PythonError> read_python_error(const std::string& path) {
 ErrorFiles::ErrorFiles(const std::optional<std::string>& log_dir, int requeue, int attempt)
     : log_dir_(log_dir), requeue_(requeue), attempt_(attempt) {
   if (log_dir_) return;
-  if (!temp_dir_.make("errors")) {
+  if (!temp_dir_.make(kErrorFilesDir)) {
     throw Error(fmt::format("cannot create a directory for the workers' error files in {}: {} (set TMPDIR)",
                             PrivateDir::parent(), std::strerror(errno)),
                 1);
@@ -109,8 +109,7 @@ ErrorFiles::ErrorFiles(const std::optional<std::string>& log_dir, int requeue, i
 }
 
 std::string ErrorFiles::prepare(int rank) const {
-  const std::string path = log_dir_ ? rank_log_dir(*log_dir_, requeue_, attempt_, rank) + "/error.json"
-                                    : fmt::format("{}/rank_{}.json", temp_dir_.path(), rank);
+  const std::string path = worker_error_file(log_dir_, requeue_, attempt_, rank, temp_dir_.path());
   ::unlink(path.c_str());  // a file from an earlier run must not be taken for this one's
   return path;
 }

@@ -25,22 +25,14 @@ HeartbeatFiles::HeartbeatFiles(std::optional<std::string> log_dir, int requeue, 
     : log_dir_(std::move(log_dir)), requeue_(requeue), attempt_(attempt) {}
 
 std::string HeartbeatFiles::create(int rank) {
-  std::string dir;
-  if (log_dir_) {
-    dir = rank_log_dir(*log_dir_, requeue_, attempt_, rank);
-  } else {
-    if (!temp_dir_.make("heartbeat")) {
-      throw Error(
-          fmt::format("cannot create a directory for heartbeat files ({}/ddprun-heartbeat-XXXXXX): set "
-                      "TMPDIR or --log-dir",
-                      PrivateDir::parent()),
-          kCannotExecute);
-    }
-    dir = fmt::format("{}/rank_{}", temp_dir_.path(), rank);
+  if (!log_dir_ && !temp_dir_.make(kHeartbeatDir)) {
+    throw Error(fmt::format("cannot create a directory for heartbeat files ({}): set TMPDIR or --log-dir",
+                            PrivateDir::name_template(kHeartbeatDir)),
+                kCannotExecute);
   }
+  const std::string path = worker_heartbeat_file(log_dir_, requeue_, attempt_, rank, temp_dir_.path());
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  const std::string path = dir + "/heartbeat";
+  fs::create_directories(fs::path(path).parent_path(), ec);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw Error(fmt::format("cannot create the heartbeat file {}: {}", path, std::strerror(errno)),

@@ -5,6 +5,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "agent/hang_watch.hpp"
+#include "agent/log_paths.hpp"
+#include "agent/private_dir.hpp"
+#include "agent/python_error.hpp"
+#include "agent/stacks.hpp"
 #include "core/command.hpp"
 #include "plan_writer.hpp"
 
@@ -83,6 +88,32 @@ std::string joined(const std::vector<std::string>& argv) {
 }
 
 }  // namespace
+
+RunExports run_exports(const agent::AgentOptions& ao, const std::vector<std::string>& agent_env) {
+  RunExports x;
+  x.log_dir = ao.log_dir;
+  x.requeue = ao.requeue;
+  x.hang = ao.hang_timeout.has_value();
+  x.python = agent::python_worker(agent::command_spec(ao));
+  for (const auto& kv : agent_env) {
+    if (kv.rfind("PYTHONFAULTHANDLER=", 0) == 0) x.user_faulthandler.push_back(kv);
+  }
+  x.error_dir = agent::PrivateDir::name_template(agent::kErrorFilesDir);
+  x.heartbeat_dir = agent::PrivateDir::name_template(agent::kHeartbeatDir);
+  return x;
+}
+
+std::map<std::string, std::string> exported_env(const core::Worker& w, const RunExports& x) {
+  // The same derivations as the supervisor's (HeartbeatFiles::create, ErrorFiles::prepare, hang_env).
+  std::map<std::string, std::string> env = w.env;
+  if (x.hang) {
+    env = agent::hang_env(std::move(env), x.user_faulthandler,
+                          agent::worker_heartbeat_file(x.log_dir, x.requeue, 0, w.rank, x.heartbeat_dir),
+                          x.python);
+  }
+  env["TORCHELASTIC_ERROR_FILE"] = agent::worker_error_file(x.log_dir, x.requeue, 0, w.rank, x.error_dir);
+  return env;
+}
 
 const core::Worker& bound_or(const core::Worker& derived, const std::vector<core::Worker>& bound) {
   for (const auto& b : bound) {

@@ -44,7 +44,8 @@ void put_strings(std::string& out, const std::vector<std::string>& v) {
 
 // `argv`: what this worker runs (its own --local-rank-arg); `cpus` only under --cpu-bind: the bound
 // list, or null where that node's agent decides.
-void put_worker(std::string& out, const core::Worker& w, const std::vector<std::string>& argv, bool cpus) {
+void put_worker(std::string& out, const core::Worker& w, const std::map<std::string, std::string>& env,
+                const std::vector<std::string>& argv, bool cpus) {
   out += "    {\n      \"argv\": ";
   put_strings(out, argv);
   out += ",\n      ";
@@ -60,12 +61,12 @@ void put_worker(std::string& out, const core::Worker& w, const std::vector<std::
     }
   }
   out += "\"env\": ";
-  if (w.env.empty()) {
+  if (env.empty()) {
     out += "{}";
   } else {
     out += "{\n";
     bool first = true;
-    for (const auto& [k, v] : w.env) {
+    for (const auto& [k, v] : env) {
       out += first ? "        " : ",\n        ";
       first = false;
       put_string(out, k);
@@ -116,7 +117,7 @@ nlohmann::json skeleton(const core::Resolved& r, const core::PlanTable& t) {
 }  // namespace
 
 void write_plan_json(std::ostream& os, const core::Resolved& r, const core::PlanTable& t,
-                     const std::vector<core::Worker>& this_node) {
+                     const std::vector<core::Worker>& this_node, const RunExports* exports) {
   const std::string whole = core::dump_json(skeleton(r, t), 2) + "\n";
   // Strings are escaped in the dump, so this line (two spaces: the top level) is the workers key.
   constexpr std::string_view kEmpty = "\n  \"workers\": []";
@@ -132,7 +133,8 @@ void write_plan_json(std::ostream& os, const core::Resolved& r, const core::Plan
     for (const auto& derived : core::derive_workers(t, static_cast<int>(n), slot)) {
       out.buf += first ? "[\n" : ",\n";
       first = false;
-      put_worker(out.buf, mine ? bound_or(derived, this_node) : derived,
+      const core::Worker& w = mine ? bound_or(derived, this_node) : derived;
+      put_worker(out.buf, w, exports ? exported_env(w, *exports) : w.env,
                  core::worker_argv(r.command_spec, derived.local_rank), cpus);
     }
     out.maybe_flush();

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "agent/error.hpp"
+#include "agent/spawn.hpp"
 #include "agent/topology.hpp"
 #include "core/hostlist.hpp"
 #include "launcher/agent_options.hpp"
@@ -61,7 +62,8 @@ std::optional<int> validate_or_dry_run(const ddprun::core::Options& o, const ddp
   agent_opts = launcher::agent_options(o, resolved);
   if (!o.dry_run) return std::nullopt;
   if (o.format == "json") {
-    launcher::write_plan_json(std::cout, resolved, table, bound.workers);
+    const auto exports = launcher::run_exports(agent_opts, agent::current_environment());
+    launcher::write_plan_json(std::cout, resolved, table, bound.workers, &exports);
   } else {
     launcher::write_plan_text(std::cout, resolved, table, bound.workers);
   }

@@ -455,3 +455,69 @@ TEST_CASE("a worker that changes directory still finds its error and heartbeat f
   }
   CHECK(std::filesystem::exists(dir / "logs/attempt_0/rank_0/error.json"));
 }
+
+TEST_CASE("the dry run's env is exactly what a run exports to each worker", "[cli][dryrun]") {
+  // A Python worker that writes its whole environment out; run and dry run see the same environment.
+  ddprun::test::TempDir dir;
+  const std::string script = dir / "dump_env.py";
+  std::ofstream(script)
+      << "import json, os\n"
+         "with open(os.path.join(os.environ['OUT'], 'env_' + os.environ['RANK'] + '.json'), "
+         "'w') as f:\n"
+         "    json.dump(dict(os.environ), f)\n";
+  const std::map<std::string, std::string> base = {{"OUT", dir.str()}, {"TMPDIR", dir.str()}};
+  // A port of its own: a busy default would be replaced at the run, as the dry run says it may be.
+  const std::string port = std::to_string(ddprun::test::free_port());
+  const std::vector<std::string> args = {"--nproc-per-node",
+                                         "2",
+                                         "--hang-timeout",
+                                         "60",
+                                         "--log-dir",
+                                         dir / "logs",
+                                         "--python",
+                                         "/usr/bin/python3",
+                                         "--master-port",
+                                         port,
+                                         script};
+  std::vector<std::string> dry = {"--dry-run", "--format", "json"};
+  dry.insert(dry.end(), args.begin(), args.end());
+  const auto plan = run_process(cmdline(dry), base);
+  REQUIRE(plan.code == 0);
+  const auto run = run_process(cmdline(args), base);
+  INFO("stderr: " << run.err);
+  REQUIRE(run.code == 0);
+  const auto workers = nlohmann::json::parse(plan.out).at("workers");
+  REQUIRE(workers.size() == 2);
+  for (const auto& w : workers) {
+    const int rank = w.at("rank").get<int>();
+    CAPTURE(rank);
+    const auto shown = w.at("env").get<std::map<std::string, std::string>>();
+    const auto got =
+        nlohmann::json::parse(ddprun::test::read_file(dir / ("env_" + std::to_string(rank) + ".json")))
+            .get<std::map<std::string, std::string>>();
+    // Every variable shown is the worker's, and every variable the run set or changed is shown.
+    for (const auto& [k, v] : shown) {
+      CAPTURE(k);
+      CHECK(got.count(k) == 1);
+      if (got.count(k) == 1) CHECK(got.at(k) == v);
+    }
+    for (const auto& [k, v] : got) {
+      const auto inherited = base.find(k);
+      const bool standard = k == "PATH" || k == "PWD" || k == "SHLVL" || k == "_" || k == "LC_CTYPE";
+      if ((inherited != base.end() && inherited->second == v) || standard) continue;
+      CAPTURE(k);
+      CHECK(shown.count(k) == 1);
+    }
+    CHECK(shown.count("DDPRUN_HEARTBEAT_FILE") == 1);
+    CHECK(shown.count("PYTHONFAULTHANDLER") == 1);
+    CHECK(shown.count("TORCHELASTIC_ERROR_FILE") == 1);
+  }
+  // Without --log-dir the run makes private directories: the dry run names them with their template.
+  const auto tmp = run_process(
+      cmdline({"--dry-run", "--format", "json", "--hang-timeout", "60", "--no-python", "--", "true"}), base);
+  REQUIRE(tmp.code == 0);
+  const auto env = nlohmann::json::parse(tmp.out).at("workers")[0].at("env");
+  CHECK(env.at("TORCHELASTIC_ERROR_FILE") == dir / "ddprun-errors-XXXXXX/rank_0.json");
+  CHECK(env.at("DDPRUN_HEARTBEAT_FILE") == dir / "ddprun-heartbeat-XXXXXX/rank_0/heartbeat");
+  CHECK(env.count("PYTHONFAULTHANDLER") == 0);  // not a Python command
+}

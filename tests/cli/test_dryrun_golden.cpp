@@ -1,6 +1,7 @@
 // The dry-run's output, byte for byte, for a set of job shapes: the files in tests/cli/golden/ were
 // written by ddprun before the plan became a node table plus a per-node derivation (issue 16); the
-// output must not change. DDPRUN_UPDATE_GOLDEN=1 rewrites them (only for an intended change).
+// output must not change. DDPRUN_UPDATE_GOLDEN=1 rewrites them (only for an intended change: issue 23
+// added each worker's TORCHELASTIC_ERROR_FILE, which the run exports, to the JSON and nothing else).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>

@@ -15,6 +15,15 @@ namespace ddprun::agent {
 std::string attempt_dir(const std::string& log_dir, int requeue, int attempt);
 std::string rank_log_dir(const std::string& log_dir, int requeue, int attempt, int rank);
 
+// The files a run hands worker `rank`: TORCHELASTIC_ERROR_FILE and (--hang-timeout)
+// DDPRUN_HEARTBEAT_FILE. Under --log-dir beside the rank's logs (<rank dir>/error.json,
+// <rank dir>/heartbeat); else in `private_dir`, the run's private directory for them
+// (<private_dir>/rank_<r>.json, <private_dir>/rank_<r>/heartbeat).
+std::string worker_error_file(const std::optional<std::string>& log_dir, int requeue, int attempt, int rank,
+                              const std::string& private_dir);
+std::string worker_heartbeat_file(const std::optional<std::string>& log_dir, int requeue, int attempt,
+                                  int rank, const std::string& private_dir);
+
 // What decides the JSON error file's path for one agent.
 struct ErrorFileSpec {
   std::optional<std::string> error_file;  // --error-file; may hold {node_rank}

@@ -13,13 +13,15 @@ class PrivateDir {
   PrivateDir(const PrivateDir&) = delete;
   PrivateDir& operator=(const PrivateDir&) = delete;
 
-  // Makes <parent>/ddprun-<what>-XXXXXX once; false (errno set) when it cannot.
+  // Makes name_template(what) once; false (errno set) when it cannot.
   bool make(const std::string& what);
   bool made() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
 
   // Where it goes: $TMPDIR (made absolute) when set and not empty, else /tmp.
   static std::string parent();
+  // <parent>/ddprun-<what>-XXXXXX, the X replaced when it is made (what a dry run shows).
+  static std::string name_template(const std::string& what);
 
  private:
   std::string path_;

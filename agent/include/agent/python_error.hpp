@@ -36,6 +36,9 @@ std::optional<PythonError> read_python_error(const std::string& path);
 // Where this launch's workers write their error files, for one attempt: under --log-dir,
 // DIR/[requeue_<q>/]attempt_<n>/rank_<r>/error.json beside the rank's logs; else a private
 // temporary directory (mode 0700) removed when this object goes.
+// The private directory's <what> (PrivateDir) without --log-dir: <TMPDIR>/ddprun-errors-XXXXXX.
+inline constexpr const char* kErrorFilesDir = "errors";
+
 class ErrorFiles {
  public:
   // Throws Error when the temporary directory cannot be made.

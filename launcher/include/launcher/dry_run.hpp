@@ -2,26 +2,45 @@
 // `ddprun --dry-run`: the plan as a readable table or as one JSON object, and the startup table.
 // The whole plan is never held at once: each node's workers are derived (core::derive_workers) and
 // written in turn: memory is the table plus one node's workers (16,384 nodes x 8: 11 MB, docs/scale.md).
+#include <map>
 #include <optional>
 #include <ostream>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "agent/supervisor.hpp"
 #include "core/config.hpp"
 #include "core/cpu_bind.hpp"
 #include "core/plan_table.hpp"
 
 namespace ddprun::launcher {
 
+// What a run adds to every worker's variables besides the plan's, set by the agent as it starts the
+// worker: TORCHELASTIC_ERROR_FILE, and with --hang-timeout DDPRUN_HEARTBEAT_FILE and, for a Python
+// command, PYTHONFAULTHANDLER=1 unless the user set it. Without --log-dir those files are in
+// directories each run makes, shown as <TMPDIR>/ddprun-<what>-XXXXXX.
+struct RunExports {
+  std::optional<std::string> log_dir;  // absolute, as in the agent's options
+  int requeue = 0;
+  bool hang = false;                           // --hang-timeout
+  bool python = false;                         // stacks by faulthandler (agent::python_worker)
+  std::vector<std::string> user_faulthandler;  // PYTHONFAULTHANDLER=... of the agent's environment, if any
+  std::string error_dir, heartbeat_dir;        // the private directories' names
+};
+RunExports run_exports(const agent::AgentOptions& ao, const std::vector<std::string>& agent_env);
+// `w`'s variables as the run's first attempt exports them: the plan's and `x`'s.
+std::map<std::string, std::string> exported_env(const core::Worker& w, const RunExports& x);
+
 // The same bytes as the whole plan rendered at once: the text table, or core::plan_to_json plus the
 // CLI's fields dumped by core::dump_json with indent 2.
 // `this_node`: this ddprun's own workers as bind_this_node bound them (they replace the derived
-// ones, with their CPUs); empty: nothing bound.
+// ones, with their CPUs); empty: nothing bound. `exports`: what the run adds to each worker's
+// variables (JSON only); null: the plan's variables only.
 void write_plan_text(std::ostream& out, const core::Resolved& r, const core::PlanTable& table,
                      const std::vector<core::Worker>& this_node = {});
 void write_plan_json(std::ostream& out, const core::Resolved& r, const core::PlanTable& table,
-                     const std::vector<core::Worker>& this_node = {});
+                     const std::vector<core::Worker>& this_node = {}, const RunExports* exports = nullptr);
 
 // The startup table node rank 0 prints once the plan is agreed: one row per node (first and last
 // rows only past `max_rows` nodes) with its host, ranks and the GPUs each rank sees, and the master
