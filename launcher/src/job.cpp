@@ -46,7 +46,7 @@ class LocalSession final : public Session {
     Round round;
     round.table = std::make_shared<const core::PlanTable>(core::make_plan_table(job, r_.nodes));
     round.local = core::derive_workers(*round.table, job.node_rank, core::task_slot(job));
-    round.announce = round.table->job.world_size > 1;
+    round.announce = true;  // one worker too, as under srun: the run says where it runs before it starts
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }

@@ -157,6 +157,13 @@ TEST_CASE("standalone startup line names no run id", "[cli]") {
   CHECK(r.code == 0);
   CHECK_THAT(r.err, Catch::StartsWith("ddprun: attempt 0: 1 node, world size 2, master 127.0.0.1:") &&
                         !Catch::Contains("run none"));
+  // One worker gets its startup table too (as under srun), and --quiet hides it.
+  r = run_process(cmdline({"--nproc-per-node", "1", "true"}));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: attempt 0: 1 node, world size 1, master 127.0.0.1:"));
+  r = run_process(cmdline({"-q", "--nproc-per-node", "1", "true"}));
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
   r = run_process(cmdline({"--dry-run", "--nproc-per-node", "2", "true"}));
   CHECK(r.code == 0);
   CHECK_THAT(r.out,
