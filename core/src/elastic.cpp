@@ -10,6 +10,20 @@ bool has_majority(int present, int previous) {
   return 2 * present > previous;
 }
 
+int shrink_floor(int agents, int nnodes_min) {
+  int n = agents;
+  while (n - 1 >= nnodes_min && n - 1 >= 1 && has_majority(n - 1, n)) --n;
+  return n;
+}
+
+std::optional<std::string> survives_no_loss(int agents, int nnodes_min) {
+  if (shrink_floor(agents, nnodes_min) < agents) return std::nullopt;
+  return fmt::format(
+      "this elastic job survives no lost node: {} of its {} nodes left would not be a strict majority of "
+      "the last round; run {} nodes or more (standbys count) to survive one (docs/elastic.md)",
+      agents - 1, agents, std::max(3, nnodes_min + 1));
+}
+
 namespace {
 
 bool contains(const std::vector<int>& v, int x) {

@@ -11,6 +11,7 @@
 #include "agent/python_error.hpp"
 #include "agent/stacks.hpp"
 #include "core/command.hpp"
+#include "core/elastic.hpp"
 #include "plan_writer.hpp"
 
 namespace ddprun::launcher {
@@ -39,17 +40,22 @@ std::string cpu_bind_line(const core::Resolved& r) {
 }
 
 // Elastic mode (issue 14): how far the job may shrink and how many standbys wait. Empty when fail-fast.
+// The floor is MIN, or higher where the strict majority rule stops the job first (core::shrink_floor).
 std::string elastic_line(const core::Resolved& r) {
   if (!r.elastic) return "";
+  if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) {
+    return fmt::format("elastic (--max-restarts {}), but {}\n", r.job.max_restarts, *none);
+  }
   const int standbys = r.nagents - r.job.nnodes;
   const std::string spares = standbys == 0
                                  ? "no standby nodes"
                                  : fmt::format("{} standby node{} (spare) take{} a lost node's place first",
                                                standbys, standbys == 1 ? "" : "s", standbys == 1 ? "s" : "");
+  const int floor = std::min(core::shrink_floor(r.nagents, r.nnodes_min), r.nnodes_max);
   return fmt::format(
       "elastic: a lost node restarts the job without it (--max-restarts {}) while at least {} of {} nodes "
-      "remain; {} (docs/elastic.md)\n",
-      r.job.max_restarts, r.nnodes_min, r.nnodes_max, spares);
+      "remain; {}; each loss must leave a strict majority of the last round (docs/elastic.md)\n",
+      r.job.max_restarts, floor, r.nnodes_max, spares);
 }
 
 // The text header: mode, sizes, ports, the batch and store lines.

@@ -16,6 +16,7 @@
 #include "agent/signals.hpp"
 #include "agent/supervisor.hpp"
 #include "agent/topology.hpp"
+#include "core/elastic.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
@@ -296,6 +297,9 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
   try {
     ao.events = &ev;
     rdzv::auth::Config auth = resolve_auth(r, o.quiet, ev);
+    if (r.elastic && r.job.node_rank == 0) {
+      if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) ev.warn(*none);
+    }
     std::unique_ptr<Session> session;
     if (r.mode == core::Mode::standalone) {
       session = std::make_unique<LocalSession>(r);

@@ -528,3 +528,31 @@ TEST_CASE("the dry run's env is exactly what a run exports to each worker", "[cl
   CHECK(env.at("DDPRUN_HEARTBEAT_FILE") == dir / "ddprun-heartbeat-XXXXXX/rank_0/heartbeat");
   CHECK(env.count("PYTHONFAULTHANDLER") == 0);  // not a Python command
 }
+
+TEST_CASE("an elastic job that survives no lost node is told so at start and in the dry run",
+          "[cli][elastic]") {
+  // --nnodes 1:2: MIN is 1, but 1 node left of 2 is no strict majority, so no loss is survived.
+  const std::vector<std::string> job = {
+      "--nnodes",         "1:2",
+      "--node-rank",      "0",
+      "--rdzv-endpoint",  "127.0.0.1:" + std::to_string(ddprun::test::free_port()),
+      "--max-restarts",   "2",
+      "--rdzv-last-call", "1",
+      "--rdzv-timeout",   "60"};
+  auto with = [&](std::vector<std::string> front) {
+    front.insert(front.end(), job.begin(), job.end());
+    front.insert(front.end(), {"--", "true"});
+    return cmdline(front);
+  };
+  const std::string says =
+      "this elastic job survives no lost node: 1 of its 2 nodes left would not be a strict "
+      "majority of the last round";
+  auto plan = run_process(with({"--dry-run"}), {{"DDPRUN_RDZV_AUTH", "none"}});
+  REQUIRE(plan.code == 0);
+  CHECK_THAT(plan.out, Catch::Contains(says) && !Catch::Contains("while at least 1 of 2"));
+  // The run (one node joins; MIN lets it start after the last call) warns before it starts.
+  auto run = run_process(with({}), {{"DDPRUN_RDZV_AUTH", "none"}});
+  INFO("stderr: " << run.err);
+  CHECK(run.code == 0);
+  CHECK_THAT(run.err, Catch::StartsWith("ddprun: warning: " + says));
+}

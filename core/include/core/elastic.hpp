@@ -34,6 +34,15 @@ AfterLoss after_loss(const std::vector<Member>& members, const std::vector<int>&
 // True when `present` of `previous` members form a strict majority.
 bool has_majority(int present, int previous);
 
+// The fewest nodes an elastic job of `agents` agents (actives and standbys) can go on with, losing
+// them one at a time: each loss must leave at least `nnodes_min` and a strict majority of the round
+// before. `agents` when it survives no loss at all (2 nodes: 1 left is not a majority of 2).
+int shrink_floor(int agents, int nnodes_min);
+
+// For an elastic job that survives no lost node (shrink_floor(agents, MIN) == agents): one line
+// saying so and what to do, for the dry run and the start-up warning; nullopt when it survives one.
+std::optional<std::string> survives_no_loss(int agents, int nnodes_min);
+
 // The node rank (in `members`) that serves the store next when the master (node rank 0) is lost:
 // the first survivor in node order; nullopt when none survives.
 std::optional<int> failover_host(const std::vector<Member>& members, const std::vector<int>& lost);

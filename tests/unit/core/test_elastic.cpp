@@ -49,6 +49,28 @@ TEST_CASE("majority is strict", "[elastic]") {
   CHECK_FALSE(has_majority(0, 1));
 }
 
+TEST_CASE("shrink floor: how far an elastic job shrinks losing one node at a time", "[elastic]") {
+  struct Row {
+    int agents, min, floor;
+  };
+  // 2 nodes survive no loss (1 of 2 is no majority), whatever MIN says; 3 lose one; 4 stop at 2.
+  const Row table[] = {{2, 1, 2}, {3, 1, 2}, {4, 1, 2}, {5, 1, 2},
+                       {5, 4, 4}, {8, 3, 3}, {3, 3, 3}, {1, 1, 1}};
+  for (const auto& row : table) {
+    CAPTURE(row.agents, row.min);
+    CHECK(shrink_floor(row.agents, row.min) == row.floor);
+    // The same as after_loss deciding each single loss in turn.
+    std::vector<Member> members;
+    for (int i = 0; i < row.agents; ++i) members.push_back({i, "h" + std::to_string(i), false});
+    while (members.size() > 1) {
+      const auto d = after_loss(members, {static_cast<int>(members.size()) - 1}, row.min, true);
+      if (!d.go_on) break;
+      members = d.survivors;
+    }
+    CHECK(static_cast<int>(members.size()) == row.floor);
+  }
+}
+
 TEST_CASE("the new store host is the first survivor in node order", "[elastic]") {
   CHECK(failover_host(four(), {0}) == 1);
   CHECK(failover_host(four(), {0, 1}) == 2);

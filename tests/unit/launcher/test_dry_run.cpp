@@ -202,6 +202,38 @@ TEST_CASE("dry-run and startup table show the standbys of an elastic job", "[pla
   CHECK_THAT(startup, Catch::Matches("(.|\n)*\n  2 +node3 +standby +-\n"));
 }
 
+TEST_CASE("dry-run: an elastic job says how far it can shrink, or that it survives no loss",
+          "[plan][dryrun][elastic]") {
+  auto elastic = [](int min, int max, int agents) {
+    ddprun::core::Resolved r;
+    r.mode = r.job.mode = Mode::agent;
+    r.context = SlurmContext::none;
+    r.elastic = true;
+    r.nnodes_min = min;
+    r.nnodes_max = max;
+    r.nagents = agents;
+    r.job.nnodes = max;
+    r.job.max_restarts = 3;
+    r.command = r.command_spec.command = {"train"};
+    std::vector<int> local(static_cast<std::size_t>(agents), 1);
+    r.nodes = nodes(local, {});
+    for (int n = max; n < agents; ++n) r.nodes[static_cast<std::size_t>(n)].spare = true;
+    return text_of(r, ddprun::launcher::dry_run_table(r));
+  };
+  // --nnodes 1:2: one node left of two is no majority, MIN notwithstanding.
+  CHECK_THAT(
+      elastic(1, 2, 2),
+      Catch::Contains("elastic (--max-restarts 3), but this elastic job survives no lost node: 1 of its 2 "
+                      "nodes left would not be a strict majority of the last round; run 3 nodes or more") &&
+          !Catch::Contains("while at least"));
+  // --nnodes 1:4 shrinks to 2, not to MIN 1.
+  CHECK_THAT(elastic(1, 4, 4),
+             Catch::Contains("while at least 2 of 4 nodes remain; no standby nodes; each loss "
+                             "must leave a strict majority of the last round"));
+  // A standby makes two nodes survive one loss.
+  CHECK_THAT(elastic(2, 2, 3), Catch::Contains("while at least 2 of 2 nodes remain; 1 standby node (spare)"));
+}
+
 namespace {
 
 // 2 NUMA nodes of 4 single-thread cores; GPU 0 on node 1, GPU 1 on node 0.
