@@ -44,6 +44,16 @@ class HelpFormatter final : public CLI::Formatter {
     return make_usage(app, name) + "\n" + make_description(app) + make_positionals(app) +
            make_groups(app, mode) + make_subcommands(app, mode);
   }
+  // A flag's default value, CLI11's "--tee{1}" (how --tee alone gets level 1), is not for the reader.
+  std::string make_option_name(const CLI::Option* opt, bool positional) const override {
+    std::string name = CLI::Formatter::make_option_name(opt, positional);
+    for (auto open = name.find('{'); open != std::string::npos; open = name.find('{', open)) {
+      const auto close = name.find('}', open);
+      if (close == std::string::npos) break;
+      name.erase(open, close - open + 1);
+    }
+    return name;
+  }
 };
 
 std::string env(const char* name) {
@@ -153,11 +163,12 @@ void add_job_options(CLI::App& app, core::Options& o) {
 void add_store_options(CLI::App& app, core::Options& o) {
   const std::string g = "Rendezvous";
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
-                 "HOST:PORT of the store served by node rank 0 (default under Slurm: the first "
-                 "node, with a port derived from the job id)")
+                 "HOST:PORT of the store served by node rank 0 (default in a Slurm step: its first "
+                 "node, with a port derived from JOBID.STEPID; outside Slurm port 29400)")
       ->envname(env("RDZV_ENDPOINT"))
       ->group(g);
-  app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "Run id shared by all agents (default: SLURM_JOB_ID)")
+  app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id,
+                 "Run id shared by all agents (default: the Slurm step's JOBID.STEPID, else none)")
       ->envname(env("RDZV_ID"))
       ->group(g);
   app.add_option("--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout,
@@ -173,8 +184,8 @@ void add_store_options(CLI::App& app, core::Options& o) {
       ->envname(env("MASTER_ADDR"))
       ->group(g);
   app.add_option("--master-port,--master_port", o.master_port,
-                 "MASTER_PORT for the workers' own store (default: derived from the job id, else "
-                 "29500; checked by binding)")
+                 "MASTER_PORT for the workers' own store (default: derived from the Slurm step's "
+                 "JOBID.STEPID, else 29500; checked by binding)")
       ->envname(env("MASTER_PORT"))
       ->group(g);
   ignored<std::string>(app, "--rdzv-backend,--rdzv_backend", "Accepted for torchrun compatibility; ignored",

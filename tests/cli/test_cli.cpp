@@ -131,6 +131,10 @@ TEST_CASE("help and version flags exit 0", "[cli]") {
   std::size_t usages = 0;
   for (auto at = h.out.find("Usage"); at != std::string::npos; at = h.out.find("Usage", at + 1)) ++usages;
   CHECK(usages == 1);
+  // Options as users type them, and defaults as ddprun derives them (from the step, not the job).
+  CHECK_THAT(h.out, Catch::Contains("--tee [LEVEL]") && !Catch::Contains("{1}"));
+  CHECK_THAT(h.out, Catch::Contains("(default: the Slurm step's JOBID.STEPID, else none)") &&
+                        !Catch::Contains("SLURM_JOB_ID") && !Catch::Contains("derived from the job id"));
   auto v = run_process(cmdline({"--version"}));
   CHECK(v.code == 0);
   CHECK_THAT(v.out, Catch::StartsWith("ddprun "));
