@@ -40,7 +40,7 @@ run_logged() {  # run_logged NAME SECONDS CMD...
 
 DDPRUN=$KIT/bin/ddprun
 TRAIN=$KIT/bin/ddprun-train
-for f in "$DDPRUN" "$TRAIN" "$KIT/manifest.txt"; do
+for f in "$DDPRUN" "$KIT/manifest.txt"; do
   if [ ! -e "$f" ]; then
     result kit FAIL "missing $f: make the kit with scripts/gpu-kit.sh on the build machine and carry it"
     exit 1
@@ -99,7 +99,10 @@ print(":".join(dirs))
 EOF
 )
 train_ok=1
-if [ "$kit_torch" != "$torch_version" ]; then
+if [ ! -x "$TRAIN" ]; then
+  train_ok=0
+  train_why="the kit has no ddprun-train"
+elif [ "$kit_torch" != "$torch_version" ]; then
   train_ok=0
   train_why="the kit's trainer was built against torch $kit_torch, this machine has $torch_version"
 fi
@@ -120,11 +123,12 @@ close() { "$PY" -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); s
 # --- the CPU reference run (also what the build machine checks) ----------------------------------------------------
 cpu_acc=""
 if [ $train_ok = 1 ]; then
+  # An empty CUDA_VISIBLE_DEVICES hides the GPUs from ddprun and from the worker: the trainer must stay on the CPU.
   read -r rc cpu_acc < <(CUDA_VISIBLE_DEVICES= train_run train-cpu --nproc-per-node 1 -- --backend gloo)
-  if [ "$rc" = 0 ] && [ -n "$cpu_acc" ]; then
+  if [ "$rc" = 0 ] && [ -n "$cpu_acc" ] && ! grep -q 'head on cuda' "$LOGS/train-cpu.log"; then
     result train-cpu PASS "gloo on the CPU, 1 rank: test accuracy $cpu_acc"
   else
-    result train-cpu FAIL "exit $rc, accuracy '${cpu_acc}'; $LOGS/train-cpu.log"
+    result train-cpu FAIL "exit $rc, accuracy '${cpu_acc}'$(grep -q 'head on cuda' "$LOGS/train-cpu.log" && echo ", ran on the GPU"); $LOGS/train-cpu.log"
     cpu_acc=""
   fi
 else
@@ -162,10 +166,11 @@ if [ $train_ok = 0 ]; then
   result train-nccl FAIL "$train_why"
   result train-mp FAIL "$train_why"
 else
-  read -r rc acc < <(train_run train-nccl --nproc-per-node gpu --gpus-per-proc 1 -- --backend nccl)
+  # NCCL_DEBUG=INFO: NCCL's own "Init COMPLETE" line shows that the communicator was made (one rank a GPU).
+  read -r rc acc < <(NCCL_DEBUG=INFO train_run train-nccl --nproc-per-node gpu --gpus-per-proc 1 -- --backend nccl)
   if [ "$rc" = 0 ] && [ -n "$acc" ] && [ -n "$cpu_acc" ] && close "$acc" "$cpu_acc" &&
-    grep -q 'backend nccl, head on cuda' "$LOGS/train-nccl.log"; then
-    result train-nccl PASS "NCCL, $ngpu rank(s), one GPU each: test accuracy $acc (CPU $cpu_acc)"
+    grep -q 'backend nccl, head on cuda' "$LOGS/train-nccl.log" && grep -q 'Init COMPLETE' "$LOGS/train-nccl.log"; then
+    result train-nccl PASS "NCCL $(grep -o 'NCCL version [0-9.+a-z]*' "$LOGS/train-nccl.log" | head -1 | cut -d' ' -f3), $ngpu rank(s), one GPU each, communicator made: test accuracy $acc (CPU $cpu_acc)"
   else
     result train-nccl FAIL "exit $rc, accuracy '$acc' against the CPU's '$cpu_acc'; $LOGS/train-nccl.log"
   fi

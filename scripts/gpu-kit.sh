@@ -15,14 +15,19 @@ if [ ! -x "$DDPRUN_TORCH2_PYTHON" ]; then
   exit 1
 fi
 torch_prefix=$("$DDPRUN_TORCH2_PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+torch_lib=$("$DDPRUN_TORCH2_PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 torch_version=$("$DDPRUN_TORCH2_PYTHON" -c 'import torch; print(torch.__version__)')
 # The same compile flags as the default preset (ccache hits); a DT_RPATH, which also serves the libraries' own needs.
+# CMAKE_LIBRARY_PATH: Torch's config searches the system's directories before its own, where Debian's libtorch 1.13
+# (libtorch-dev) would be found first.
+mkdir -p "$OBJ"
 cmake -S . -B "$OBJ" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON -DDDPRUN_BUILD_TESTS=OFF \
-  -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" -DCMAKE_PREFIX_PATH="$torch_prefix" -DCMAKE_CUDA_COMPILER="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" \
-  '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$OBJ.configure.log" 2>&1 ||
-  { tail -30 "$OBJ.configure.log" >&2; exit 1; }
-grep -q 'NCCL backend enabled' "$OBJ.configure.log" ||
-  { echo "gpu-kit: the trainer was not configured with CUDA and NCCL; see $OBJ.configure.log" >&2; exit 1; }
+  -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" -DCMAKE_PREFIX_PATH="$torch_prefix" \
+  -DCMAKE_LIBRARY_PATH="$torch_lib" -DCMAKE_CUDA_COMPILER="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" \
+  '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$OBJ/configure.log" 2>&1 ||
+  { tail -30 "$OBJ/configure.log" >&2; exit 1; }
+grep -q "NCCL backend enabled" "$OBJ/configure.log" ||
+  { echo "gpu-kit: the trainer was not configured with CUDA and NCCL; see $OBJ/configure.log" >&2; exit 1; }
 cmake --build "$OBJ" -j"$(nproc)" --target ddprun ddprun-train
 
 rm -rf "$KIT"
@@ -35,7 +40,7 @@ for b in "$KIT/bin/ddprun" "$KIT/bin/ddprun-train"; do
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   case "$name" in
-    libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | libstdc++.so* | libgcc_s.so* | \
+    libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | libutil.so* | ld-linux* | libstdc++.so* | libgcc_s.so* | \
       libcuda.so* | libtorch* | libc10* | libcudart* | libnvrtc* | libnccl* | libcublas* | libcudnn* | libcu* | \
       libnv* | libgomp* | libshm* | libcaffe2*) ;;
     *) case "$path" in "$DDPRUN_TORCH2_VENV"/*) ;; *) cp -L "$path" "$KIT/lib/$name" ;; esac ;;

@@ -1,5 +1,6 @@
 #include "dist.hpp"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -14,15 +15,14 @@
 namespace ddprun::train {
 namespace {
 
-using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-Group make_gloo(const StorePtr& store, int rank, int size, const std::string& master,
-                std::chrono::milliseconds timeout) {
+GroupPtr make_gloo(const StorePtr& store, int rank, int size, const std::string& master,
+                   std::chrono::milliseconds timeout) {
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
@@ -72,9 +72,10 @@ void make_nccl_groups(Dist& d, const Options& o, const StorePtr& world_store, co
   auto nopts = c10d::ProcessGroupNCCL::Options::create();
   nopts->timeout = timeout;
   d.world = c10::make_intrusive<c10d::ProcessGroupNCCL>(world_store, env.rank, env.world_size, nopts);
-  d.dp = env.mp_size == 1
-             ? d.world
-             : c10::make_intrusive<c10d::ProcessGroupNCCL>(dp_store, env.dp_rank, env.dp_size, nopts);
+  d.dp =
+      env.mp_size == 1
+          ? d.world
+          : GroupPtr(c10::make_intrusive<c10d::ProcessGroupNCCL>(dp_store, env.dp_rank, env.dp_size, nopts));
 }
 #endif
 
@@ -93,11 +94,13 @@ Dist init_dist(const DistEnv& env, const Options& o) {
   Dist d;
   d.env = env;
   check_backend(o);
+  d.collective = env.world_size > 1 || o.backend == "nccl";
   if (!d.active()) {
     return d;
   }
   const auto timeout = std::chrono::milliseconds(std::int64_t{o.timeout_s} * 1000);
-  d.store = make_store(env, timeout);
+  // One process needs no TCP store (and may run without MASTER_ADDR).
+  d.store = env.world_size > 1 ? make_store(env, timeout) : StorePtr(c10::make_intrusive<c10d::HashStore>());
   auto world_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_train/world", d.store);
   auto dp_store =
       c10::make_intrusive<c10d::PrefixStore>("ddprun_train/dp" + std::to_string(env.mp_rank), d.store);

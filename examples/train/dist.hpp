@@ -3,13 +3,13 @@
 #pragma once
 
 #include <torch/torch.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <string>
 #include <vector>
 
 #include "core.hpp"
+#include "group.hpp"
 #include "options.hpp"
 
 namespace ddprun::train {
@@ -17,10 +17,13 @@ namespace ddprun::train {
 struct Dist {
   DistEnv env;
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> world;  // all ranks: broadcast, stop flag
-  c10::intrusive_ptr<c10d::ProcessGroup> dp;     // ranks sharing this MP rank: gradients
+  GroupPtr world;  // all ranks: broadcast, stop flag
+  GroupPtr dp;     // ranks sharing this MP rank: gradients
   torch::Device comm_dev = torch::kCPU;
-  bool active() const { return env.world_size > 1; }
+  // Collectives run with more than one process, and with --backend nccl at any size: a one-rank NCCL
+  // communicator, so that a one-GPU machine exercises the NCCL path (scripts/gpu-check.sh).
+  bool collective = false;
+  bool active() const { return collective; }
 };
 
 // c10d stores hold bytes; the set-up handshakes exchange short texts.

@@ -6,8 +6,8 @@
 
 namespace ddprun::train {
 
-GradReducer::GradReducer(const std::vector<torch::Tensor>& params, c10::intrusive_ptr<c10d::ProcessGroup> pg,
-                         std::int64_t first_cap_bytes, std::int64_t cap_bytes, std::int64_t extra)
+GradReducer::GradReducer(const std::vector<torch::Tensor>& params, GroupPtr pg, std::int64_t first_cap_bytes,
+                         std::int64_t cap_bytes, std::int64_t extra)
     : pg_(std::move(pg)), params_(params), extra_(extra) {
   plan_buckets(first_cap_bytes, cap_bytes);
   allocate_and_hook();

@@ -8,21 +8,21 @@
 #pragma once
 
 #include <torch/torch.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "group.hpp"
 #include "shm_allreduce.hpp"
 
 namespace ddprun::train {
 
 class GradReducer {
  public:
-  GradReducer(const std::vector<torch::Tensor>& params, c10::intrusive_ptr<c10d::ProcessGroup> pg,
-              std::int64_t first_cap_bytes, std::int64_t cap_bytes, std::int64_t extra);
+  GradReducer(const std::vector<torch::Tensor>& params, GroupPtr pg, std::int64_t first_cap_bytes,
+              std::int64_t cap_bytes, std::int64_t extra);
 
   std::vector<std::int64_t> bucket_numels() const;
   bool all_cpu_float() const;
@@ -57,7 +57,7 @@ class GradReducer {
   void allocate_and_hook();
   void on_grad(std::size_t bi, std::size_t si, const torch::Tensor& g);
 
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  GroupPtr pg_;
   std::vector<torch::Tensor> params_;
   std::vector<Bucket> buckets_;
   std::size_t next_ = 0;
