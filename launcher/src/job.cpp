@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
+#include "core/worker_store.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
@@ -28,6 +29,7 @@
 #include "session.hpp"
 #include "store/error.hpp"
 #include "store_coordinator.hpp"
+#include "worker_store.hpp"
 
 namespace ddprun::launcher {
 
@@ -38,12 +40,15 @@ using core::Failure;
 // Standalone: the one-node case.
 class LocalSession final : public Session {
  public:
-  explicit LocalSession(const core::Resolved& r) : r_(r) {}
+  LocalSession(const core::Resolved& r, agent::Events& ev) : r_(r), store_(worker_store_log(ev)) {}
 
   Round join(int attempt) override {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    job.master_port = choose_master_port(job.master_port, 0, r_.master_port_given);
+    job.master_port =
+        job.worker_store == core::WorkerStore::rank0
+            ? choose_master_port(job.master_port, 0, r_.master_port_given)
+            : store_.serve(job.master_addr, job.master_port, 0, r_.master_port_given, false, {});
     Round round;
     round.table = std::make_shared<const core::PlanTable>(core::make_plan_table(job, r_.nodes));
     round.local = core::derive_workers(*round.table, job.node_rank, core::task_slot(job));
@@ -57,6 +62,7 @@ class LocalSession final : public Session {
  private:
   const core::Resolved& r_;
   agent::LocalCoordinator coord_;
+  WorkerStoreHost store_;
 };
 
 // Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
@@ -117,6 +123,16 @@ rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::
     }
   };
   return ro;
+}
+
+std::function<void(const std::string&)> worker_store_log(agent::Events& ev) {
+  return [&ev](const std::string& line) {
+    if (ev.json()) {
+      ev.emit("worker_store", {{"message", line}});
+    } else {
+      fmt::print(stderr, "ddprun: {}\n", line);
+    }
+  };
 }
 
 core::PlanTable parse_published_plan(const std::string& text, const std::string& endpoint) {
@@ -302,7 +318,7 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
     }
     std::unique_ptr<Session> session;
     if (r.mode == core::Mode::standalone) {
-      session = std::make_unique<LocalSession>(r);
+      session = std::make_unique<LocalSession>(r, ev);
     } else if (r.mode == core::Mode::per_task) {
       session = make_per_task_session(o, r, std::move(auth), ev);
     } else {

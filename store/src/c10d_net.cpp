@@ -70,23 +70,13 @@ std::uint16_t local_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
-std::string numeric_host(const sockaddr_storage& ss) {
-  char host[INET6_ADDRSTRLEN] = {};
-  if (ss.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host);
-  } else if (ss.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
-  }
-  return host;
-}
-
 void close_reset(int fd) {
   const linger lg{1, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   ::close(fd);
 }
 
-int start_connect(const std::string& host, std::uint16_t port, bool& done) {
+int start_connect(const std::string& host, std::uint16_t port, bool& done, const std::string& source) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -106,6 +96,14 @@ int start_connect(const std::string& host, std::uint16_t port, bool& done) {
     }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!source.empty() && a->ai_family == AF_INET) {
+      sockaddr_in src{};
+      src.sin_family = AF_INET;
+      ::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+      if (::inet_pton(AF_INET, source.c_str(), &src.sin_addr) == 1) {
+        ::bind(fd, reinterpret_cast<const sockaddr*>(&src), sizeof src);
+      }
+    }
     if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
       done = true;
       break;

@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -94,6 +95,7 @@ struct C10dServer::Impl {
   void close(c10d::SConn& c, const std::string& reason, bool error);
   void log_line(const std::string& line);
   void log_limited(const std::string& line);
+  std::string limit_advice() const;
 
   // Requests: one handler each.
   void handle(c10d::SConn& c, Request& q);
@@ -260,7 +262,7 @@ void C10dServer::Impl::shutdown() {
 
 bool C10dServer::Impl::admitted(const sockaddr_storage& peer) const {
   if (!opts.filter_peers) return true;
-  const std::string a = normalize_address(c10d::numeric_host(peer));
+  const std::string a = normalize_address(numeric_host_of(peer));
   if (opts.admit_local && (a.rfind("127.", 0) == 0 || a == "::1")) return true;
   return allowed.contains(a);
 }
@@ -283,7 +285,7 @@ void C10dServer::Impl::accept_some(int lfd) {
           spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
         }
         log_limited(fmt::format("worker store: out of file descriptors at {} connections; {}", conns.size(),
-                                connection_limit_message(max_conns, fd_limits)));
+                                limit_advice()));
       }
       return;
     }
@@ -297,7 +299,8 @@ void C10dServer::Impl::accept_some(int lfd) {
     }
     if (conns.size() >= max_conns) {
       ++n_refused;
-      log_limited("worker store: " + connection_limit_message(max_conns, fd_limits));
+      log_limited(
+          fmt::format("worker store: reached its connection limit of {}; {}", max_conns, limit_advice()));
       c10d::close_reset(fd);
       continue;
     }
@@ -698,8 +701,8 @@ void C10dServer::Impl::on_multi_get(SConn& c, Request& q) {
 }
 
 void C10dServer::Impl::on_watch(SConn& c, Request& q) {
-  if (c.watches >= kMaxWatches)
-    refuse(fmt::format("more than {} keys watched on one connection", kMaxWatches));
+  const std::size_t cap = c.parser.relay() ? kMaxRelayWaits : kMaxWatches;
+  if (c.watches >= cap) refuse(fmt::format("more than {} keys watched on one connection", cap));
   ++c.watches;
   watchers[q.keys[0]].emplace_back(c.serial, q.tag);
   reply_u8(c, q.tag, static_cast<std::uint8_t>(c10d::WatchEvent::registered));
@@ -831,6 +834,14 @@ void C10dServer::Impl::clear_keyspace() {
   n_keys = 0;
 }
 
+std::string C10dServer::Impl::limit_advice() const {
+  return fmt::format(
+      "open-file limit RLIMIT_NOFILE {} (hard {}): raise it on node 0 (ulimit -n, limits.conf or Slurm's "
+      "PropagateResourceLimits); each worker needs one descriptor",
+      fd_limits.soft,
+      fd_limits.hard == RLIM_INFINITY ? std::string("unlimited") : std::to_string(fd_limits.hard));
+}
+
 void C10dServer::Impl::log_line(const std::string& line) {
   if (opts.log) {
     opts.log(line);
@@ -917,7 +928,7 @@ std::vector<std::string> local_addresses() {
     if (fam != AF_INET && fam != AF_INET6) continue;
     sockaddr_storage ss{};
     std::memcpy(&ss, i->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
-    out.push_back(normalize_address(c10d::numeric_host(ss)));
+    out.push_back(normalize_address(numeric_host_of(ss)));
   }
   ::freeifaddrs(list);
   return out;

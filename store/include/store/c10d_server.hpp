@@ -2,7 +2,8 @@
 // The workers' store (docs/rendezvous.md, "The workers' store"): PyTorch's TCPStore protocol,
 // served by node 0's agent on MASTER_PORT for the whole attempt, so every worker is a pure client
 // (TORCHELASTIC_USE_AGENT_STORE=True) and no worker's death takes the store away. One port serves
-// torch 1.x to the newest (store/c10d_codec.hpp).
+// torch 1.x to the newest (store/c10d_codec.hpp). C10dRelay is the node-local relay of
+// `--worker-store relay`: it serves its node's workers and forwards to node 0 over one connection.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +16,8 @@
 
 namespace ddprun::rdzv {
 
-// One epoll thread. A server gets its own unless given one to share.
+// One epoll thread. Servers and relays get their own unless given one to share (the bench puts
+// thousands of relays on one).
 class C10dLoop {
  public:
   C10dLoop();
@@ -72,6 +74,50 @@ class C10dServer {
   std::uint64_t dropped_count() const;  // connections closed for a protocol error or a limit
   std::size_t key_count() const;
   std::uint64_t request_count() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+struct C10dRelayOptions {
+  std::string host = "127.0.0.1";  // where this node's workers connect (numeric)
+  std::uint16_t port = 0;          // 0 = ephemeral
+  std::string upstream_host;       // node 0's workers' store
+  std::uint16_t upstream_port = 0;
+  // Numeric address to connect from (unset: the kernel's choice). The bench gives each simulated node
+  // its own, as each node has on a cluster.
+  std::string source_host;
+  // How long to keep trying node 0's store when it cannot be reached (it is up before any worker of the
+  // attempt starts, so this is for a network hiccup). Requests wait meanwhile; past it, the workers'
+  // connections are closed.
+  std::chrono::milliseconds connect_timeout{60000};
+  c10d::Limits limits;
+  c10d::Layout legacy = c10d::Layout::v1;
+  std::size_t max_connections = 0;        // 0: from RLIMIT_NOFILE
+  std::size_t max_unsent = 64u << 20;     // per worker, as the server's
+  std::size_t max_upstream = 256u << 20;  // requests not yet taken by node 0's socket
+  std::function<void(const std::string& line)> log;
+  std::shared_ptr<C10dLoop> loop;
+};
+
+// Serves its node's workers as C10dServer does and forwards every request to node 0's store over one
+// connection (a tagged form of the 2.2+ protocol, docs/protocol.md): node 0 then sees one connection per
+// node. VALIDATE, PING and CANCEL_WAIT are answered here; identical WAITs and GETs of several workers in
+// flight together travel once.
+class C10dRelay {
+ public:
+  explicit C10dRelay(C10dRelayOptions options);  // binds; throws rdzv::Error naming the address
+  ~C10dRelay();
+  C10dRelay(const C10dRelay&) = delete;
+  C10dRelay& operator=(const C10dRelay&) = delete;
+  std::uint16_t port() const;
+  void stop();
+  std::size_t connection_count() const;
+  bool upstream_connected() const;
+  std::uint64_t forwarded_count() const;  // requests sent to node 0
+  std::uint64_t request_count() const;    // requests read from workers
 
   struct Impl;
 

@@ -151,8 +151,12 @@ TEST_CASE("worker store: the rest of the 2.2+ ops", "[c10d]") {
   // A blocking pop WAITs first; one push wakes one waiter.
   C10dClient w1(s.port(), Layout::v22);
   C10dClient w2(s.port(), Layout::v22);
-  w1.send(Op::wait, {"/q2"});
-  w2.send(Op::wait, {"/q2"});
+  // A PING behind each WAIT is answered at once: its echo says the WAIT is registered.
+  for (C10dClient* w : {&w1, &w2}) {
+    w->send(Op::wait, {"/q2"});
+    w->send(Op::ping, {}, {}, 0, 7);
+    REQUIRE(w->read(4));
+  }
   a.send(Op::queue_push, {"/q2"}, {"only"});
   a.send(Op::num_keys);  // a round trip: the push has been served (queues are not keys)
   CHECK(a.read_i64() == 2);
