@@ -326,8 +326,7 @@ int local_workers(const Options& o, const SlurmEnv& s, const SystemInfo& sys,
 
 // Every node's shape. Other nodes are assumed to look like this one (dry-run); the rendezvous later
 // replaces the assumption with what each agent reports.
-void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gpus, const SystemInfo& sys,
-                  Resolved& r) {
+void assume_nodes(int local, const std::vector<std::string>& gpus, const SystemInfo& sys, Resolved& r) {
   const JobSpec& job = r.job;
   const GpuList shared(gpus);  // one list for every node, not a copy each (16,384 nodes x 8 GPUs)
   r.nodes.reserve(static_cast<std::size_t>(r.nagents));
@@ -335,21 +334,22 @@ void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gp
     NodeSpec ns;
     ns.node_rank = i;
     ns.spare = i >= job.nnodes;  // standbys follow the active nodes
-    if (!l.hosts.empty()) {
-      ns.host = l.hosts[static_cast<std::size_t>(i)];
+    if (!r.hosts.empty()) {
+      ns.host = std::move(r.hosts[static_cast<std::size_t>(i)]);
     } else if (i == job.node_rank) {
       ns.host = sys.hostname;
     }
-    ns.local_world_size = r.mode == Mode::per_task ? l.tasks[static_cast<std::size_t>(i)] : local;
+    ns.local_world_size = r.mode == Mode::per_task ? r.tasks_per_node[static_cast<std::size_t>(i)] : local;
     ns.gpus = shared;
     r.nodes.push_back(std::move(ns));
   }
   r.self = r.nodes[static_cast<std::size_t>(job.node_rank)];
+  std::vector<std::string>().swap(r.hosts);  // moved into the nodes
 }
 
 }  // namespace
 
-Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
+Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
   refuse_nested(env);
   Resolved r;
   const SlurmEnv s = read_slurm_env(env);
@@ -362,11 +362,10 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   std::optional<Endpoint> endpoint;
   if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
   fill_job_settings(o, env, s, r);
-  const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
 
-  const Layout l = r.context == SlurmContext::step    ? resolve_step(o, s, r)
-                   : r.context == SlurmContext::batch ? resolve_batch(o, s, r)
-                                                      : resolve_outside(o, endpoint, r);
+  Layout l = r.context == SlurmContext::step    ? resolve_step(o, s, r)
+             : r.context == SlurmContext::batch ? resolve_batch(o, s, r)
+                                                : resolve_outside(o, endpoint, r);
   JobSpec& job = r.job;
   if (job.node_rank >= r.nagents) {
     throw Error(fmt::format(
@@ -376,12 +375,31 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   }
   job.mode = r.mode;
   resolve_addresses(o, endpoint, l, r);
+  r.self.node_rank = job.node_rank;
+  if (!l.hosts.empty()) {
+    r.self.host = l.hosts[static_cast<std::size_t>(job.node_rank)];
+  } else {
+    r.self.host = sys.hostname;
+  }
+  r.hosts = std::move(l.hosts);
+  r.tasks_per_node = std::move(l.tasks);
+  return r;
+}
 
+void resolve_node(const Options& o, const EnvSnapshot& env, const SystemInfo& sys, Resolved& r) {
+  const SlurmEnv s = read_slurm_env(env);
+  const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
+  const JobSpec& job = r.job;
   r.gpus_on_nodes = r.context == SlurmContext::batch && gpus.empty();
-  const int local = r.mode == Mode::per_task ? l.tasks[static_cast<std::size_t>(job.node_rank)]
+  const int local = r.mode == Mode::per_task ? r.tasks_per_node[static_cast<std::size_t>(job.node_rank)]
                                              : local_workers(o, s, sys, gpus, r);
   if (job.gpus_per_proc > 0 && r.mode != Mode::per_task && !r.gpus_on_nodes) check_gpu_slices(job, gpus);
-  assume_nodes(l, local, gpus, sys, r);
+  assume_nodes(local, gpus, sys, r);
+}
+
+Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
+  Resolved r = resolve_job(o, env, sys);
+  resolve_node(o, env, sys, r);
   return r;
 }
 

@@ -59,6 +59,8 @@ class LocalSession final : public Session {
   agent::LocalCoordinator coord_;
 };
 
+}  // namespace
+
 // Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
 // munged; the token is then removed from our environment so the workers do not inherit it, in every
 // mode. A standalone run opens no store: nothing to authenticate, so its settings are not checked
@@ -92,8 +94,6 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Even
   return cfg;
 }
 
-}  // namespace
-
 rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,
                                             rdzv::auth::Config auth, agent::Events& ev) {
   rdzv::RendezvousOptions ro;
@@ -108,6 +108,9 @@ rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::
   };
   ro.join_timeout = to_ms(r.rdzv_timeout);
   ro.last_call = to_ms(r.last_call);
+  // Another agent could not start: this one leaves with its exit code, which srun --kill-on-bad-exit's
+  // SIGTERM (sent once the first agent exits) must not turn into 143.
+  ro.on_start_failure = [] { agent::hold_stop_signals(); };
   // Every 10 s of waiting, say who is still missing.
   ro.on_progress = [&ev, quiet = o.quiet](const std::string& m) {
     if (ev.json()) {

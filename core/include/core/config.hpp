@@ -75,7 +75,11 @@ struct Resolved {
   SlurmContext context = SlurmContext::none;
   JobSpec job;
   std::vector<NodeSpec> nodes;  // assumed layout of every agent (dry-run); real one comes from rendezvous
-  NodeSpec self;                // this node
+  NodeSpec self;                // this node (resolve_job: its node rank and host only)
+  // resolve_job: the hosts by node rank (empty outside Slurm) and, in per-task mode, the tasks per node;
+  // resolve_node moves the hosts into `nodes`.
+  std::vector<std::string> hosts;
+  std::vector<int> tasks_per_node;
   // --nnodes MIN:MAX as the rendezvous uses it; fail-fast inside Slurm: both the nodes that run.
   int nnodes_min = 1;
   int nnodes_max = 1;
@@ -121,6 +125,12 @@ std::set<int> parse_rank_filter(const std::string& v);
 // How COMMAND runs (the user's words); build_argv(command_spec(o)) is what the workers execute.
 CommandSpec command_spec(const Options& o);
 
+// resolve_job, then resolve_node. resolve_job decides what every node of the job shares (mode, node
+// counts, this node's rank, run id, ports, the store's endpoint); resolve_node what this node alone can
+// check (its GPUs and workers, --gpus-per-proc) and the assumed layout. An error of resolve_node is
+// this node's, which the others can learn of through the store (docs/rendezvous.md, "Start-up errors").
 Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
+Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
+void resolve_node(const Options& o, const EnvSnapshot& env, const SystemInfo& sys, Resolved& r);
 
 }  // namespace ddprun::core

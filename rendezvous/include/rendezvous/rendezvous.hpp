@@ -86,6 +86,11 @@ struct RendezvousOptions {
   bool elastic = false;
   int nagents = 0;  // agents the master waits for in the first round, standbys included (0: nnodes_max)
   std::chrono::milliseconds rejoin_timeout{60000};
+  // Called when this agent learns that another agent could not start (fail_start, before the round
+  // closed), before it says it has read that, and on the agent that failed before it publishes: each
+  // then leaves with that agent's exit code, which a signal from srun --kill-on-bad-exit, sent once the
+  // first of them exits, must not change (the launcher holds the stopping signals here).
+  std::function<void()> on_start_failure;
 };
 
 // The master builds the plan from the nodes that joined (sorted by their node rank); the plan is
@@ -146,6 +151,17 @@ class Rendezvous {
 
   // The published root cause, if any (a quick check; no waiting).
   std::optional<core::Failure> aborted();
+
+  // Start-up errors (docs/rendezvous.md): this agent cannot start (its own input, found before it could
+  // join: no GPUs here for --nproc-per-node gpu, too few cores for --cpu-bind). Publishes `cause` as the
+  // first attempt's root cause, unless another agent's came first or the round closed without this
+  // node, and returns once every agent of the job has read it (at most join_timeout), so that nobody
+  // waits for this node; the cause that won. The master serves its store for that long. Throws Error
+  // when the store cannot be reached (connect, up to join_timeout).
+  core::Failure fail_start(const core::Failure& cause);
+  // Set when join() failed because an agent could not start (fail_start): that agent's cause, whose
+  // exit_code every agent exits with. join() threw Error(join) naming it, after every agent read it.
+  const std::optional<core::Failure>& start_failure() const { return start_failure_; }
 
   // Bounded barrier over the nodes of the plan. True when every node arrived; false on timeout or
   // abort. A node that arrives is leaving: its disconnection is no longer an error, and after a
@@ -218,6 +234,8 @@ class Rendezvous {
   std::vector<int> joined_ranks(PrefixStore& s) const;
   std::vector<JoinInfo> read_join_records(PrefixStore& s, const std::vector<int>& ranks);
   [[noreturn]] void fail_join(const std::string& message);
+  [[noreturn]] void leave_after_start_failure(PrefixStore& s);
+  void await_start_failure_read(PrefixStore& s);
   Joined read_plan(const std::string& published);
 
   // barrier.cpp
@@ -253,6 +271,7 @@ class Rendezvous {
   std::set<int> previous_lost_;
   std::set<int> dropped_;  // master: orig ranks lost during this attempt
   int failovers_ = 0;
+  std::optional<core::Failure> start_failure_;
 
   // Watch state.
   std::mutex cb_mu_;

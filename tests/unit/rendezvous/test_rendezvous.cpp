@@ -363,6 +363,49 @@ TEST_CASE("rendezvous: a lost master is noticed by every agent", "[rendezvous]")
   }
 }
 
+TEST_CASE("rendezvous: an agent that cannot start ends the first round on every agent, with its cause",
+          "[rendezvous]") {
+  const int bad = GENERATE(0, 1);  // the master itself, or another agent
+  std::atomic<int> held{0};
+  auto opts = [&held](int r, std::uint16_t port) {
+    RendezvousOptions o = opts_for(r, 3, 3, port);
+    o.nagents = 3;
+    o.join_timeout = 120s;  // longer than the test waits: every agent must leave because all have read it
+    o.on_start_failure = [&held] { ++held; };
+    return o;
+  };
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  agents.push_back(std::make_unique<Rendezvous>(opts(0, 0)));
+  for (int r = 1; r < 3; ++r) agents.push_back(std::make_unique<Rendezvous>(opts(r, agents[0]->port())));
+  core::Failure cause;
+  cause.host = fmt::format("host-{}", bad);
+  cause.node_rank = bad;
+  cause.exit_code = 2;
+  cause.fatal = true;
+  cause.reason = "--nproc-per-node gpu: no GPUs are visible";
+  std::vector<std::future<int>> codes;
+  for (int r = 0; r < 3; ++r) {
+    codes.push_back(std::async(std::launch::async, [&, r]() -> int {
+      Rendezvous& a = *agents[static_cast<std::size_t>(r)];
+      if (r == bad) return a.fail_start(cause).exit_code;
+      try {
+        join_plan(a, me(r), simple_plan());
+      } catch (const Error& e) {
+        CHECK(e.kind() == Error::Kind::join);
+        CHECK_THAT(e.what(),
+                   Catch::Contains(fmt::format("host-{} (node rank {}) could not start: --nproc-per-node "
+                                               "gpu: no GPUs are visible",
+                                               bad, bad)));
+        return a.start_failure() ? a.start_failure()->exit_code : -1;
+      }
+      return -2;  // joined a round that one agent never came to
+    }));
+  }
+  for (auto& c : codes) CHECK(get_bounded(c, 60s) == 2);
+  CHECK(held == 3);
+  while (!agents.empty()) agents.pop_back();
+}
+
 TEST_CASE("rendezvous: exit barrier passes for all, and is bounded", "[rendezvous]") {
   Job job(3);
   AbortSink sink;
