@@ -11,16 +11,34 @@
 
 namespace ddprun::core {
 
-DerivedPorts derive_ports(const std::string& job_id) {
-  // FNV-1a: stable across builds and machines, unlike std::hash.
+namespace {
+
+// An even port of 20000-32767 for `text`. FNV-1a: stable across builds and machines, unlike std::hash.
+std::uint16_t even_port(const std::string& text) {
   std::uint64_t h = 1469598103934665603ULL;
-  for (char c : job_id) {
+  for (char c : text) {
     h ^= static_cast<unsigned char>(c);
     h *= 1099511628211ULL;
   }
   constexpr std::uint64_t kSlots = (32767 - 20000) / 2;
-  const auto store = static_cast<std::uint16_t>(20000 + 2 * (h % kSlots));
+  return static_cast<std::uint16_t>(20000 + 2 * (h % kSlots));
+}
+
+}  // namespace
+
+DerivedPorts derive_ports(const std::string& job_id) {
+  const std::uint16_t store = even_port(job_id);
   return {store, static_cast<std::uint16_t>(store + 1)};
+}
+
+std::vector<std::uint16_t> store_port_fallbacks(const std::string& job_id) {
+  std::vector<std::uint16_t> out;
+  const std::uint16_t first = even_port(job_id);
+  for (int i = 1; out.size() < kStorePortFallbacks; ++i) {
+    const std::uint16_t p = even_port(fmt::format("{}#{}", job_id, i));
+    if (p != first && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
 }
 
 std::uint16_t parse_port(const std::string& opt, const std::string& v) {
@@ -123,6 +141,7 @@ struct Layout {
   std::vector<std::string> hosts;
   std::vector<int> tasks;
   std::optional<DerivedPorts> derived;
+  std::string derived_from;  // the id the ports come from (JOBID.STEPID, or the job id)
 };
 
 void check_numbers(const Options& o) {
@@ -182,7 +201,10 @@ Layout resolve_step(const Options& o, const SlurmEnv& s, Resolved& r) {
   // The step, not only the job: concurrent steps of one allocation must not meet each other.
   const std::string step_run = fmt::format("{}.{}", *s.job_id, *s.step_id);
   l.derived = derive_ports(step_run);
+  l.derived_from = step_run;
   job.run_id = o.rdzv_id.value_or(step_run);
+  // Concurrent steps given one --rdzv-id never share a store, even when one's port is another's fallback.
+  r.rdzv_run_id = job.run_id == step_run ? step_run : fmt::format("{} (step {})", job.run_id, step_run);
   if (layout.num_tasks > n) {
     // srun started more tasks than nodes: every ddprun of the step is exactly one worker.
     r.mode = Mode::per_task;
@@ -223,6 +245,7 @@ Layout resolve_batch(const Options& o, const SlurmEnv& s, Resolved& r) {
   r.allocation_hosts = l.hosts;
   r.mode = Mode::agent;
   l.derived = derive_ports(*s.job_id);
+  l.derived_from = *s.job_id;
   job.run_id = o.rdzv_id.value_or(*s.job_id);
   job.node_rank = 0;
   return l;
@@ -277,6 +300,7 @@ void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint
     r.rdzv_port = *endpoint->second;
   } else if (l.derived) {
     r.rdzv_port = l.derived->store;
+    r.rdzv_fallback_ports = store_port_fallbacks(l.derived_from);
   } else if (r.mode == Mode::standalone) {
     r.rdzv_port = 0;  // no store: nobody else needs to find one
   } else {
@@ -374,6 +398,7 @@ Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo&
         job.node_rank, r.nagents, r.nagents - 1));
   }
   job.mode = r.mode;
+  if (r.rdzv_run_id.empty()) r.rdzv_run_id = job.run_id;
   resolve_addresses(o, endpoint, l, r);
   r.self.node_rank = job.node_rank;
   if (!l.hosts.empty()) {

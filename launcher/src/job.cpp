@@ -97,7 +97,7 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Even
 rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,
                                             rdzv::auth::Config auth, agent::Events& ev) {
   rdzv::RendezvousOptions ro;
-  ro.run_id = r.job.run_id;
+  ro.run_id = r.rdzv_run_id.empty() ? r.job.run_id : r.rdzv_run_id;
   ro.auth = std::move(auth);
   ro.log = [&ev](const std::string& line) {
     if (ev.json()) {

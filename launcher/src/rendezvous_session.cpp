@@ -139,6 +139,7 @@ rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::R
   rdzv::RendezvousOptions ro = common_rdzv_options(o, r, std::move(auth), ev);
   ro.host = r.rdzv_host;
   ro.port = r.rdzv_port;
+  ro.fallback_ports = r.rdzv_fallback_ports;
   ro.node_rank = r.job.node_rank;
   ro.nnodes_min = r.nnodes_min;
   ro.nnodes_max = r.nnodes_max;

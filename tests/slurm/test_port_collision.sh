@@ -39,20 +39,31 @@ done
 [ -n "\$b" ] || { echo "no colliding pair of step ids"; exit 3; }
 echo "steps \$a and \$b share store port \$p"
 step=0
-burn() { while [ \$step -lt \$1 ]; do srun -N1 -n1 --exact true; step=\$((step + 1)); done; }
+# Step ids are handed out in order: empty steps (--overlap: they need no CPUs of their own), a few at once,
+# bring the next id to \$1.
+burn() {
+  while [ \$step -lt \$1 ]; do
+    n=\$(( \$1 - step < 8 ? \$1 - step : 8 ))
+    pids=
+    for _ in \$(seq \$n); do srun --overlap -N1 -n1 true & pids="\$pids \$!"; done
+    wait \$pids
+    step=\$((step + n))
+  done
+}
 burn "\$a"
 srun -N2 --ntasks-per-node=1 --exact "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" a "$WORK" > "$WORK/a.out" 2> "$WORK/a.err" &
+a_pid=\$!
 step=\$((step + 1))
 for _ in \$(seq 600); do [ -e "$WORK/a_rank1" ] && break; sleep 0.1; done
 burn "\$b"
 srun -N2 --ntasks-per-node=1 --exact "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" b "$WORK" > "$WORK/b.out" 2> "$WORK/b.err"
 rb=\$?
 touch "$WORK/b_done"
-wait %1; ra=\$?
+wait \$a_pid; ra=\$?
 echo "rc \$ra \$rb"
 exit \$(( ra + rb ))
 EOS
-j=$(submit -N2 -w 'node[1-2]' -o job.out job.sh)
+j=$(submit -N2 -c 2 -w 'node[1-2]' -o job.out job.sh)
 st=$(wait_job "$j" 280) || fail "job $j did not finish (state $st)"
 cat job.out a.err b.err 2>/dev/null | sed 's/^/   /'
 grep -q 'share store port' job.out || fail "no colliding step ids found"

@@ -89,7 +89,13 @@ struct Resolved {
   int nagents = 1;
   bool elastic = false;  // is_elastic(nnodes_min, nnodes_max, nagents, max_restarts) (core/node_count.hpp)
   std::string rdzv_host;
-  std::uint16_t rdzv_port = 0;     // 0: no store (standalone)
+  std::uint16_t rdzv_port = 0;  // 0: no store (standalone)
+  // A derived store port's fallbacks (store_port_fallbacks): where the master serves when rdzv_port is
+  // busy on its node, and where the others look for it. Empty when the port was given.
+  std::vector<std::uint16_t> rdzv_fallback_ports;
+  // The run id the store's handshake checks: job.run_id, with the Slurm step added when --rdzv-id names
+  // another, so that two steps given one --rdzv-id never meet at one store.
+  std::string rdzv_run_id;
   bool master_port_given = false;  // --master-port (or DDPRUN_MASTER_PORT): busy at start is an error
   double rdzv_timeout = 900.0;
   double last_call = 30.0;
@@ -111,6 +117,11 @@ struct DerivedPorts {
   std::uint16_t master;
 };
 DerivedPorts derive_ports(const std::string& job_id);
+// Where the store goes when derive_ports(job_id).store is busy on the master's node (another step's
+// store that derived the same port, any program): kStorePortFallbacks distinct even ports of the same
+// range, none of them the first, the same on every node.
+inline constexpr std::size_t kStorePortFallbacks = 7;
+std::vector<std::uint16_t> store_port_fallbacks(const std::string& job_id);
 
 inline constexpr std::uint16_t kDefaultStorePort = 29400;
 inline constexpr std::uint16_t kDefaultMasterPort = 29500;

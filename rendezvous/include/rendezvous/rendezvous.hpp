@@ -59,6 +59,11 @@ struct ResultRecord {
 struct RendezvousOptions {
   std::string host;        // the master's address as the other agents reach it
   std::uint16_t port = 0;  // store port; on the master 0 = ephemeral (then port() tells)
+  // Where the store may be when `port` is not free on the master's node (another step's store, any
+  // program): the master serves on the first of these it can bind; the other agents try `port` and
+  // these in turn until a store of this run answers (a store of another run refuses them by run id,
+  // so an agent never joins another run's store). Empty: `port` only.
+  std::vector<std::uint16_t> fallback_ports;
   std::string run_id;
   int node_rank = 0;
   int nnodes_min = 1;
@@ -213,6 +218,9 @@ class Rendezvous {
   };
 
   // rendezvous.cpp: connections and the attempt's namespace
+  void start_server(std::uint16_t port);
+  void serve_first_free();
+  std::shared_ptr<TcpStore> find_store();
   std::shared_ptr<TcpStore> connect_client(const std::string& label, std::chrono::milliseconds liveness,
                                            std::chrono::milliseconds connect_timeout,
                                            std::chrono::milliseconds op_timeout) const;
@@ -230,7 +238,6 @@ class Rendezvous {
   void wait_for_arrivals(PrefixStore& s);
   std::vector<int> wait_for_survivors(PrefixStore& s);  // the node ranks that joined
   bool elastic_round() const;
-  void start_server();
   std::vector<int> joined_ranks(PrefixStore& s) const;
   std::vector<JoinInfo> read_join_records(PrefixStore& s, const std::vector<int>& ranks);
   [[noreturn]] void fail_join(const std::string& message);

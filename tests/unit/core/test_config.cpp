@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "core/config.hpp"
 #include "support/config_inputs.hpp"
@@ -102,6 +103,48 @@ TEST_CASE("derived ports are deterministic, distinct and in range", "[config]") 
     seen.insert(p.store);
   }
   CHECK(seen.size() > 150);  // two jobs rarely collide
+}
+
+TEST_CASE("a derived store port has fallbacks: distinct, even, in range, the same on every node",
+          "[config]") {
+  for (const std::string id : {"1234.0", "1234.1", "77", "4294967294.4294967294"}) {
+    INFO(id);
+    const auto first = derive_ports(id).store;
+    const auto f = store_port_fallbacks(id);
+    CHECK(f == store_port_fallbacks(id));
+    CHECK(f.size() == kStorePortFallbacks);
+    CHECK(std::set<std::uint16_t>(f.begin(), f.end()).size() == f.size());
+    for (const auto p : f) {
+      CHECK(p != first);
+      CHECK(p % 2 == 0);  // never a derived MASTER_PORT (store + 1, odd)
+      CHECK(p >= 20000);
+      CHECK(p <= 32766);
+    }
+  }
+  CHECK(store_port_fallbacks("1234.0") != store_port_fallbacks("1234.1"));
+  // A step's agents look for the store on the step's ports; a port given by the user has none.
+  const auto r = resolve(cmd(), step_env(1), sys());
+  CHECK(r.rdzv_fallback_ports == store_port_fallbacks("1234.0"));
+  auto o = cmd();
+  o.rdzv_endpoint = "node1:29400";
+  CHECK(resolve(o, step_env(1), sys()).rdzv_fallback_ports.empty());
+  o.rdzv_endpoint = "node1";  // a host alone keeps the derived port, and its fallbacks
+  CHECK(resolve(o, step_env(1), sys()).rdzv_fallback_ports == store_port_fallbacks("1234.0"));
+  CHECK(resolve(cmd(), {}, sys()).rdzv_fallback_ports.empty());
+}
+
+TEST_CASE("the store's run id names the step, also when --rdzv-id names another", "[config][slurm]") {
+  auto env_b = step_env(0);
+  env_b["SLURM_STEP_ID"] = "1";
+  CHECK(resolve(cmd(), step_env(0), sys()).rdzv_run_id == "1234.0");
+  auto o = cmd();
+  o.rdzv_id = "sweep";
+  const auto a = resolve(o, step_env(0), sys());
+  const auto b = resolve(o, env_b, sys());
+  CHECK(a.job.run_id == "sweep");  // TORCHELASTIC_RUN_ID as given
+  CHECK(a.rdzv_run_id != b.rdzv_run_id);
+  CHECK(a.rdzv_run_id == resolve(o, step_env(1), sys()).rdzv_run_id);
+  CHECK(resolve(o, {}, sys()).rdzv_run_id == "sweep");
 }
 
 TEST_CASE("per-task mode: more tasks than nodes", "[config][slurm]") {

@@ -211,10 +211,53 @@ TEST_CASE("rendezvous: an agent from another run is refused", "[rendezvous]") {
     FAIL("joined a store of another run");
   } catch (const Error& e) {
     const std::string what = e.what();
-    CHECK(e.kind() == Error::Kind::rejected);
+    CHECK(e.kind() == Error::Kind::other_run);
     CHECK(what.find("job-A") != std::string::npos);
     CHECK(what.find("job-B") != std::string::npos);
   }
+}
+
+TEST_CASE(
+    "rendezvous: a store port held by another run's store: the master serves on a fallback, its agents "
+    "find it there, and neither run meets the other",
+    "[rendezvous]") {
+  // Run A serves on port P; run B derived the same port (a colliding JOBID.STEPID).
+  Rendezvous a0(opts_for(0, 2, 2, 0, "run-A"));
+  const std::uint16_t p = a0.port();
+  const std::uint16_t fallback = [] {  // a port that was free a moment ago
+    Rendezvous probe(opts_for(0, 1, 1, 0, "probe"));
+    return probe.port();
+  }();
+  auto b_opts = [&](int r) {
+    RendezvousOptions o = opts_for(r, 2, 2, p, "run-B");
+    o.fallback_ports = {fallback};
+    return o;
+  };
+  Rendezvous b0(b_opts(0));
+  CHECK(b0.port() == fallback);
+  Rendezvous b1(b_opts(1));
+  Rendezvous a1(opts_for(1, 2, 2, p, "run-A"));
+  auto fb0 = std::async(std::launch::async, [&] { return join_plan(b0, me(0), simple_plan()); });
+  auto fb1 = std::async(std::launch::async, [&] { return join_plan(b1, me(1), simple_plan()); });
+  auto fa0 = std::async(std::launch::async, [&] { return join_plan(a0, me(0), simple_plan()); });
+  auto fa1 = std::async(std::launch::async, [&] { return join_plan(a1, me(1), simple_plan()); });
+  for (auto* f : {&fb0, &fb1, &fa0, &fa1}) CHECK(get_bounded(*f).nnodes == 2);
+  CHECK(b1.port() == fallback);
+  CHECK(a1.port() == p);
+}
+
+TEST_CASE(
+    "rendezvous: without fallbacks a busy store port is one error, and with them every port busy is one "
+    "error too",
+    "[rendezvous]") {
+  Rendezvous a0(opts_for(0, 1, 1, 0, "run-A"));
+  Rendezvous c0(opts_for(0, 1, 1, 0, "run-C"));
+  CHECK_THROWS_WITH(Rendezvous(opts_for(0, 1, 1, a0.port(), "run-B")),
+                    Catch::Contains("cannot serve the rendezvous store"));
+  auto o = opts_for(0, 1, 1, a0.port(), "run-B");
+  o.fallback_ports = {c0.port()};
+  CHECK_THROWS_WITH(Rendezvous(o),
+                    Catch::Contains(fmt::format("nor on its 1 fallback ports ({})", c0.port())));
 }
 
 TEST_CASE("rendezvous: a missed join deadline names the endpoint and the missing nodes", "[rendezvous]") {
