@@ -1,5 +1,7 @@
 #include "core/slurm_env.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -47,6 +49,54 @@ std::vector<std::string> split_list(const std::string& s, char sep) {
   }
   if (!cur.empty()) out.push_back(cur);
   return out;
+}
+
+std::optional<std::string> slurm_conf_munge_socket(std::string_view conf) {
+  const auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const auto unquote = [](std::string_view v) {
+    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
+      v = v.substr(1, v.size() - 2);
+    return v;
+  };
+  std::optional<std::string> socket;
+  std::size_t start = 0;
+  while (start < conf.size()) {
+    std::size_t end = conf.find('\n', start);
+    if (end == std::string_view::npos) end = conf.size();
+    std::string_view line = conf.substr(start, end - start);
+    start = end + 1;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    // KEY=VALUE pairs separated by blanks (a quoted value keeps its blanks).
+    std::size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+      const std::size_t from = i;
+      char quote = 0;
+      while (i < line.size() && (quote || !std::isspace(static_cast<unsigned char>(line[i])))) {
+        if (line[i] == '"' || line[i] == '\'') quote = quote == line[i] ? 0 : (quote ? quote : line[i]);
+        ++i;
+      }
+      const std::string_view pair = line.substr(from, i - from);
+      const auto eq = pair.find('=');
+      if (eq == std::string_view::npos || lower(pair.substr(0, eq)) != "authinfo") continue;
+      std::optional<std::string> here;
+      std::string_view opts = unquote(pair.substr(eq + 1));
+      while (!opts.empty()) {
+        const auto comma = std::min(opts.find(','), opts.size());
+        const std::string_view opt = opts.substr(0, comma);
+        opts = opts.substr(std::min(comma + 1, opts.size()));
+        const auto oeq = opt.find('=');
+        if (oeq != std::string_view::npos && lower(opt.substr(0, oeq)) == "socket" && oeq + 1 < opt.size())
+          here = std::string(opt.substr(oeq + 1));
+      }
+      socket = here;  // the last AuthInfo is the one Slurm keeps
+    }
+  }
+  return socket;
 }
 
 namespace {

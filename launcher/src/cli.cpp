@@ -195,11 +195,13 @@ void add_store_options(CLI::App& app, core::Options& o) {
 
 void add_auth_options(CLI::App& app, core::Options& o) {
   const std::string g = "Rendezvous";
-  one_of(app.add_option("--rdzv-auth", o.rdzv_auth,
-                        "Who may join the store: auto (MUNGE if munged runs, else a token if given, else "
-                        "none, with a warning), munge, token, or none; same on every node; a standalone run "
-                        "opens no store and checks none (see docs/security.md)"),
-         {"auto", "munge", "token", "none"})
+  one_of(
+      app.add_option("--rdzv-auth", o.rdzv_auth,
+                     "Who may join the store: auto (MUNGE if munged runs, found as Slurm finds it, else a "
+                     "token if given; under Slurm never open: a per-job token from self-launch, else an "
+                     "error; outside Slurm none, with a warning), munge, token, or none; same on every node; "
+                     "a standalone run opens no store and checks none (see docs/security.md)"),
+      {"auto", "munge", "token", "none"})
       ->envname(env("RDZV_AUTH"))
       ->group(g);
   app.add_option("--rdzv-token-file", o.rdzv_token_file,

@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
+#include "launcher/auth_setup.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
@@ -74,22 +75,40 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Even
       r.mode == core::Mode::per_task ? r.job.task_rank.value_or(0) == 0 : r.job.node_rank == 0;
   std::optional<std::string> token;
   if (const char* t = std::getenv("DDPRUN_TOKEN"); t && *t) token = std::string(t);
-  const char* sock = std::getenv("DDPRUN_MUNGE_SOCKET");
+  // Where Slurm itself finds munged (slurm.conf's AuthInfo), unless DDPRUN_MUNGE_SOCKET says.
+  const std::string socket = munge_socket(snapshot_environ());
   rdzv::auth::Config cfg;
   try {
-    cfg = rdzv::auth::resolve(rdzv::auth::parse_policy(r.rdzv_auth), token, r.rdzv_token_file,
-                              sock ? std::string(sock) : "");
+    cfg = rdzv::auth::resolve(rdzv::auth::parse_policy(r.rdzv_auth), token, r.rdzv_token_file, socket);
   } catch (const rdzv::Error& e) {
     // A bad token file or an unsatisfiable --rdzv-auth is the user's input: usage exit code.
     if (e.kind() == rdzv::Error::Kind::usage) throw core::Error(e.what());
     throw;
   }
   ::unsetenv("DDPRUN_TOKEN");
-  // An advice about the site's set-up, repeated by every job: --quiet hides it (the JSON event stays).
-  if (master && cfg.mode == rdzv::auth::Mode::none && r.rdzv_auth == "auto" && (!quiet || ev.json())) {
-    ev.warn(
-        "the rendezvous store is unauthenticated (no munged, no DDPRUN_TOKEN): anyone who can "
-        "reach its port can join or abort this job; see docs/security.md");
+  if (cfg.mode != rdzv::auth::Mode::none || r.rdzv_auth != "auto") return cfg;
+  switch (open_store_policy(r.context, r.mode, r.nagents)) {
+    case OpenStore::allow:
+      // An advice about the site's set-up, repeated by every job: --quiet hides it (the JSON event stays).
+      if (master && (!quiet || ev.json())) {
+        ev.warn(
+            "the rendezvous store is unauthenticated (no munged, no DDPRUN_TOKEN): anyone who can "
+            "reach its port can join or abort this job; see docs/security.md");
+      }
+      break;
+    case OpenStore::private_token:
+      cfg.mode = rdzv::auth::Mode::token;
+      cfg.token = rdzv::auth::random_token();
+      break;
+    case OpenStore::refuse:
+      throw core::Error(fmt::format(
+          "--rdzv-auth auto found no MUNGE ({}) and no token, and under Slurm ddprun never leaves the "
+          "rendezvous store open to other users: start munged or set DDPRUN_MUNGE_SOCKET, export one "
+          "DDPRUN_TOKEN for every node before srun (or start ddprun from the batch script, which makes "
+          "one), or pass --rdzv-auth none to run unauthenticated",
+          !rdzv::auth::munge_built() ? std::string("this ddprun was built without it")
+          : socket.empty()           ? std::string("munged does not answer on its default socket")
+                                     : fmt::format("munged does not answer on {}", socket)));
   }
   return cfg;
 }

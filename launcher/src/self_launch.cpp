@@ -18,7 +18,9 @@
 #include "agent/io.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
+#include "launcher/auth_setup.hpp"
 #include "launcher/system.hpp"
+#include "store/auth.hpp"
 
 namespace ddprun::launcher {
 
@@ -173,6 +175,14 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   cargv.push_back(nullptr);
   // The step's own variables must describe the step, not the batch shell.
   ::unsetenv("SLURM_CPU_BIND");
+  // Without MUNGE the agents still authenticate: a per-job secret, in srun's environment only (each agent
+  // takes it out of its own before any worker starts).
+  const auto env = snapshot_environ();
+  const char* token = std::getenv("DDPRUN_TOKEN");
+  const bool have_token = (token != nullptr && *token != '\0') || r.rdzv_token_file.has_value();
+  if (self_launch_needs_token(r.rdzv_auth, have_token, rdzv::auth::munge_usable(munge_socket(env)))) {
+    ::setenv("DDPRUN_TOKEN", rdzv::auth::random_token().c_str(), 1);
+  }
   if (r.elastic) run_elastic(cargv);
   ::execvp(cargv[0], cargv.data());
   throw core::Error(

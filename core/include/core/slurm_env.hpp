@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.hpp"
@@ -68,5 +69,10 @@ int parse_int(const std::string& name, const std::string& value, int min_value);
 
 // Comma-separated list, empty items dropped.
 std::vector<std::string> split_list(const std::string& s, char sep = ',');
+
+// The munged socket Slurm itself uses, from the text of a slurm.conf: `socket=PATH` in `AuthInfo=...`
+// (the last AuthInfo wins, as in Slurm); nullopt when none is named (Slurm then uses munged's default).
+// Keys are case-insensitive, `#` starts a comment, a line may hold several KEY=VALUE, a value may be quoted.
+std::optional<std::string> slurm_conf_munge_socket(std::string_view conf);
 
 }  // namespace ddprun::core
