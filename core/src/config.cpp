@@ -241,6 +241,15 @@ Layout resolve_batch(const Options& o, const SlurmEnv& s, Resolved& r) {
   const NodeCounts c = batch_counts(o.nnodes, static_cast<int>(l.hosts.size()), job.max_restarts,
                                     fmt::format("{}='{}'", s.nodelist->var, s.nodelist->value));
   set_counts(c, r);
+  r.het_components = static_cast<int>(s.het_nodelists.size());
+  if (r.het_components >= 2 && static_cast<std::size_t>(c.agents) < l.hosts.size()) {
+    // One srun over the components starts an agent on each of their nodes; it cannot leave some out.
+    throw Error(fmt::format(
+        "this heterogeneous job has {} nodes in {} components and ddprun starts an agent on each, "
+        "but --nnodes {} asks for {}; drop --nnodes, or start the agents yourself with srun "
+        "--het-group=... -N... ddprun",
+        l.hosts.size(), r.het_components, o.nnodes.value_or(""), c.agents));
+  }
   l.hosts.resize(static_cast<std::size_t>(c.agents));  // fail-fast: MAX of them; elastic: all
   r.allocation_hosts = l.hosts;
   r.mode = Mode::agent;
@@ -415,7 +424,8 @@ void resolve_node(const Options& o, const EnvSnapshot& env, const SystemInfo& sy
   const SlurmEnv s = read_slurm_env(env);
   const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
   const JobSpec& job = r.job;
-  r.gpus_on_nodes = r.context == SlurmContext::batch && gpus.empty();
+  // A heterogeneous job's batch shell sees component 0's GPUs (or its node's devices) at most.
+  r.gpus_on_nodes = r.context == SlurmContext::batch && (gpus.empty() || r.het_components >= 2);
   const int local = r.mode == Mode::per_task ? r.tasks_per_node[static_cast<std::size_t>(job.node_rank)]
                                              : local_workers(o, s, sys, gpus, r);
   if (job.gpus_per_proc > 0 && r.mode != Mode::per_task && !r.gpus_on_nodes) check_gpu_slices(job, gpus);

@@ -4,7 +4,10 @@
 #include <cctype>
 #include <charconv>
 
+#include <set>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/hostlist.hpp"
 
@@ -158,6 +161,27 @@ SlurmEnv read_slurm_env(const EnvSnapshot& env) {
   s.cpus_per_task = opt_int(env, "SLURM_CPUS_PER_TASK", 1);
   s.cpus_on_node = opt_int(env, "SLURM_CPUS_ON_NODE", 1);
   s.het_size = get(env, "SLURM_HET_SIZE");
+  if (s.het_size) {
+    const int k = parse_int("SLURM_HET_SIZE", *s.het_size, 1);
+    for (int i = 0; i < k; ++i) {
+      const auto list = get(env, fmt::format("SLURM_JOB_NODELIST_HET_GROUP_{}", i).c_str());
+      if (!list) {
+        s.het_nodelists.clear();
+        break;
+      }
+      s.het_nodelists.push_back(*list);
+    }
+    if (k < 2) s.het_nodelists.clear();
+  }
+  if (s.context == SlurmContext::batch && !s.het_nodelists.empty()) {
+    // The batch shell's nodelist, node count and GPUs are component 0's: the job is every component, and
+    // each node's agent counts its own GPUs after the self-launch.
+    s.nodelist = FromVar<std::string>{fmt::format("{}", fmt::join(s.het_nodelists, ",")),
+                                      "SLURM_JOB_NODELIST_HET_GROUP_*"};
+    s.num_nodes.reset();
+    s.gpus.reset();
+    s.cuda_visible_devices.reset();
+  }
   s.restart_count = opt_int(env, "SLURM_RESTART_COUNT", 0);
   return s;
 }
@@ -178,6 +202,11 @@ SlurmLayout slurm_layout(const SlurmEnv& s) {
   }
   try {
     out.hosts = expand_hostlist(s.nodelist->value);
+    if (s.context == SlurmContext::step && !s.het_nodelists.empty()) {
+      std::vector<std::vector<std::string>> components;
+      for (const auto& c : s.het_nodelists) components.push_back(expand_hostlist(c));
+      if (auto order = het_node_order(out.hosts, components)) out.hosts = std::move(*order);
+    }
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", s.nodelist->var, e.what()));
   }
@@ -219,6 +248,27 @@ SlurmLayout slurm_layout(const SlurmEnv& s) {
                             s.tasks_per_node->var, s.tasks_per_node->value));
   }
   return out;
+}
+
+std::optional<std::vector<std::string>> het_node_order(
+    const std::vector<std::string>& step_hosts, const std::vector<std::vector<std::string>>& components) {
+  const std::set<std::string> in_step(step_hosts.begin(), step_hosts.end());
+  std::vector<std::string> order;
+  int spanned = 0;
+  for (const auto& c : components) {
+    bool any = false;
+    for (const auto& h : c) {
+      if (in_step.contains(h)) {
+        order.push_back(h);
+        any = true;
+      }
+    }
+    spanned += any ? 1 : 0;
+  }
+  if (spanned < 2 || order.size() != step_hosts.size() ||
+      std::set<std::string>(order.begin(), order.end()).size() != order.size())
+    return std::nullopt;
+  return order;
 }
 
 std::vector<std::string> visible_gpus(const SlurmEnv& s, const std::vector<std::string>& probed) {

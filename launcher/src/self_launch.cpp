@@ -53,9 +53,16 @@ GpuRequest self_launch_gpus(const core::EnvSnapshot& env) {
 
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
                                           const std::vector<std::string>& self_argv,
-                                          std::optional<int> gpus_per_node, bool elastic) {
-  std::vector<std::string> out = {srun, fmt::format("--nodes={}", nnodes), fmt::format("--ntasks={}", nnodes),
-                                  "--ntasks-per-node=1"};
+                                          std::optional<int> gpus_per_node, bool elastic,
+                                          int het_components) {
+  // A heterogeneous job: srun alone would run on component 0 (its default), and --nodes would count per
+  // component; every node of every component, one task each.
+  std::vector<std::string> out =
+      het_components >= 2
+          ? std::vector<std::string>{srun, fmt::format("--het-group=0-{}", het_components - 1),
+                                     "--ntasks-per-node=1"}
+          : std::vector<std::string>{srun, fmt::format("--nodes={}", nnodes),
+                                     fmt::format("--ntasks={}", nnodes), "--ntasks-per-node=1"};
   if (elastic) {
     // The survivors go on without a lost node: Slurm must keep the step when a node fails (--no-kill) or
     // an agent dies (=0 also beats a site's KillOnBadExit=1).
@@ -164,12 +171,13 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   std::vector<std::string> self_argv = {self};
   for (int i = 1; i < argc; ++i) self_argv.emplace_back(argv[i]);
   const std::string srun = "srun";
-  const GpuRequest gpus = self_launch_gpus(snapshot_environ());
+  // A heterogeneous job's SLURM_GPUS_PER_TASK and tasks per node are component 0's: not asked for.
+  const GpuRequest gpus = r.het_components >= 2 ? GpuRequest{} : self_launch_gpus(snapshot_environ());
   if (!gpus.warning.empty()) fmt::print(stderr, "ddprun: warning: {}\n", gpus.warning);
   // srun reads SLURM_GPUS_PER_TASK as --gpus-per-task: one task per node would get one task's GPUs.
   if (gpus.per_node) ::unsetenv("SLURM_GPUS_PER_TASK");
   auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv, gpus.per_node,
-                               r.elastic);
+                               r.elastic, r.het_components);
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);

@@ -102,8 +102,9 @@ struct Resolved {
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
   std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
-  bool gpus_on_nodes = false;        // batch context without GPU variables: GPU counts come from the nodes
-  CommandSpec command_spec;          // command_spec(options)
+  int het_components = 0;      // batch context of a heterogeneous job: self-launch runs on every component
+  bool gpus_on_nodes = false;  // batch context without GPU variables: GPU counts come from the nodes
+  CommandSpec command_spec;    // command_spec(options)
   std::vector<std::string> command;  // final argv: build_argv(command_spec); per worker: worker_argv
   std::optional<std::set<int>> local_ranks_filter;
   CpuBind cpu_bind = CpuBind::none;  // applied by each agent to its own workers (agent/topology.hpp)

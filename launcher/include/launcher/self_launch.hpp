@@ -21,10 +21,12 @@ GpuRequest self_launch_gpus(const core::EnvSnapshot& env);
 // The srun command line that re-launches `self_argv` (ddprun's own argv, argv[0] resolved) on `nnodes`.
 // Fail-fast: --kill-on-bad-exit=1, so Slurm ends the step once one agent fails. `elastic` (issue 14):
 // --no-kill and --kill-on-bad-exit=0, so the step outlives a lost node or agent and the survivors go on.
+// `het_components` >= 2 (a heterogeneous job): one step over every component, --het-group=0-(K-1),
+// one agent on each node of each.
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
                                           const std::vector<std::string>& self_argv,
                                           std::optional<int> gpus_per_node = std::nullopt,
-                                          bool elastic = false);
+                                          bool elastic = false, int het_components = 0);
 
 // Elastic self-launch (issue 14): srun exits with the highest of its tasks' codes, so a lost node's agent
 // (137, killed) would fail a job that the others finished. ddprun therefore stays srun's parent, and

@@ -52,6 +52,14 @@ TEST_CASE("self-launch: one agent task per node with the node's whole allocation
   CHECK(argv == want);
 }
 
+TEST_CASE("self-launch in a heterogeneous job: one step over every component", "[config][slurm]") {
+  const auto argv = self_launch_argv("srun", 3, {"/opt/ddprun", "train.py"}, std::nullopt, false, 2);
+  const std::vector<std::string> want = {
+      "srun",        "--het-group=0-1", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--whole",
+      "/opt/ddprun", "train.py"};
+  CHECK(argv == want);
+}
+
 TEST_CASE("self-launch in elastic mode: the step outlives a lost node or agent", "[config][slurm][elastic]") {
   // Fail-fast keeps --kill-on-bad-exit=1 (above); elastic mode must not let Slurm end the survivors.
   const auto argv = self_launch_argv("srun", 5, {"/opt/ddprun", "--nnodes", "4:4", "train.py"}, 2, true);
