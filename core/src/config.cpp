@@ -192,14 +192,17 @@ void set_counts(const NodeCounts& c, Resolved& r) {
 }
 
 // Inside an srun step: agent mode with one task per node, else per-task mode.
-Layout resolve_step(const Options& o, const SlurmEnv& s, Resolved& r) {
+Layout resolve_step(const Options& o, const EnvSnapshot& env, const SlurmEnv& s, Resolved& r) {
   JobSpec& job = r.job;
   Layout l;
   const SlurmLayout layout = slurm_layout(s);
   l.hosts = layout.hosts;
   const int n = static_cast<int>(l.hosts.size());
-  // The step, not only the job: concurrent steps of one allocation must not meet each other.
-  const std::string step_run = fmt::format("{}.{}", *s.job_id, *s.step_id);
+  // The step, not only the job: concurrent steps of one allocation must not meet each other. A self-launched
+  // step keeps the job id its batch script planned with (what a dry run there shows): self-launches of one
+  // allocation never run at once, each takes the whole allocation.
+  const bool self_launched = env_get(env, kSelfLaunchJobVar) == *s.job_id;
+  const std::string step_run = self_launched ? *s.job_id : fmt::format("{}.{}", *s.job_id, *s.step_id);
   l.derived = derive_ports(step_run);
   l.derived_from = step_run;
   job.run_id = o.rdzv_id.value_or(step_run);
@@ -396,7 +399,7 @@ Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo&
   if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
   fill_job_settings(o, env, s, r);
 
-  Layout l = r.context == SlurmContext::step    ? resolve_step(o, s, r)
+  Layout l = r.context == SlurmContext::step    ? resolve_step(o, env, s, r)
              : r.context == SlurmContext::batch ? resolve_batch(o, s, r)
                                                 : resolve_outside(o, endpoint, r);
   JobSpec& job = r.job;

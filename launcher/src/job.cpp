@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@
 #include "core/plan_table.hpp"
 #include "launcher/auth_setup.hpp"
 #include "launcher/dry_run.hpp"
+#include "launcher/self_launch.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
 #include "per_task_session.hpp"
@@ -130,13 +132,15 @@ rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::
   // Another agent could not start: this one leaves with its exit code, which srun --kill-on-bad-exit's
   // SIGTERM (sent once the first agent exits) must not turn into 143.
   ro.on_start_failure = [] { agent::hold_stop_signals(); };
-  // Every 10 s of waiting, say who is still missing.
-  ro.on_progress = [&ev, quiet = o.quiet](const std::string& m) {
+  // Every 10 s of waiting, say who is still missing; in an interactive srun --pty step, once, why.
+  ro.on_progress = [&ev, quiet = o.quiet,
+                    hint = pty_step_hint(snapshot_environ(), r)](const std::string& m) mutable {
     if (ev.json()) {
       ev.emit("rendezvous_waiting", {{"message", m}});
     } else if (!quiet) {
       fmt::print(stderr, "ddprun: {}\n", m);
     }
+    if (hint) ev.warn(*std::exchange(hint, std::nullopt));
   };
   return ro;
 }

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
     const core::Options& o = cli.options;
     const auto env = launcher::snapshot_environ();
     const auto sys = launcher::probe_system();
+    ::unsetenv(core::kSelfLaunchJobVar);  // read into `env`: for this agent's step only, never a worker's
     auto resolved = core::resolve_job(o, env, sys);
     agent::AgentOptions agent_opts;
     // What only this node can check fails here alone: the other agents learn of it through the store

@@ -78,6 +78,18 @@ std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
   return out;
 }
 
+std::optional<std::string> pty_step_hint(const core::EnvSnapshot& env, const core::Resolved& r) {
+  const auto pty = env.find("SLURM_PTY_PORT");
+  if (pty == env.end() || pty->second.empty() || r.context != core::SlurmContext::step || r.nagents < 2)
+    return std::nullopt;
+  return fmt::format(
+      "this is an interactive srun --pty step over {} nodes: a shell in it ran on every node, but only this "
+      "one has the terminal and the others ended at once, so no agent comes from them. Stop this ddprun "
+      "(Ctrl-C) and start one agent per node from this shell: srun --overlap --ntasks-per-node=1 ddprun ...; "
+      "or run ddprun in an salloc shell instead",
+      r.nagents);
+}
+
 int elastic_exit_code(int srun_code, std::optional<int> local_agent_code) {
   return local_agent_code.value_or(srun_code);
 }
@@ -191,6 +203,9 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   if (self_launch_needs_token(r.rdzv_auth, have_token, rdzv::auth::munge_usable(munge_socket(env)))) {
     ::setenv("DDPRUN_TOKEN", rdzv::auth::random_token().c_str(), 1);
   }
+  // The step plans with the job id, as this batch context did (its dry run shows the run's run id and ports).
+  const auto job = env.find("SLURM_JOB_ID") != env.end() ? env.find("SLURM_JOB_ID") : env.find("SLURM_JOBID");
+  if (job != env.end()) ::setenv(core::kSelfLaunchJobVar, job->second.c_str(), 1);
   if (r.elastic) run_elastic(cargv);
   ::execvp(cargv[0], cargv.data());
   throw core::Error(

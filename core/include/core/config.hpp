@@ -124,6 +124,11 @@ DerivedPorts derive_ports(const std::string& job_id);
 inline constexpr std::size_t kStorePortFallbacks = 7;
 std::vector<std::uint16_t> store_port_fallbacks(const std::string& job_id);
 
+// Set by a self-launch in srun's environment to the job id: the step then plans with the job id as its run
+// id and the source of its ports, as the batch script's dry run did, instead of JOBID.STEPID. Each agent
+// removes it from its environment before any worker starts.
+inline constexpr const char* kSelfLaunchJobVar = "DDPRUN_SELF_LAUNCH_JOB";
+
 inline constexpr std::uint16_t kDefaultStorePort = 29400;
 inline constexpr std::uint16_t kDefaultMasterPort = 29500;
 

@@ -42,6 +42,11 @@ inline constexpr const char* kSelfLaunchResultVar = "DDPRUN_SELF_LAUNCH_RESULT";
 inline constexpr const char* kSelfLaunchHostVar = "DDPRUN_SELF_LAUNCH_HOST";
 void record_self_launch_result(int code);
 
+// An interactive `srun --pty` step over several nodes (SLURM_PTY_PORT): a shell there runs on every node,
+// but only node 0's has the terminal, and the others' end at once; ddprun typed into it waits for agents
+// that never come. The hint the rendezvous adds to its first "waiting" line there; nullopt elsewhere. Pure.
+std::optional<std::string> pty_step_hint(const core::EnvSnapshot& env, const core::Resolved& r);
+
 // Fail-fast: replaces this process with srun (so signals and the exit code pass straight through).
 // Elastic: runs srun as a child, passes on TERM, HUP, QUIT, USR1 and USR2 (Ctrl-C reaches srun from the
 // terminal itself), and exits with elastic_exit_code. Returns only on failure, with an Error.

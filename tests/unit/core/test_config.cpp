@@ -147,6 +147,28 @@ TEST_CASE("the store's run id names the step, also when --rdzv-id names another"
   CHECK(resolve(o, {}, sys()).rdzv_run_id == "sweep");
 }
 
+TEST_CASE("a self-launched step plans with the job id, as its batch script's dry run did",
+          "[config][slurm]") {
+  // The batch script of job 1234 on node[1-2]; its self-launch is step 0 of the job.
+  const EnvSnapshot batch = {
+      {"SLURM_JOB_ID", "1234"}, {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_JOB_NUM_NODES", "2"}};
+  auto env = step_env(1);
+  env["SLURM_STEP_NODELIST"] = "node[1-2]";
+  env[kSelfLaunchJobVar] = "1234";
+  const auto planned = resolve(cmd(), batch, sys());
+  const auto run = resolve(cmd(), env, sys());
+  CHECK(planned.job.run_id == "1234");
+  CHECK(run.job.run_id == planned.job.run_id);
+  CHECK(run.rdzv_port == planned.rdzv_port);
+  CHECK(run.job.master_port == planned.job.master_port);
+  CHECK(run.rdzv_fallback_ports == planned.rdzv_fallback_ports);
+  // Any other step keeps JOBID.STEPID: a stale or foreign value changes nothing.
+  env[kSelfLaunchJobVar] = "99";
+  CHECK(resolve(cmd(), env, sys()).job.run_id == "1234.0");
+  env.erase(kSelfLaunchJobVar);
+  CHECK(resolve(cmd(), env, sys()).job.run_id == "1234.0");
+}
+
 TEST_CASE("per-task mode: more tasks than nodes", "[config][slurm]") {
   EnvSnapshot env = {
       {"SLURM_JOB_ID", "5"},         {"SLURM_STEP_ID", "0"},        {"SLURM_STEP_NODELIST", "n[1-2]"},
