@@ -12,23 +12,26 @@ need_ddprun
 command -v setpriv >/dev/null || skip "setpriv (util-linux) is needed to run the intruder as another user"
 unset DDPRUN_MUNGE_SOCKET DDPRUN_TOKEN DDPRUN_TOKEN_FILE DDPRUN_RDZV_AUTH  # cluster.sh env sets the first
 
-# The store port ddprun derives for step J.S (its own dry run in that step's environment).
+# port.sh RUN: the store port ddprun derives for run RUN, JOBID.STEPID of a step or JOBID of a self-launch
+# (its own dry run in that step's, or that batch script's, environment).
 cat > port.sh <<EOS
 #!/bin/bash
-env -i PATH="\$PATH" SLURM_JOB_ID=\$1 SLURM_STEP_ID=\$2 SLURM_STEP_NODELIST=node1 SLURM_STEP_NUM_NODES=1 \\
-  SLURM_STEP_NUM_TASKS=1 SLURM_STEP_TASKS_PER_NODE=1 SLURM_NODEID=0 \\
-  "$DDPRUN" --dry-run --format json --rdzv-auth none --nproc-per-node 1 -- true |
+case \$1 in
+  *.*) ctx="SLURM_JOB_ID=\${1%%.*} SLURM_STEP_ID=\${1#*.} SLURM_STEP_NODELIST=node1 SLURM_NODEID=0" ;;
+  *) ctx="SLURM_JOB_ID=\$1 SLURM_JOB_NODELIST=node1" ;;
+esac
+env -i PATH="\$PATH" \$ctx "$DDPRUN" --dry-run --format json --rdzv-auth none --nproc-per-node 1 -- true |
   sed -n 's/.*"rdzv_endpoint": "node1:\([0-9]*\)".*/\1/p'
 EOS
-# intruder.sh J S NAME: user nobody, outside Slurm, no credential, asks step J.S's store for node rank 1.
+# intruder.sh RUN NAME: user nobody, outside Slurm, no credential, asks run RUN's store for node rank 1.
 cat > intruder.sh <<EOS
 #!/bin/bash
-port=\$("$WORK/port.sh" "\$1" "\$2")
+port=\$("$WORK/port.sh" "\$1")
 env -i PATH=/usr/bin:/bin setpriv --reuid=nobody --regid=nogroup --clear-groups -- "$DDPRUN" --nnodes 2 \\
-  --node-rank 1 --rdzv-endpoint "127.0.1.1:\$port" --rdzv-id "\$1.\$2" --rdzv-auth none --rdzv-timeout 30 \\
-  -- true > "$WORK/intruder_\$3.log" 2>&1
-echo "intruder rc \$?" >> "$WORK/intruder_\$3.log"
-touch "$WORK/intruder_\$3.done"
+  --node-rank 1 --rdzv-endpoint "127.0.1.1:\$port" --rdzv-id "\$1" --rdzv-auth none --rdzv-timeout 30 \\
+  -- true > "$WORK/intruder_\$2.log" 2>&1
+echo "intruder rc \$?" >> "$WORK/intruder_\$2.log"
+touch "$WORK/intruder_\$2.done"
 EOS
 # worker.sh NAME: records whether the rendezvous token reached it, and stays up until the intruder is done.
 cat > worker.sh <<EOS
@@ -56,7 +59,7 @@ cat > munge.sh <<EOS
 #!/bin/bash
 srun -N2 --ntasks-per-node=1 "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" munge &
 pid=\$!
-"$WORK/intruder.sh" "\$SLURM_JOB_ID" 0 munge
+"$WORK/intruder.sh" "\$SLURM_JOB_ID.0" munge
 wait \$pid
 EOS
 j=$(submit -N2 -o munge.out -e munge.err munge.sh)
@@ -68,7 +71,7 @@ cat > token.sh <<EOS
 export DDPRUN_MUNGE_SOCKET="$WORK/no-munged-here.sock"
 "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" token &
 pid=\$!
-"$WORK/intruder.sh" "\$SLURM_JOB_ID" 0 token
+"$WORK/intruder.sh" "\$SLURM_JOB_ID" token   # a self-launch runs as the job id
 wait \$pid
 EOS
 j=$(submit -N2 -o token.out -e token.err token.sh)

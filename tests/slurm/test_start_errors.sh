@@ -29,10 +29,10 @@ check() {
   local name=$1 bad=$2 what=$3 other=$((1 - $2))
   sed 's/^/   /' "$name.err"
   grep -qE "^$bad: ddprun: error: .*$what" "$name.err" || fail "$name: node id $bad did not report its own error"
-  grep -qE "^$other: ddprun: error: node$((bad + 1)) \(node rank $bad\) could not start: .*$what" "$name.err" \
-    || fail "$name: node id $other does not name node$((bad + 1))'s error"
+  grep -qE "^$other: ddprun: error: node[0-9]+ \(node rank $bad\) could not start: .*$what" "$name.err" \
+    || fail "$name: node id $other does not name node rank $bad's error"
   if grep -qE 'timed out|cannot reach' "$name.err"; then fail "$name: a node waited for the rendezvous"; fi
-  note "ok: $name: both nodes report node$((bad + 1))'s error"
+  note "ok: $name: both nodes report node rank $bad's error"
 }
 
 for bad in 1 0; do
