@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "e2e/job.hpp"
+#include "support/torch_python.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -14,14 +15,16 @@ namespace {
 const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/hang_worker.py";
 
 std::vector<std::string> python_flags(const std::string& timeout) {
-  return {"--hang-timeout", timeout, "--python", "/usr/bin/python3"};
+  return {"--hang-timeout", timeout, "--python", torch_python()};
 }
 
 }  // namespace
 
-TEST_CASE("hang: a stuck Python rank's stack is in its node's report, every node exits 124", "[e2e][hang]") {
+TEST_CASE("hang: a stuck Python rank's stack is in its node's report, every node exits 124",
+          "[e2e][hang][torch2]") {
+  const auto flags = python_flags("3");
   Job job;
-  job.start(2, 1, {kScript, "stuck"}, python_flags("3"));
+  job.start(2, 1, {kScript, "collective"}, flags);  // rank 0 waits in a real all_reduce (gloo)
   job.wait_all();
   const std::string node0 = job.agents[0].err();
   const std::string node1 = job.agents[1].err();
@@ -31,15 +34,15 @@ TEST_CASE("hang: a stuck Python rank's stack is in its node's report, every node
   // Node 1 runs the stuck rank: faulthandler's dump of it, in node 1's own report.
   CHECK_THAT(node1, Catch::Contains("Stacks of the silent ranks on this node:"));
   CHECK_THAT(node1, Catch::Contains("| ") && Catch::Contains("in stuck_in_distinctive_function"));
-  // Node 0's rank waited for it: its stack too, and the job summary says hang.
-  CHECK_THAT(node0, Catch::Contains("in wait_for_peer"));
+  // Node 0's rank waited for it in the collective: its stack too, and the job summary says hang.
+  CHECK_THAT(node0, Catch::Contains("in wait_for_peer_in_all_reduce"));
   CHECK_THAT(node0, Catch::Contains("HUNG, exit code 124"));
   CHECK(leftovers_after(job.token, 5s).empty());
 }
 
 TEST_CASE("hang: a restarted hang hangs again, and the final exit code is still 124", "[e2e][hang]") {
-  Job job;
   auto flags = python_flags("2");
+  Job job;
   flags.insert(flags.end(), {"--max-restarts", "1"});
   job.start(2, 1, {kScript, "stuck"}, flags);
   job.wait_all();
@@ -51,8 +54,9 @@ TEST_CASE("hang: a restarted hang hangs again, and the final exit code is still 
 }
 
 TEST_CASE("hang: a rank that keeps printing is never hung", "[e2e][hang]") {
+  const auto flags = python_flags("1");
   Job job;
-  job.start(1, 2, {kScript, "chatty", "4"}, python_flags("1"));
+  job.start(1, 2, {kScript, "chatty", "4"}, flags);
   job.wait_all();
   INFO(job.agents[0].err());
   CHECK(job.agents[0].code == 0);
@@ -67,8 +71,8 @@ TEST_CASE("hang: a rank that keeps printing is never hung", "[e2e][hang]") {
 }
 
 TEST_CASE("hang: a rank that prints nothing but touches its heartbeat file is never hung", "[e2e][hang]") {
-  Job job;
   auto flags = python_flags("1");
+  Job job;
   flags.insert(flags.end(), {"--log-dir", job.dir / "logs"});
   job.start(1, 2, {kScript, "heartbeat", "4"}, flags);
   job.wait_all();
