@@ -103,13 +103,13 @@ def ddprun_trial(ddprun, py, scenario):
             "silent": ("3:4", [0, 1, 2, 3], 2, signal.SIGSTOP),
             "standby": ("4:4", [0, 4, 1, 2, 3], 1, signal.SIGKILL)}[scenario]
     nnodes, order, victim, sig = spec
-    port = free_port()
+    port, master_port = free_port(), free_port()  # not the default 29500, which other jobs here may take
     with tempfile.TemporaryDirectory() as d:
         procs = {}
         for n in order:
             argv = [ddprun, "--log-format", "json", "--nnodes", nnodes, "--node-rank", str(n),
                     "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "2", "--term-timeout", "3",
-                    "--rdzv-timeout", "120", "--python", py, WORKER]
+                    "--rdzv-timeout", "120", "--master-port", str(master_port), "--python", py, WORKER]
             log = open(os.path.join(d, f"agent{n}.log"), "w")
             procs[n] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=worker_env(d))
             if n == 4 or (scenario == "standby" and n == 0):

@@ -22,7 +22,8 @@ std::vector<std::string> python_flags(const std::string& timeout) {
 
 TEST_CASE("hang: a stuck Python rank's stack is in its node's report, every node exits 124",
           "[e2e][hang][torch2]") {
-  const auto flags = python_flags("3");
+  auto flags = python_flags("3");
+  flags.insert(flags.end(), {"--master-port", std::to_string(free_port())});  // not the 29500 others may take
   Job job;
   job.start(2, 1, {kScript, "collective"}, flags);  // rank 0 waits in a real all_reduce (gloo)
   job.wait_all();
