@@ -140,8 +140,9 @@ def ddprun_trial(ddprun, py, scenario):
 
 
 def torchrun_trial(py, limit):
-    """torchrun --nnodes 3:4 (c10d) of the torch at `py`, one agent SIGKILLed: seconds until the survivors' new
-    workers start, or None when they did not within `limit` s."""
+    """torchrun --nnodes 3:4 (c10d) of the torch at `py`, one agent SIGKILLed: (seconds until the survivors' new
+    workers finished their all-reduce, or None; what happened). The agents' last lines go to stderr when they
+    did not recover."""
     port = free_port()
     with tempfile.TemporaryDirectory() as d:
         procs = []
@@ -155,8 +156,9 @@ def torchrun_trial(py, limit):
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=worker_env(d),
                                           start_new_session=True))
             time.sleep(0.5)
-        got = None
+        got, what = None, "the first attempt's workers were not all ready within 120 s"
         if wait_ready(d, 4):
+            what = f"did not recover within {limit} s"
             time.sleep(0.5)
             t_loss = time.time()
             os.killpg(procs[3].pid, signal.SIGKILL)  # the node: its agent and its worker
@@ -171,7 +173,12 @@ def torchrun_trial(py, limit):
             except ProcessLookupError:
                 pass
             p.wait()
-        return got
+        if got is None:
+            for n in range(4):
+                with open(os.path.join(d, f"agent{n}.log"), errors="replace") as f:
+                    tail = f.read().splitlines()[-6:]
+                print(f"  agent {n}: " + "\n  agent {n}: ".join(tail), file=sys.stderr)
+        return got, what if got is None else "recovered"
 
 
 def main():
@@ -179,8 +186,11 @@ def main():
     ap.add_argument("--ddprun", default=os.path.join(ROOT, "build", "launcher", "ddprun"))
     ap.add_argument("--python", default=None, help="the workers' interpreter (default: torch 2.x's, else 1.13's)")
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--scenarios", default="shrink,standby,master,silent", help="comma-separated, of these four")
     ap.add_argument("--json")
     ap.add_argument("--no-torchrun", action="store_true")
+    ap.add_argument("--torchrun-only", action="store_true", help="torchrun's trials only")
+    ap.add_argument("--torchrun-python", action="append", help="torchrun's interpreter(s) (default: 2.x's and 1.13's)")
     ap.add_argument("--torchrun-limit", type=int, default=150, help="s to wait for torchrun's recovery")
     ap.add_argument("--slurm-out", nargs=4, metavar=("SCENARIO", "OUT", "T_LOSS", "WORLD"),
                     help="(bench/elastic_slurm.sh) the phases from a Slurm job's merged output; DIR beside it")
@@ -200,18 +210,18 @@ def main():
     rows = []
     print("scenario  trial  detection  teardown  round   spawn   total   all-reduce  (s from the loss; target for "
           "total: heartbeat timeout 5 s + 2 s)")
-    for scenario in ("shrink", "standby", "master", "silent"):
+    for scenario in ([] if a.torchrun_only else a.scenarios.split(",")):
         for t in range(a.trials):
             r = ddprun_trial(a.ddprun, py, scenario)
             rows.append({"launcher": "ddprun", "scenario": scenario, "trial": t, **(r or {"failed": True})})
             print_row(scenario, t, r)
     if not a.no_torchrun:
-        for tpy in [p for p in (torch2, PY1) if p]:
+        for tpy in a.torchrun_python or [p for p in (torch2, PY1) if p]:
             name = f"torchrun {torch_version(tpy).split('+')[0]}"
             for t in range(a.trials):
-                got = torchrun_trial(tpy, a.torchrun_limit)
-                rows.append({"launcher": name, "scenario": "shrink", "trial": t, "total": got})
-                print(f"{name} shrink: " + (f"did not recover within {a.torchrun_limit} s" if got is None else
+                got, what = torchrun_trial(tpy, a.torchrun_limit)
+                rows.append({"launcher": name, "scenario": "shrink", "trial": t, "total": got, "what": what})
+                print(f"{name} shrink: " + (what if got is None else
                                              f"all-reduce at the new world size {got:.3f} s after the loss"),
                       flush=True)
     print(f"load average {os.getloadavg()[0]:.2f}")
