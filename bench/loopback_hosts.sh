@@ -12,6 +12,7 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
   trap 'rm -f "$hosts"' EXIT
   { cat /etc/hosts; echo "::1 localhost"; echo "::ffff:127.0.0.1 localhost"; } >"$hosts"
   chmod 0644 "$hosts"
+  # shellcheck disable=SC2016 # expanded by the inner sh
   unshare --mount -- sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$hosts" "$@"
 else
   echo "loopback_hosts.sh: not root or no unshare: running with the machine's /etc/hosts" >&2
