@@ -177,7 +177,7 @@ def torchrun_trial(py, limit):
             for n in range(4):
                 with open(os.path.join(d, f"agent{n}.log"), errors="replace") as f:
                     tail = f.read().splitlines()[-6:]
-                print(f"  agent {n}: " + "\n  agent {n}: ".join(tail), file=sys.stderr)
+                print("".join(f"  agent {n}: {line}\n" for line in tail), end="", file=sys.stderr)
         return got, what if got is None else "recovered"
 
 
