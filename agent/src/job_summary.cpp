@@ -161,7 +161,7 @@ std::string format_member_line(const RunResult& r, std::optional<int> task_rank,
   if (const auto& f = r.root_cause) {
     cause = f->rank >= 0 ? fmt::format("root cause rank {} on {}", f->rank, f->host)
                          : fmt::format("root cause: {}", f->reason);
-    if (!f->error_message.empty()) cause += fmt::format(" ({})", one_line(f->error_message));
+    if (!f->error_message.empty()) cause += fmt::format(" ({})", escape_control(one_line(f->error_message)));
   }
   // Ranks that exited after a checkpoint signal stopped on request: the same words as the report.
   const int after = r.root_cause ? r.root_cause->after_signal : 0;

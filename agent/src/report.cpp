@@ -1,6 +1,7 @@
 #include "agent/report.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <ctime>
 
 #include "agent/error.hpp"
@@ -24,6 +25,28 @@ std::string exit_text(int exit_code, int sig) {
   return fmt::format("{}", exit_code);
 }
 
+// The length of the UTF-8 sequence at `s` (2 to 4 bytes), or 0 when it is not one (overlong forms,
+// surrogates and values past U+10FFFF included).
+std::size_t utf8_sequence(std::string_view s) {
+  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
+  const unsigned char c = b(0);
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2)) return 0;
+    if (c == 0xE0 && b(1) < 0xA0) return 0;   // overlong
+    if (c == 0xED && b(1) >= 0xA0) return 0;  // a surrogate
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    if (c == 0xF0 && b(1) < 0x90) return 0;   // overlong
+    if (c == 0xF4 && b(1) >= 0x90) return 0;  // past U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::size_t start = 0;
@@ -40,22 +63,32 @@ std::string duration_text(std::chrono::milliseconds d) {
   return fmt::format("{:.2f}s", static_cast<double>(d.count()) / 1000.0);
 }
 
+std::string stack_kind(const HungWorker& h) {
+  return h.python ? "Python stack of every thread (faulthandler)" : "native stack (eu-stack)";
+}
+
+// A stack's lines, each indented under its heading.
+std::string stack_lines(const std::string& stack) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < stack.size()) {
+    const auto end = stack.find('\n', start);
+    const auto len = end == std::string::npos ? std::string::npos : end - start;
+    out += "    | " + escape_control(std::string_view(stack).substr(start, len)) + "\n";
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
 // The stacks of this node's hung ranks, each line indented under its rank.
 std::string hung_text(const std::vector<HungWorker>& hung) {
   if (hung.empty()) return "";
   std::string out = "Stacks of the silent ranks on this node:\n";
   for (const auto& h : hung) {
     out += fmt::format("  rank {} (local rank {}), pid {}, silent for {}, {}:\n", h.rank, h.local_rank, h.pid,
-                       duration_text(h.silent),
-                       h.python ? "Python stack of every thread (faulthandler)" : "native stack (eu-stack)");
-    std::size_t start = 0;
-    while (start < h.stack.size()) {
-      const auto end = h.stack.find('\n', start);
-      const auto len = end == std::string::npos ? std::string::npos : end - start;
-      out += "    | " + h.stack.substr(start, len) + "\n";
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
+                       duration_text(h.silent), stack_kind(h));
+    out += stack_lines(h.stack);
   }
   return out;
 }
@@ -66,20 +99,46 @@ std::string python_error_text(const Failure& f) {
   if (!f.error_message.empty()) {
     std::string_view first = f.error_message;
     first = first.substr(0, first.find('\n'));
-    out += fmt::format("  error     : {}\n", first);
+    out += fmt::format("  error     : {}\n", escape_control(first));
     if (first.size() < f.error_message.size()) {
       for (const auto& l : lines_of(f.error_message.substr(first.size() + 1)))
-        out += "              " + l + "\n";
+        out += "              " + escape_control(l) + "\n";
     }
   }
   if (!f.traceback.empty()) {
     out += "  traceback (from TORCHELASTIC_ERROR_FILE):\n";
-    for (const auto& l : lines_of(f.traceback)) out += "    | " + l + "\n";
+    for (const auto& l : lines_of(f.traceback)) out += "    | " + escape_control(l) + "\n";
   }
   return out;
 }
 
 }  // namespace
+
+std::string escape_control(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\t' || (c >= 0x20 && c < 0x7F)) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    const std::size_t n = c >= 0x80 ? utf8_sequence(text.substr(i)) : 0;
+    // U+0080-U+009F (C2 80-C2 9F) are the C1 controls: some terminals take U+009B as CSI.
+    const bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0;
+    if (n > 0 && !c1) {
+      out.append(text.substr(i, n));
+      i += n;
+      continue;
+    }
+    for (std::size_t k = 0; k < std::max<std::size_t>(n, 1); ++k) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i + k]));
+    }
+    i += std::max<std::size_t>(n, 1);
+  }
+  return out;
+}
 
 std::string format_report(const RunResult& r, bool colour, ReportLength length) {
   // Workers that exited after a checkpoint signal stopped on request: not a crash.
@@ -111,7 +170,7 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
     out += python_error_text(*f);
     if (!f->stderr_tail.empty() && !hang) {
       out += fmt::format("  last {} stderr lines:\n", f->stderr_tail.size());
-      for (const auto& l : f->stderr_tail) out += "    | " + l + "\n";
+      for (const auto& l : f->stderr_tail) out += "    | " + escape_control(l) + "\n";
     }
   }
   out += hung_text(r.hung);  // even in a brief report: they are what a hang is about
@@ -185,12 +244,12 @@ std::string format_summary(const RunResult& r, bool colour) {
                      "duration");
   for (const auto& e : r.exits) {
     std::string ex = short_exit(e.status);
-    if (e.stopped_by_ddprun && e.status.failed()) ex += " *";
+    if (e.stopped_by_ddprun) ex += " *";  // exit 0 on our TERM too: the JSON says the same
     out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", e.rank, e.local_rank, e.host, host_w, ex,
                        duration_text(e.duration));
   }
   bool any_stopped = false;
-  for (const auto& e : r.exits) any_stopped = any_stopped || (e.stopped_by_ddprun && e.status.failed());
+  for (const auto& e : r.exits) any_stopped = any_stopped || e.stopped_by_ddprun;
   if (any_stopped) out += "  * stopped by ddprun during teardown\n";
   return out;
 }

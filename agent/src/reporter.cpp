@@ -156,7 +156,7 @@ void Reporter::job_summary(const RunResult& r) const {
   if (json_) {
     event("job_summary", job_summary_json(r, peers));
   } else {
-    write_all(2, format_job_summary(r, peers, use_colour(2)));
+    write_all(2, format_job_summary(r, peers, use_colour(2), kJobSummaryRows, opts_.task_rank.has_value()));
   }
 }
 

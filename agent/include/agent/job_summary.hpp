@@ -65,12 +65,15 @@ std::optional<int> lost_node(const std::optional<Failure>& root);
 // run's may still be in their teardown (grace, then up to 2 s reading output).
 std::chrono::milliseconds gather_timeout(bool success, std::chrono::milliseconds term_timeout);
 
+inline constexpr std::size_t kJobSummaryRows = 16;
+
 // The lead's job-wide summary: a header with the job's outcome and root cause, then one row per
-// node (node, host, ranks, result, longest duration). Past `max_rows` nodes, the rows that explain
-// the outcome (failures, signals, missing reports) and the first others are shown, and one line
-// counts the rest.
+// node (node, host, ranks, result, longest duration). Past `max_rows` nodes, the root cause's row
+// comes first, then the other rows that explain the outcome (failures, signals, missing reports),
+// then the first others, and one line counts the rest. `per_task`: the rows are tasks (per-task
+// mode), and the header counts tasks and nodes apart.
 std::string format_job_summary(const RunResult& lead, const std::vector<PeerRecord>& peers, bool colour,
-                               std::size_t max_rows = 16);
+                               std::size_t max_rows = kJobSummaryRows, bool per_task = false);
 nlohmann::json job_summary_json(const RunResult& lead, const std::vector<PeerRecord>& peers);
 
 // The one line of a node other than 0:

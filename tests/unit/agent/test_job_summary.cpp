@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <sstream>
 
 #include "agent/job_summary.hpp"
 
@@ -246,6 +247,43 @@ TEST_CASE("job summary of a big job stays short: failures first, the rest counte
   const std::string s = format_job_summary(ok_node(0), ok, false, 16);
   CHECK_THAT(s, Catch::Contains("success, 21 nodes, 42 workers exited 0") &&
                     Catch::Contains("  ... 5 more nodes: 5 ok\n"));
+}
+
+TEST_CASE("job summary of a big job: the root cause's row comes first, then the other failures",
+          "[summary]") {
+  RunResult lead = failed_node(0);
+  lead.root_cause = cause(30, 61, 7, "h30");
+  std::vector<PeerRecord> peers;
+  for (int n = 0; n < 40; ++n) {
+    RunResult r = failed_node(n);  // node 1's rank 3 failed by itself too: another row that explains
+    r.host = "h" + std::to_string(n);
+    r.root_cause = lead.root_cause;
+    if (n == 30) r.exits[1] = exit_of(61, 7, false, 0, 500);
+    peers.push_back(peer(r));
+  }
+  const std::string t = format_job_summary(lead, peers, false, 16);
+  std::vector<std::string> lines;
+  std::istringstream in(t);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  REQUIRE(lines.size() > 4);
+  CHECK_THAT(lines[2],
+             Catch::StartsWith("     30  h30 ") && Catch::Contains("rank 61: exit 7 <- root cause"));
+  CHECK_THAT(lines[3], Catch::StartsWith("      1  h1 ") && Catch::Contains("rank 3: exit 7"));
+  CHECK_THAT(lines[4], Catch::StartsWith("      0  h0 "));
+}
+
+TEST_CASE("job summary in per-task mode counts tasks and the nodes they ran on", "[summary]") {
+  std::vector<PeerRecord> tasks;
+  for (int t = 0; t < 4; ++t) {
+    RunResult r = ok_node(t / 2);
+    r.exits = {exit_of(t, 0)};
+    tasks.push_back({t, r.host, encode_node_record(node_record(r))});
+  }
+  const std::string s = format_job_summary(ok_node(0), tasks, false, 16, true);
+  CHECK_THAT(s, Catch::StartsWith(
+                    "ddprun: job summary (attempt 0): success, 4 tasks on 2 nodes, 4 workers exited 0\n"));
+  CHECK_THAT(format_job_summary(ok_node(0), tasks, false, 2, true),
+             Catch::Contains("  ... 2 more tasks: 2 ok\n"));
 }
 
 TEST_CASE("job_summary event: the records, and which nodes did not report", "[summary]") {

@@ -115,6 +115,48 @@ TEST_CASE("root cause is the earliest failure - a remote one wins ties and later
   CHECK_FALSE(choose_root_cause(std::nullopt, std::nullopt));
 }
 
+TEST_CASE("a worker's bytes in the report never drive the terminal") {
+  struct Row {
+    std::string in, want;
+  };
+  const Row rows[] = {
+      {"plain text\twith a tab", "plain text\twith a tab"},
+      {"\x1b[2Jclear", "\\x1b[2Jclear"},
+      {"bell\x07 cr\r nul" + std::string(1, '\0'), "bell\\x07 cr\\x0d nul\\x00"},
+      {"del\x7f", "del\\x7f"},
+      {"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80",
+       "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80"},  // UTF-8 kept
+      {"c1 \xc2\x9b"
+       "31m",
+       "c1 \\xc2\\x9b31m"},  // U+009B: CSI on some terminals
+      {"nbsp \xc2\xa0", "nbsp \xc2\xa0"},
+      {"bad \xff \xc3 \xc0\xaf \xed\xa0\x80", "bad \\xff \\xc3 \\xc0\\xaf \\xed\\xa0\\x80"},
+  };
+  for (const auto& r : rows) {
+    INFO(r.in);
+    CHECK(escape_control(r.in) == r.want);
+  }
+}
+
+TEST_CASE("the summary table stars every worker ddprun stopped, exit 0 included") {
+  RunResult r;
+  r.exit_code = 3;
+  WorkerExit ok_on_term;
+  ok_on_term.rank = 0;
+  ok_on_term.host = "h";
+  ok_on_term.stopped_by_ddprun = true;
+  WorkerExit failed;
+  failed.rank = 1;
+  failed.local_rank = 1;
+  failed.host = "h";
+  failed.status = {3, 0};
+  r.exits = {ok_on_term, failed};
+  const std::string t = format_summary(r);
+  CHECK_THAT(t, Catch::Contains("      0     0  h     0 *  ") &&
+                    Catch::Contains("  * stopped by ddprun during teardown"));
+  CHECK_THAT(t, Catch::Contains("      1     1  h     3    "));
+}
+
 TEST_CASE("job exit code: 0 only without failures or signals, else the root cause's code") {
   CHECK(job_exit_code(std::nullopt, 0, {{0, 0}, {0, 0}}) == 0);
   CHECK(job_exit_code(failure_at(1, 0, 3), 0, {{3, 0}, {143, SIGTERM}}) == 3);
