@@ -29,6 +29,7 @@ bool holds_root(const NodeRecord& n, const std::optional<Failure>& root) {
 
 std::string result_text(const NodeRecord& n) {
   if (n.success) return "ok";
+  if (n.hung) return fmt::format("rank {}: hung", n.failed_rank);
   if (n.failed_rank >= 0) {
     if (n.spawn_failed) return fmt::format("rank {}: cannot start ({})", n.failed_rank, n.failed_exit);
     if (n.failed_signal != 0)
@@ -191,6 +192,8 @@ nlohmann::json job_summary_json(const RunResult& lead, const std::vector<PeerRec
     }
     ++reported;
     nlohmann::json n = nlohmann::json::parse(encode_node_record(*rec));
+    n.erase("root_stack");  // a hang's stack is the failure report's root cause's, not a row's
+    n.erase("root_stack_python");
     n["reported"] = true;
     nodes.push_back(std::move(n));
   }

@@ -93,6 +93,24 @@ std::string hung_text(const std::vector<HungWorker>& hung) {
   return out;
 }
 
+// The root cause's stack when it hung on another node: from that node's record.
+std::string root_stack_text(const RunResult& r) {
+  if (!r.root_stack || !r.root_cause) return "";
+  return fmt::format("  stack of rank {} on {} (node {}), {}:\n", r.root_stack->rank, r.root_cause->host,
+                     r.root_cause->node_rank, stack_kind(*r.root_stack)) +
+         stack_lines(r.root_stack->stack);
+}
+
+// This node's root-cause stack wherever it came from: node 0's copy of another node's, or its own.
+const HungWorker* root_stack_of(const RunResult& r) {
+  if (r.root_stack) return &*r.root_stack;
+  if (!r.root_cause || !r.root_cause->hang || r.root_cause->node_rank != r.node_rank) return nullptr;
+  for (const auto& h : r.hung) {
+    if (h.rank == r.root_cause->rank) return &h;
+  }
+  return nullptr;
+}
+
 // The exception a @record worker wrote to TORCHELASTIC_ERROR_FILE, and its traceback.
 std::string python_error_text(const Failure& f) {
   std::string out;
@@ -154,6 +172,12 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
   if (r.stopped_by_signal) {
     out += fmt::format("ddprun: {} received by ddprun; workers were stopped\n", signal_name(r.signal));
   }
+  if (!r.not_told.empty()) {
+    out += fmt::format(
+        "ddprun: the other nodes could not be told of this failure ({}); they stop on their own once they "
+        "find this node gone\n",
+        r.not_told);
+  }
   if (const auto& f = r.root_cause) {
     out += after != 0 ? fmt::format("First exit after {}:\n", signal_name(after))
            : hang     ? paint("Root cause (hang):", Style::bold_red, colour) + "\n"
@@ -172,6 +196,7 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
       out += fmt::format("  last {} stderr lines:\n", f->stderr_tail.size());
       for (const auto& l : f->stderr_tail) out += "    | " + escape_control(l) + "\n";
     }
+    out += root_stack_text(r);
   }
   out += hung_text(r.hung);  // even in a brief report: they are what a hang is about
   if (length == ReportLength::brief) return out;
@@ -198,7 +223,13 @@ nlohmann::json report_to_json(const RunResult& r) {
   j["signal"] = r.signal != 0 ? nlohmann::json(signal_name(r.signal)) : nlohmann::json(nullptr);
   j["spawn_failed"] = r.spawn_failed;
   j["remote_abort"] = r.remote_abort;
+  j["others_told"] = r.not_told.empty();
+  j["not_told_reason"] = r.not_told.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.not_told);
   j["root_cause"] = r.root_cause ? failure_to_json(*r.root_cause) : nlohmann::json(nullptr);
+  if (const HungWorker* h = root_stack_of(r)) {
+    j["root_cause"]["stack"] = h->stack;
+    j["root_cause"]["stack_kind"] = h->python ? "python" : "native";
+  }
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& e : r.exits) {
     nlohmann::json w;

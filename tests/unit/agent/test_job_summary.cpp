@@ -272,6 +272,39 @@ TEST_CASE("job summary of a big job: the root cause's row comes first, then the 
   CHECK_THAT(lines[4], Catch::StartsWith("      0  h0 "));
 }
 
+TEST_CASE("after a hang the hung node's row is the root cause, and its stack reaches node 0", "[summary]") {
+  Failure hang = cause(1, 3, 124, "host-b");
+  hang.hang = true;
+  hang.silent = {{3, 2.5}};
+  hang.reason = "hung: no output or heartbeat for --hang-timeout 2 s; silent rank 3 (2.5 s)";
+  RunResult hung_node = failed_node(1);
+  hung_node.exit_code = 124;
+  hung_node.root_cause = hang;
+  hung_node.exits[1] = exit_of(3, 134, true, SIGABRT);  // our SIGABRT for faulthandler's dump
+  hung_node.hung = {
+      {3, 1, 103, 2500ms, true, "Thread 0x1 (most recent call first):\n  File \"t.py\", line 9 in stuck"}};
+  RunResult lead = failed_node(0);
+  lead.exit_code = 124;
+  lead.root_cause = hang;
+  const std::vector<PeerRecord> peers = {peer(lead), peer(hung_node)};
+  const std::string t = format_job_summary(lead, peers, false);
+  CHECK_THAT(t, Catch::Contains("HUNG, exit code 124, root cause rank 3 on host-b"));
+  CHECK_THAT(t, Catch::Contains("      1  host-b  2-3    rank 3: hung <- root cause"));
+  const auto stack = root_stack_from(lead, peers);
+  REQUIRE(stack);
+  CHECK(stack->rank == 3);
+  CHECK(stack->python);
+  CHECK(stack->silent == 2500ms);
+  CHECK_THAT(stack->stack, Catch::Contains("line 9 in stuck"));
+  lead.root_stack = stack;
+  const std::string report = format_report(lead);
+  CHECK_THAT(report, Catch::Contains("  stack of rank 3 on host-b (node 1), Python stack of every thread "
+                                     "(faulthandler):\n    | Thread 0x1 (most recent call first):\n"));
+  CHECK(report_to_json(lead).at("root_cause").at("stack") == hung_node.hung[0].stack);
+  // The node that has it prints it among its own stacks: node 0 only takes another node's.
+  CHECK_FALSE(root_stack_from(hung_node, peers));
+}
+
 TEST_CASE("job summary in per-task mode counts tasks and the nodes they ran on", "[summary]") {
   std::vector<PeerRecord> tasks;
   for (int t = 0; t < 4; ++t) {

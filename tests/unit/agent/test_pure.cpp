@@ -103,16 +103,38 @@ TEST_CASE("decode_child_status: waitid's siginfo reads like a wait status") {
   }
 }
 
-TEST_CASE("root cause is the earliest failure - a remote one wins ties and later local ones") {
+TEST_CASE("root cause: the store's (the first published), else this node's own, else one it saw alone") {
   const auto local = failure_at(1, 200);
-  const auto early_remote = failure_at(5, 100);
-  const auto late_remote = failure_at(5, 300);
-  CHECK(choose_root_cause(local, early_remote)->rank == 5);
-  CHECK(choose_root_cause(local, late_remote)->rank == 1);
-  CHECK(choose_root_cause(local, failure_at(5, 200))->rank == 5);
-  CHECK(choose_root_cause(std::nullopt, late_remote)->rank == 5);
-  CHECK(choose_root_cause(local, std::nullopt)->rank == 1);
-  CHECK_FALSE(choose_root_cause(std::nullopt, std::nullopt));
+  const auto store = failure_at(5, 300);  // published first, although it happened later
+  const auto lost_master = failure_at(-1, 100);
+  struct Row {
+    std::optional<Failure> store, local, observed;
+    int want_rank;  // -2: none
+  };
+  const Row rows[] = {
+      {store, local, lost_master, 5},                 // the store decides, whatever the times say
+      {store, std::nullopt, std::nullopt, 5},         // another node's failure tore this one down
+      {std::nullopt, local, lost_master, 1},          // not told (master gone): this node's own
+      {std::nullopt, local, std::nullopt, 1},         // a job of one node
+      {std::nullopt, std::nullopt, lost_master, -1},  // nothing failed here, the master is gone
+      {std::nullopt, std::nullopt, std::nullopt, -2},
+  };
+  for (const auto& r : rows) {
+    const auto got = choose_root_cause(r.store, r.local, r.observed);
+    INFO("want rank " << r.want_rank);
+    if (r.want_rank == -2) {
+      CHECK_FALSE(got);
+    } else {
+      REQUIRE(got);
+      CHECK(got->rank == r.want_rank);
+    }
+  }
+  // This node's own failure won: its own record, which has the stderr lines read after publishing.
+  auto fresher = local;
+  fresher.stderr_tail = {"last words"};
+  auto published = local;
+  published.time = ddprun::core::FailureTime(std::chrono::microseconds(999));
+  CHECK(choose_root_cause(published, fresher, std::nullopt)->stderr_tail == fresher.stderr_tail);
 }
 
 TEST_CASE("a worker's bytes in the report never drive the terminal") {
