@@ -129,9 +129,10 @@ std::optional<NodeRecord> decode_node_record(std::string_view text) {
     n.stopped = core::json_int<int>(j, "stopped");
     n.agent_signal = core::json_int<int>(j, "agent_signal");
     n.duration_s = j.at("duration_s").get<double>();
-    n.hung = j.at("hung").get<bool>();
-    n.root_stack = j.at("root_stack").get<std::string>();
-    n.root_stack_python = j.at("root_stack_python").get<bool>();
+    // Added later: a record without them (an older ddprun on that node) still reads.
+    n.hung = j.value("hung", false);
+    n.root_stack = j.value("root_stack", std::string());
+    n.root_stack_python = j.value("root_stack_python", false);
     return n;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

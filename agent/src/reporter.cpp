@@ -133,9 +133,11 @@ void Reporter::finished(const RunResult& run) const {
                          coord_.publish_result(encode_node_record(node_record(run)));
   const ReportPlan plan = plan_report(role, opts_.verbose, opts_.quiet, json_, run, published);
   // The lead gathers first (it may wait for the other nodes): a hang's stack comes with the record of
-  // the node that had it, and belongs in the report and the error file.
+  // the node that had it, and belongs in the report and the error file, --quiet or not.
+  const bool hang_elsewhere = role == ReportRole::lead && run.root_cause && run.root_cause->hang &&
+                              run.root_cause->node_rank != run.node_rank;
   const std::vector<PeerRecord> peers =
-      plan.gather
+      plan.gather || hang_elsewhere
           ? coord_.gather_results(gather_timeout(run.success, opts_.term_timeout), lost_node(run.root_cause))
           : std::vector<PeerRecord>{};
   RunResult r = run;
@@ -147,7 +149,7 @@ void Reporter::finished(const RunResult& run) const {
     write_text(r, plan);
   }
   if (!r.success) write_error_json(r);
-  if (!peers.empty()) job_summary(r, peers);
+  if (plan.gather && !peers.empty()) job_summary(r, peers);
 }
 
 void Reporter::write_text(const RunResult& r, const ReportPlan& plan) const {

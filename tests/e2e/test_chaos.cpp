@@ -209,22 +209,31 @@ class Relay {
   ~Relay() {
     stop_ = true;
     thread_.join();
-    for (const auto& [a, b] : pairs_) {
-      ::close(a);
-      ::close(b);
+    for (const auto& l : links_) {
+      ::close(l.fd[0]);
+      ::close(l.fd[1]);
     }
   }
   int port() const { return listener_.port; }
   void freeze() { frozen_ = true; }
 
  private:
+  struct Link {
+    int fd[2];                    // the client's side, the target's side
+    bool open[2] = {true, true};  // still read from
+  };
+
   void run() {
     while (!stop_) {
       std::vector<pollfd> fds{{listener_.fd, POLLIN, 0}};
+      std::vector<std::pair<std::size_t, int>> where;  // fds[i + 1]: link, side
       if (!frozen_) {
-        for (const auto& [a, b] : pairs_) {
-          fds.push_back({a, POLLIN, 0});
-          fds.push_back({b, POLLIN, 0});
+        for (std::size_t k = 0; k < links_.size(); ++k) {
+          for (int side = 0; side < 2; ++side) {
+            if (!links_[k].open[side]) continue;
+            fds.push_back({links_[k].fd[side], POLLIN, 0});
+            where.emplace_back(k, side);
+          }
         }
       }
       if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
@@ -232,23 +241,27 @@ class Relay {
       if (frozen_) continue;
       for (std::size_t i = 1; i < fds.size(); ++i) {
         if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-        const auto& [a, b] = pairs_[(i - 1) / 2];
-        const int from = fds[i].fd;
+        auto& link = links_[where[i - 1].first];
+        const int side = where[i - 1].second;
         char buf[65536];
-        const ssize_t n = ::recv(from, buf, sizeof buf, 0);
-        if (n > 0) (void)!::send(from == a ? b : a, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
-        if (n == 0) ::shutdown(from == a ? b : a, SHUT_WR);
+        const ssize_t n = ::recv(link.fd[side], buf, sizeof buf, 0);
+        if (n > 0) {
+          (void)!::send(link.fd[1 - side], buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+        } else {
+          link.open[side] = false;  // end of stream or an error: pass the end on, read no more
+          ::shutdown(link.fd[1 - side], SHUT_WR);
+        }
       }
     }
   }
   void accept_one() {
     const int a = ::accept(listener_.fd, nullptr, nullptr);
     if (a < 0) return;
+    const int b = ::socket(AF_INET, SOCK_STREAM, 0);
     if (frozen_) {
-      pairs_.emplace_back(a, ::socket(AF_INET, SOCK_STREAM, 0));  // accepted, never read
+      links_.push_back({{a, b}, {false, false}});  // accepted, never read
       return;
     }
-    const int b = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in to{};
     to.sin_family = AF_INET;
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -258,12 +271,12 @@ class Relay {
       ::close(b);
       return;
     }
-    pairs_.emplace_back(a, b);
+    links_.push_back({{a, b}});
   }
 
   int target_;
   Squatter listener_;  // a listening socket on a free port
-  std::vector<std::pair<int, int>> pairs_;
+  std::vector<Link> links_;
   std::atomic<bool> frozen_{false};
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -280,6 +293,13 @@ std::vector<std::string> rank1_fails_on_go() {
 // bounds"); the margin only absorbs a loaded machine. It stays below the 10 s after which node 1's
 // watch would call the master lost, so a node that merely waited for that fails here.
 constexpr auto kFailingNodeBound = 1s + 2s + 5s;
+
+// Both workers run; otherwise what the agents said.
+void wait_ready(std::vector<Proc>& agents, const TempDir& dir) {
+  const bool ok = wait_file(dir / "ready_0") && wait_file(dir / "ready_1");
+  INFO("agent 0:\n" << agents[0].err() << "\nagent 1:\n" << agents[1].err());
+  REQUIRE(ok);
+}
 
 void check_failing_node_alone(Proc& node1, const TempDir& dir) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -307,8 +327,7 @@ TEST_CASE("chaos: a node whose worker fails while the master is SIGSTOPped exits
                            {{"DIR", dir.path()}, {"TOKEN", token}, {"DDPRUN_TOKEN", token}}, dir.path(),
                            "agent" + std::to_string(n)));
   }
-  REQUIRE(wait_file(dir / "ready_0"));
-  REQUIRE(wait_file(dir / "ready_1"));
+  wait_ready(agents, dir);
   ::kill(agents[0].pid, SIGSTOP);
   check_failing_node_alone(agents[1], dir);
   ::kill(agents[0].pid, SIGCONT);
@@ -329,8 +348,7 @@ TEST_CASE("chaos: a node whose worker fails behind a dropped network exits with 
                            {{"DIR", dir.path()}, {"TOKEN", token}, {"DDPRUN_TOKEN", token}}, dir.path(),
                            "agent" + std::to_string(n)));
   }
-  REQUIRE(wait_file(dir / "ready_0"));
-  REQUIRE(wait_file(dir / "ready_1"));
+  wait_ready(agents, dir);
   relay.freeze();
   check_failing_node_alone(agents[1], dir);
   // The master loses node 1 (its heartbeats stopped) and stops the job too.

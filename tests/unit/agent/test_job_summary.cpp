@@ -105,6 +105,15 @@ TEST_CASE("node record: what one node's run ended with, and its codec", "[summar
   CHECK(encode_node_record(root).size() < 400);  // bounded: no stderr, no per-worker list
   CHECK_FALSE(decode_node_record("not json"));
   CHECK_FALSE(decode_node_record(R"({"node_rank":1})"));
+  // A record of an older ddprun, without the hang's fields, still reads.
+  auto older = nlohmann::json::parse(encode_node_record(node_record(ok_node(1))));
+  older.erase("hung");
+  older.erase("root_stack");
+  older.erase("root_stack_python");
+  const auto read = decode_node_record(older.dump());
+  REQUIRE(read);
+  CHECK_FALSE(read->hung);
+  CHECK(read->success);
 }
 
 TEST_CASE("who prints what at the end of a run", "[summary]") {
