@@ -257,21 +257,26 @@ class Relay {
   void accept_one() {
     const int a = ::accept(listener_.fd, nullptr, nullptr);
     if (a < 0) return;
-    const int b = ::socket(AF_INET, SOCK_STREAM, 0);
     if (frozen_) {
-      links_.push_back({{a, b}, {false, false}});  // accepted, never read
+      links_.push_back({{a, ::socket(AF_INET, SOCK_STREAM, 0)}, {false, false}});  // accepted, never read
       return;
     }
+    // The target may not listen yet (both agents start together): a refused connect is retried, as the
+    // agent itself would, rather than resetting a connection the agent already counts as made.
     sockaddr_in to{};
     to.sin_family = AF_INET;
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     to.sin_port = htons(static_cast<std::uint16_t>(target_));
-    if (::connect(b, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-      ::close(a);
+    for (int tries = 0; tries < 1200 && !stop_; ++tries) {
+      const int b = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (::connect(b, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0) {
+        links_.push_back({{a, b}});
+        return;
+      }
       ::close(b);
-      return;
+      std::this_thread::sleep_for(50ms);
     }
-    links_.push_back({{a, b}});
+    ::close(a);
   }
 
   int target_;
