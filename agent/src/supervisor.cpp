@@ -280,27 +280,60 @@ bool Supervisor::succeeded() const {
   return ok;
 }
 
-// This node's workers all succeeded: wait for the other nodes.
+// This node's workers all succeeded, but the job has succeeded only once every node got this far:
+// wait for that, or for the job's root cause, however long the other nodes run (their liveness bounds
+// the wait). A stopping signal meanwhile ends it at once: published as this node's failure, it ends
+// every node's barrier with one root cause, so every node reports the same outcome.
 void Supervisor::wait_exit_barrier(SignalWatcher& sigw) {
-  bool barrier = false;
-  try {
-    barrier = coord_.exit_barrier(opts_.exit_barrier_timeout);
-  } catch (const std::exception& e) {
-    reporter_.warn(fmt::format("exit barrier failed: {}", e.what()));
+  std::optional<Failure> stopped;  // written by the signal thread, read once it is joined
+  const auto stop = [this, &stopped](int sig) {
+    stopped = agent_stopped(sig, host_, node_rank_);
+    failures_.publish(*stopped);
+  };
+  int sig = 0;
+  for (int s : std::exchange(late_signals_, {})) {
+    if (is_stopping_signal(s) && sig == 0) sig = s;  // came after the workers ended, before this wait
   }
-  deliver_posted();  // an abort that ended the barrier
-  if (!barrier && !failures_.any()) {
-    reporter_.warn(
-        fmt::format("not every node finished within the exit barrier ({} s); this node's workers succeeded",
-                    opts_.exit_barrier_timeout.count() / 1000));
+  const auto barrier = [this]() -> std::optional<Failure> {
+    try {
+      return coord_.exit_barrier();
+    } catch (const std::exception& e) {
+      // Not known to have succeeded everywhere: never reported as a success.
+      reporter_.warn(fmt::format("exit barrier failed: {}", e.what()));
+      Failure f;
+      f.host = host_;
+      f.node_rank = node_rank_;
+      f.exit_code = 1;
+      f.reason = fmt::format("the exit barrier failed: {}", e.what());
+      f.time = core::failure_now();
+      failures_.offer_local(f);
+      return std::nullopt;
+    }
+  };
+  std::optional<Failure> root;
+  if (sig != 0) {
+    stop(sig);
+    root = barrier();  // ends at once: the abort is in
+  } else {
+    StopDuringWait during(sig_sd_.native_handle(), stop);
+    root = barrier();
+    sig = during.finish();
   }
+  if (stopped) {
+    agent_signal_ = sig;
+    failures_.offer_local(*stopped);
+    reporter_.signal_received(sig, "stop");
+  }
+  // The barrier's answer, before any pushed copy of it still on its way to the loop.
+  if (root && !failures_.is_echo(*root) && failures_.record_remote(*root)) reporter_.remote_abort(*root);
+  deliver_posted();
   const auto unread = sigw.drain();
   late_signals_.insert(late_signals_.end(), unread.begin(), unread.end());
-  for (int sig : late_signals_) {
-    if (is_stopping_signal(sig) && agent_signal_ == 0) {
-      agent_signal_ = sig;
+  for (int s : late_signals_) {
+    if (is_stopping_signal(s) && agent_signal_ == 0) {
+      agent_signal_ = s;
       // The workers had already ended: nothing to forward, but the job counts as stopped.
-      reporter_.signal_received(sig, "stop");
+      reporter_.signal_received(s, "stop");
     }
   }
 }

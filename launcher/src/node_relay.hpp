@@ -46,7 +46,7 @@ class PerTaskCoordinator final : public agent::Coordinator {
 
   void publish_failure(const core::Failure& f) override;
   void set_remote_abort_handler(std::function<void(const core::Failure&)> h) override;
-  bool exit_barrier(std::chrono::milliseconds timeout) override;
+  std::optional<core::Failure> exit_barrier() override;
   bool publish_result(const std::string& record) override;
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
                                                 std::optional<int> lost) override;
@@ -65,7 +65,7 @@ class PerTaskCoordinator final : public agent::Coordinator {
   void tell_node(const core::Failure& root);
   void deliver(const core::Failure& root);
   core::Failure job_root_or(const core::Failure& local);
-  bool wait_local_arrivals(std::chrono::steady_clock::time_point deadline);
+  std::optional<core::Failure> wait_local_arrivals();
 
   RelaySetup s_;
   std::mutex life_mu_;  // held by a running watch callback; close() takes it

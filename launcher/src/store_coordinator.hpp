@@ -21,7 +21,7 @@ class StoreCoordinator final : public agent::Coordinator {
 
   void publish_failure(const core::Failure& f) override { rz_.abort(f); }
   void set_remote_abort_handler(std::function<void(const core::Failure&)> h) override;
-  bool exit_barrier(std::chrono::milliseconds timeout) override { return rz_.barrier("exit", timeout); }
+  std::optional<core::Failure> exit_barrier() override { return rz_.exit_barrier(); }
   bool publish_result(const std::string& record) override { return rz_.publish_result(record); }
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
                                                 std::optional<int> lost) override;

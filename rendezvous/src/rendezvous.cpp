@@ -215,8 +215,14 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in) {
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   try {
-    ensure_connected();
     const std::string mine = core::encode_failure(cause);
+    std::unique_lock lk(barrier_mu_);
+    if (barrier_waiting_) {
+      lk.unlock();
+      return abort_beside_barrier(mine);
+    }
+    // Held until the abort is in: a barrier starting meanwhile waits for it, never the other way round.
+    ensure_connected();
     const std::string winner = store().compare_set(keys::kAbort, "", mine);
     if (winner == mine) return cause;
     return core::decode_failure(winner);
@@ -260,6 +266,10 @@ void Rendezvous::next_attempt(const std::vector<int>& lost) {
   barrier_passed_ = false;
   fired_ = false;
   master_lost_ = false;
+  {
+    std::lock_guard lk(cb_mu_);
+    lost_master_.reset();
+  }
   std::lock_guard lk(lost_mu_);
   lost_labels_.clear();
 }

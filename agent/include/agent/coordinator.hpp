@@ -35,9 +35,13 @@ class Coordinator {
   // which keeps it: the implementation keeps no copy. It calls the handler under its own lock, so
   // once set_remote_abort_handler returns, the previous handler is neither running nor called again.
   virtual void set_remote_abort_handler(std::function<void(const Failure& root)> h) = 0;
-  // Called only after every local worker exited 0. Returns true once every node got there, false
-  // on timeout or abort. Must return within `timeout` (plus a little).
-  virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+  // Called only after every local worker exited 0: waits until the job's outcome is known. nullopt
+  // once every node got there (the job succeeded); otherwise the job's root cause that ended the
+  // wait (another node's failure, a lost node or master, a node stopped by a signal), which this
+  // node then reports as the job's outcome. No time bound: the implementation's liveness ends the
+  // wait for a node that neither finishes nor fails. publish_failure() from another thread
+  // meanwhile must not wait for it, and ends it (the agent stopped by a signal at the barrier).
+  virtual std::optional<Failure> exit_barrier() = 0;
   // The job-wide summary (docs/agent.md). Every agent of a multi-agent job publishes its compact
   // record when its run has ended; false when the lead (node rank 0) could not take it, so that
   // this agent prints its full report itself. Bounded (a few seconds) whatever the lead's state.
@@ -80,7 +84,7 @@ class LocalCoordinator : public Coordinator {
  public:
   void publish_failure(const Failure&) override {}
   void set_remote_abort_handler(std::function<void(const Failure&)>) override {}
-  bool exit_barrier(std::chrono::milliseconds) override { return true; }
+  std::optional<Failure> exit_barrier() override { return std::nullopt; }
 };
 
 }  // namespace ddprun::agent

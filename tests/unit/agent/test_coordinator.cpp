@@ -1,9 +1,12 @@
 // The supervisor and the rest of the job: publishing failures, remote aborts, exit barrier, reruns.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <csignal>
 #include <mutex>
+#include <optional>
 
+#include "agent/signals.hpp"
 #include "agent_test_util.hpp"
 
 using namespace agent_test;
@@ -21,9 +24,9 @@ class RecordingCoordinator : public Coordinator {
     handler = std::move(h);
     ++handler_sets;
   }
-  bool exit_barrier(std::chrono::milliseconds) override {
+  std::optional<Failure> exit_barrier() override {
     ++barriers;
-    return true;
+    return std::nullopt;
   }
   // Like the store's watch thread; under the lock, as the Coordinator interface requires.
   void abort(const Failure& f) {
@@ -126,26 +129,73 @@ TEST_CASE("a command that cannot start is published as fatal and not restarted")
   CHECK(c.published[0].reason.find("no such file") != std::string::npos);
 }
 
+namespace {
+Failure other_node_failed() {
+  Failure f;
+  f.host = "othernode";
+  f.node_rank = 1;
+  f.rank = 3;
+  f.exit_code = 9;
+  f.time = ddprun::core::failure_now();
+  return f;
+}
+}  // namespace
+
 TEST_CASE("another node failing while this one waits at the exit barrier fails this node too") {
-  class FailingBarrier : public RecordingCoordinator {
+  // The barrier names the root cause; the watch's push of it may come before, or only after the run.
+  for (const bool pushed : {true, false}) {
+    class FailingBarrier : public RecordingCoordinator {
+     public:
+      explicit FailingBarrier(bool push) : push_(push) {}
+      std::optional<Failure> exit_barrier() override {
+        ++barriers;
+        if (push_) abort(other_node_failed());  // what the store's watch thread does
+        return other_node_failed();
+      }
+      bool push_;
+    } c(pushed);
+    INFO("pushed before the barrier returned: " << pushed);
+    const auto r = run_workers(make_workers({"exit 0"}), 2, quiet_options(), c);
+    CHECK(c.barriers == 1);
+    CHECK_FALSE(r.success);
+    CHECK(r.exit_code == 9);
+    CHECK(r.remote_abort);
+    REQUIRE(r.root_cause);
+    CHECK(r.root_cause->rank == 3);
+    CHECK(after_attempt(r, r.root_cause, 0, 1).restart);  // this node comes back for the restart
+  }
+}
+
+TEST_CASE("a stopping signal at the exit barrier is published at once and stops this node") {
+  // The barrier waits until someone publishes (the other nodes run on); the agent's TERM must end it.
+  class WaitingBarrier : public RecordingCoordinator {
    public:
-    bool exit_barrier(std::chrono::milliseconds) override {
-      ++barriers;
-      Failure f;
-      f.host = "othernode";
-      f.node_rank = 1;
-      f.rank = 3;
-      f.exit_code = 9;
-      f.time = ddprun::core::failure_now();
-      abort(f);  // what the store's watch thread does
-      return false;
+    void publish_failure(const Failure& f) override {
+      RecordingCoordinator::publish_failure(f);
+      std::lock_guard lk(wait_m);
+      root = f;
+      cv.notify_all();
     }
+    std::optional<Failure> exit_barrier() override {
+      ++barriers;
+      ::kill(::getpid(), SIGTERM);  // scancel while this node waits for the others
+      std::unique_lock lk(wait_m);
+      cv.wait_for(lk, std::chrono::seconds(60), [&] { return root.has_value(); });
+      return root;
+    }
+    std::mutex wait_m;
+    std::condition_variable cv;
+    std::optional<Failure> root;
   } c;
+  ddprun::agent::hold_stop_signals();  // as the attempts loop does around every run
   const auto r = run_workers(make_workers({"exit 0"}), 2, quiet_options(), c);
+  CHECK(ddprun::agent::release_stop_signals() == 0);  // the run took the signal, not the hold
   CHECK(c.barriers == 1);
+  REQUIRE(c.published.size() == 1);
+  CHECK(c.published[0].rank == -1);  // the agent itself was stopped
+  CHECK(c.published[0].signal == SIGTERM);
   CHECK_FALSE(r.success);
-  CHECK(r.exit_code == 9);
-  CHECK(r.remote_abort);
-  REQUIRE(r.root_cause);
-  CHECK(r.root_cause->rank == 3);
+  CHECK(r.stopped_by_signal);
+  CHECK(r.exit_code == 143);
+  CHECK_FALSE(after_attempt(r, c.published[0], 0, 3).restart);
 }

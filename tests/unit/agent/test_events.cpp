@@ -80,7 +80,7 @@ class QuietCoordinator : public Coordinator {
     std::lock_guard lk(m);
     handler = std::move(h);
   }
-  bool exit_barrier(std::chrono::milliseconds) override { return true; }
+  std::optional<Failure> exit_barrier() override { return std::nullopt; }
   void abort(const Failure& f) {
     std::function<void(const Failure&)> h;
     {
