@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <regex>
 
 #include "e2e/job.hpp"
 
@@ -89,5 +90,20 @@ TEST_CASE("SIGTERM to an agent waiting at the exit barrier ends it at once and s
     CHECK_THAT(a.err(), !Catch::Contains("success"));
   }
   CHECK_THAT(job.agents[1].err(), Catch::Contains("received SIGTERM"));
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("a lost node in a fail-fast job without restarts is named: the job is not elastic",
+          "[e2e][outcome]") {
+  Job job;
+  job.start(2, 1, sh("touch \"$DIR/ready_$RANK\"; exec " + kFake + " hang"));
+  REQUIRE(wait_file(job.dir / "ready_0"));
+  REQUIRE(wait_file(job.dir / "ready_1"));
+  ::kill(job.agents[1].pid, SIGKILL);
+  REQUIRE(wait_for(job.agents[0], 60s));
+  const std::string err = job.agents[0].err();
+  INFO(err);
+  CHECK(job.agents[0].code == 1);
+  CHECK_THAT(err, Catch::Contains("(node rank 1); the job is not elastic"));
   CHECK(leftovers_after(job.token, 5s).empty());
 }
