@@ -96,6 +96,14 @@ std::string header(const RunResult& lead, std::size_t nodes, int workers, bool c
     cause = f->rank >= 0 ? fmt::format(", root cause rank {} on {} ({})", f->rank, f->host, f->reason)
                          : fmt::format(", root cause: {}", f->reason);
   }
+  // Ranks that exited after a checkpoint signal stopped on request: the words of every node's report.
+  if (const int after = lead.root_cause ? lead.root_cause->after_signal : 0; after != 0) {
+    return head + fmt::format("{}{}\n",
+                              paint(fmt::format("stopped after {} with exit code {}", signal_name(after),
+                                                lead.exit_code),
+                                    Style::yellow, colour),
+                              cause);
+  }
   return head + fmt::format("{}, exit code {}{}\n",
                             paint(lead.root_cause && lead.root_cause->hang ? "HUNG" : "FAILED",
                                   Style::bold_red, colour),

@@ -107,3 +107,37 @@ TEST_CASE("a lost node in a fail-fast job without restarts is named: the job is 
   CHECK_THAT(err, Catch::Contains("(node rank 1); the job is not elastic"));
   CHECK(leftovers_after(job.token, 5s).empty());
 }
+
+TEST_CASE("after SIGUSR1 every rank stops on its own: node 0's job summary says so, with every node's row",
+          "[e2e][outcome][signals]") {
+  // Each rank exits 140 as soon as its agent forwards SIGUSR1. The grace after the signal (--term-timeout
+  // 10) outlasts the heartbeat timeout (5 s); node 1 gets its signal later than node 0, so it is still in its
+  // grace when node 0's has ended. It is heard meanwhile, so node 0 waits for its record.
+  Job job;
+  for (int n = 0; n < 2; ++n) {
+    job.agents.push_back(
+        start({DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(n), "--rdzv-endpoint",
+               "127.0.0.1:" + std::to_string(job.port), "--term-timeout", "10", "--", kFake, "exit-on", "10",
+               "0", "140", "touch", job.dir / ("ready_" + std::to_string(n)), "hang"},
+              {{"DDPRUN_TEST_TOKEN", job.token}}, job.dir.path(), "agent" + std::to_string(n)));
+  }
+  REQUIRE(wait_file(job.dir / "ready_0"));
+  REQUIRE(wait_file(job.dir / "ready_1"));
+  ::kill(job.agents[0].pid, SIGUSR1);  // srun passes it to every agent, not always at the same moment
+  std::this_thread::sleep_for(3s);
+  ::kill(job.agents[1].pid, SIGUSR1);
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 140);
+  }
+  const std::string lead = job.agents[0].err();
+  INFO(lead);
+  CHECK_THAT(lead, Catch::Contains("job summary (attempt 0): stopped after SIGUSR1 with exit code 140"));
+  CHECK_THAT(lead, !Catch::Contains("FAILED") && !Catch::Contains("no report"));
+  static const std::regex kRow0(R"(\n +0  \S+ +0 +rank 0: exit 140)");
+  static const std::regex kRow1(R"(\n +1  \S+ +1 +rank 1: exit 140)");
+  CHECK(std::regex_search(lead, kRow0));
+  CHECK(std::regex_search(lead, kRow1));
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
