@@ -21,7 +21,9 @@ cat > job.sh <<EOS
 #SBATCH --no-kill
 export WORK="$WORK"
 "$DDPRUN" --nnodes 1:2 --max-restarts 1 --nproc-per-node 1 --term-timeout 3 -- sh "$WORK/worker.sh"
-echo "ddprun exited \$?"
+rc=\$?
+echo "ddprun exited \$rc"
+exit \$rc
 EOS
 note "sbatch -N2, ddprun --nnodes 1:2 --max-restarts 1: rank 0 exits 0, then rank 1 exits 3, twice"
 j=$(submit -N2 -o job.out job.sh)
