@@ -34,7 +34,9 @@ std::string result_text(const NodeRecord& n) {
     return fmt::format("rank {}: exit {}", n.failed_rank, n.failed_exit);
   }
   if (n.agent_signal != 0) return fmt::format("ddprun got {}", signal_name(n.agent_signal));
-  return n.stopped > 0 ? "stopped *" : "stopped";
+  if (n.stopped > 0) return "stopped *";
+  // Its ranks ended by themselves, none failed: they exited 0 before another node's failure.
+  return n.workers > 0 ? "exited 0" : "stopped";
 }
 
 Row missing_row(const PeerRecord& p, const std::optional<Failure>& root) {

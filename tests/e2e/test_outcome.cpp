@@ -49,6 +49,8 @@ TEST_CASE("a node whose ranks all finished reports a later failure on another no
   INFO(lead);
   CHECK_THAT(lead, Catch::Contains("job summary (attempt 0): FAILED, exit code 3, root cause rank 1"));
   CHECK_THAT(lead, !Catch::Contains("success") && !Catch::Contains("exit barrier"));
+  static const std::regex kRow0(R"(\n +0  \S+ +0 +exited 0 )");  // its rank did not fail, nor was it stopped
+  CHECK(std::regex_search(lead, kRow0));
   CHECK(leftovers_after(job.token, 5s).empty());
 }
 
