@@ -266,12 +266,11 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
                                          : run_round(session, round, ao, attempt, max_restarts);
     agent::AttemptDecision d = end.decision;
     attempts.push_back({attempt, round.table->job.world_size, d.exit_code, end.root ? end.root->reason : ""});
-    // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md).
-    if (d.restart) {
-      if (const auto why = session.prepare_restart(end.root)) {
-        fail_line(ev, *why, d.exit_code);
-        return finished_attempts(ev, o, round, d.exit_code, attempts);
-      }
+    // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md);
+    // a fail-fast job says so, restarts left or not.
+    if (const auto why = session.prepare_restart(end.root, d.restart)) {
+      fail_line(ev, *why, d.exit_code);
+      return finished_attempts(ev, o, round, d.exit_code, attempts);
     }
     // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
     if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
