@@ -34,6 +34,17 @@ DDPRUN_TOKEN=ci-token build-plain-release/launcher/ddprun --rdzv-auth token --nn
 echo "== build (RelWithDebInfo, warnings as errors)"
 cmake --preset default >/dev/null
 cmake --build build -j"$jobs"
+
+# The trainer against PyPI's libtorch 2.x with CUDA and NCCL (compile and link: no GPU here), which the
+# trainer_torch2:* tests below run on the CPU; then the GPU check's steps that need no GPU (the GPU ones say SKIP).
+. scripts/torch2.sh
+if [ -x "$DDPRUN_TORCH2_PYTHON" ]; then
+  echo "== ddprun-train against torch $DDPRUN_TORCH2_VERSION with CUDA (scripts/gpu-kit.sh), and scripts/gpu-check.sh here"
+  bash scripts/gpu-kit.sh >/dev/null
+  PYTHON="$DDPRUN_TORCH2_PYTHON" bash scripts/gpu-check.sh
+else
+  echo "== no torch $DDPRUN_TORCH2_VERSION (DDPRUN_SKIP_TORCH2=1 at setup): the CUDA trainer build and its tests are skipped"
+fi
 echo "== tests"
 ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
 

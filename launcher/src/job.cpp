@@ -54,7 +54,6 @@ class LocalSession final : public Session {
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
-  std::optional<Failure> published_root() override { return std::nullopt; }
   void next_attempt() override {}
 
  private:
@@ -262,10 +261,8 @@ struct AttemptEnd {
 // A standby (elastic): no workers; it waits for the active nodes to finish or for the root cause.
 AttemptEnd stand_by(Session& session, int attempt, int max_restarts) {
   const auto root = session.standby([] { return agent::held_stop_signal() != 0; });
-  if (const int sig = agent::held_stop_signal()) return {{false, 128 + sig}, std::nullopt};
-  if (!root) return {{false, 0}, std::nullopt};
-  const int code = root->exit_code == 0 ? 1 : root->exit_code;
-  return {{!core::ends_job(*root) && attempt < max_restarts, code}, root};
+  const agent::RunResult res = agent::standby_result(root, agent::held_stop_signal());
+  return {agent::after_attempt(res, attempt, max_restarts), res.root_cause};
 }
 
 AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, int attempt, int max_restarts) {
@@ -273,9 +270,8 @@ AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, in
   ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
   const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
   raise_test_signal();
-  const auto published = res.success ? std::nullopt : session.published_root();
-  return {agent::after_attempt(res, published, attempt, max_restarts),
-          published ? published : res.root_cause};
+  // The run named the job's root cause once (the store's); its code is the exit code on every node.
+  return {agent::after_attempt(res, attempt, max_restarts), res.root_cause};
 }
 
 // The one attempts loop: join, run (or stand by), then restart or exit by agent::after_attempt.
@@ -296,12 +292,11 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
                                          : run_round(session, round, ao, attempt, max_restarts);
     agent::AttemptDecision d = end.decision;
     attempts.push_back({attempt, round.table->job.world_size, d.exit_code, end.root ? end.root->reason : ""});
-    // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md).
-    if (d.restart) {
-      if (const auto why = session.prepare_restart(end.root)) {
-        fail_line(ev, *why, d.exit_code);
-        return finished_attempts(ev, o, round, d.exit_code, attempts);
-      }
+    // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md);
+    // a fail-fast job says so, restarts left or not.
+    if (const auto why = session.prepare_restart(end.root, d.restart)) {
+      fail_line(ev, *why, d.exit_code);
+      return finished_attempts(ev, o, round, d.exit_code, attempts);
     }
     // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
     if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());

@@ -74,12 +74,12 @@ class RendezvousSession final : public Session {
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
-  std::optional<core::Failure> published_root() override { return rz_.aborted(); }
   std::optional<core::Failure> standby(const std::function<bool()>& stop) override {
     return rz_.standby(stop);
   }
 
-  std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root) override {
+  std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root,
+                                             bool restart_due) override {
     lost_.clear();
     if (!root || !root->lost) return std::nullopt;
     lost_.push_back(root->node_rank);
@@ -87,9 +87,7 @@ class RendezvousSession final : public Session {
     const bool elastic =
         r_.elastic || core::is_elastic(r_.nnodes_min, r_.nnodes_max, static_cast<int>(previous_.size()),
                                        r_.job.max_restarts);
-    const auto d = core::after_loss(previous_, lost_, r_.nnodes_min, elastic);
-    if (!d.go_on) return d.message;
-    return std::nullopt;
+    return core::loss_ends_job(previous_, lost_, r_.nnodes_min, elastic, restart_due);
   }
 
   void next_attempt() override {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -296,13 +297,71 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in) {
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   try {
-    ensure_connected();
     const std::string mine = core::encode_failure(cause);
+    std::unique_lock lk(barrier_mu_);
+    if (barrier_waiting_) {
+      lk.unlock();
+      return abort_beside_barrier(mine);
+    }
+    // Held until the abort is in: a barrier starting meanwhile waits for it, never the other way round.
+    ensure_connected();
     const std::string winner = store().compare_set(keys::kAbort, "", mine);
     if (winner == mine) return cause;
     return core::decode_failure(winner);
   } catch (const std::exception&) {
     return cause;
+  }
+}
+
+core::Failure Rendezvous::abort(const core::Failure& cause_in, Millis bound) {
+  const auto deadline = Clock::now() + bound;
+  core::Failure cause = cause_in;
+  if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
+  const std::string mine = core::encode_failure(cause);
+  std::shared_ptr<TcpStore> conn;
+  std::unique_lock lk(barrier_mu_);
+  const bool beside = barrier_waiting_;
+  if (beside) {
+    // The exit barrier holds the main connection (a stopping signal while this node waits there).
+    lk.unlock();
+    if (server_) return abort_beside_barrier(mine);  // in this process: answers at once
+    try {
+      conn = connect_client(labels::abort(opts_.node_rank), Millis{0}, bound, bound);
+    } catch (const Error&) {
+      end_barrier_wait();
+      throw;
+    }
+  } else {
+    // Held until the abort is in (or the bound is past): a barrier starting meanwhile waits for it.
+    ensure_connected();
+    conn = client_;
+  }
+  // The call runs beside this thread's wait; a store that has not answered by the bound gets its
+  // connection closed, which ends the call at once.
+  std::promise<std::string> answer;
+  std::future<std::string> winner = answer.get_future();
+  std::thread call([&answer, conn, prefix = key_prefix(), &mine] {
+    try {
+      answer.set_value(PrefixStore(prefix, conn).compare_set(keys::kAbort, "", mine));
+    } catch (...) {
+      answer.set_exception(std::current_exception());
+    }
+  });
+  const bool in_time = winner.wait_for(detail::left_until(deadline)) == std::future_status::ready;
+  if (!in_time) conn->close();
+  call.join();
+  try {
+    if (!in_time) {
+      throw Error(
+          Error::Kind::timeout,
+          fmt::format("the rendezvous store at {} did not answer within {} ms", endpoint(), bound.count()),
+          "abort", endpoint(), keys::kAbort);
+    }
+    const std::string won = winner.get();  // throws the call's Error
+    return won == mine ? cause : core::decode_failure(won);
+  } catch (const Error&) {
+    if (beside) end_barrier_wait();
+    throw;
   }
 }
 
@@ -341,6 +400,10 @@ void Rendezvous::next_attempt(const std::vector<int>& lost) {
   barrier_passed_ = false;
   fired_ = false;
   master_lost_ = false;
+  {
+    std::lock_guard lk(cb_mu_);
+    lost_master_.reset();
+  }
   std::lock_guard lk(lost_mu_);
   lost_labels_.clear();
 }

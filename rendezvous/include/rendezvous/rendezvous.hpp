@@ -6,7 +6,7 @@
 //   Joined j = r.join(me, make_plan);     // blocks until the plan (opaque bytes) is published
 //   r.watch(on_abort);                    // liveness + abort push, from now on
 //   ... run workers; on failure r.abort(cause) ...
-//   r.barrier("exit", 30s);               // on success, before leaving
+//   r.exit_barrier();                     // on success, before leaving
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -54,6 +54,14 @@ struct ResultRecord {
   int node_rank = 0;
   std::string hostname;
   std::optional<std::string> record;
+};
+
+// How the exit barrier ended (Rendezvous::exit_barrier).
+struct ExitBarrierEnd {
+  std::optional<core::Failure> root;  // nullopt: every node arrived, the job succeeded
+  // The root is the abort the store holds (the job's root cause); false: this node's own judgement
+  // (its master lost, the barrier failed here), as master_lost() says of the watch's cause.
+  bool from_store = false;
 };
 
 struct RendezvousOptions {
@@ -153,6 +161,15 @@ class Rendezvous {
   // Publishes `cause` unless another abort was published first; returns the root cause that won
   // (the earlier one, or `cause`). Never throws: if the store is unreachable, returns `cause`.
   core::Failure abort(const core::Failure& cause);
+  // The same, bounded: the store's answer is awaited at most `bound`, whatever the master does
+  // (stopped, unreachable, slow). Past it this connection is closed (the watch then calls the master
+  // lost) and Error(timeout) thrown; Error too when the store cannot be reached at all. Beside a
+  // waiting exit barrier it goes on a short connection of its own, and a failure closes the barrier's
+  // connection too: a node that could not tell the others does not wait on for them.
+  core::Failure abort(const core::Failure& cause, std::chrono::milliseconds bound);
+  // Whether this attempt's watch called the master lost (the cause it handed over is then no
+  // store's, but this node's own judgement).
+  bool master_lost() const { return master_lost_.load(); }
 
   // The published root cause, if any (a quick check; no waiting).
   std::optional<core::Failure> aborted();
@@ -173,6 +190,15 @@ class Rendezvous {
   // successful barrier this node's watch stops. The master returns only after the other nodes
   // have seen the barrier pass (bounded too), so it keeps serving until then.
   bool barrier(const std::string& name, std::chrono::milliseconds timeout);
+
+  // The exit barrier (this node's workers all succeeded): the barrier "exit" without a time bound,
+  // since the job's outcome is known only once every node got there or one of them failed. No root:
+  // every node arrived, the job succeeded. Otherwise the job's root cause that ended the wait: the
+  // published abort (a worker's failure, a lost agent, an agent stopped by a signal; from_store) or,
+  // on an agent, its lost master. Liveness bounds it: a node that neither arrives nor fails is lost.
+  // abort() from another thread meanwhile does not wait for this call's connection, and ends the
+  // wait on every node (a stopping signal reaching the agent here). Never throws.
+  ExitBarrierEnd exit_barrier();
 
   // Bytes this agent has received from the master on its connection so far.
   std::uint64_t bytes_received() const;
@@ -246,14 +272,20 @@ class Rendezvous {
   Joined read_plan(const std::string& published);
 
   // barrier.cpp
+  enum class BarrierEnd { passed, aborted, timed_out, failed };
+  BarrierEnd wait_barrier(const std::string& name, std::chrono::steady_clock::time_point deadline,
+                          std::string& error);
   void arrive_at_barrier(PrefixStore& s, const std::string& name, int n);
   void ack_barrier(PrefixStore& s, const std::string& name);
+  core::Failure abort_beside_barrier(const std::string& encoded);
+  void end_barrier_wait();
+  core::Failure lost_master_failure(const std::string& why);
 
   // liveness.cpp
   void start_liveness();
   void start_monitor();
   void watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t);
-  void fire_lost_master(const std::string& why);
+  void fire_lost_master(const std::string& why, TcpStore* conn = nullptr);
   void fire_event(const std::string& value);
   void stop_watch();
   void fire(const core::Failure& info);
@@ -273,6 +305,10 @@ class Rendezvous {
   std::chrono::steady_clock::time_point plan_published_{};  // master: when the plan went out
   bool joined_ = false;
   bool barrier_passed_ = false;
+  // A barrier's wait holds the main connection: abort() then goes around it (abort_beside_barrier).
+  // Set and read under barrier_mu_ by abort(); the watch reads it to end a wait on a lost master.
+  std::mutex barrier_mu_;
+  std::atomic<bool> barrier_waiting_{false};
   // Elastic: the last round's members, and who of them is known to be gone (node ranks there).
   std::vector<core::Member> previous_;
   std::set<int> previous_lost_;
@@ -283,8 +319,9 @@ class Rendezvous {
   // Watch state.
   std::mutex cb_mu_;
   std::function<void(const core::Failure&)> on_abort_;
-  std::optional<core::Failure> pending_;  // fired before watch() installed a callback
-  std::string master_host_;               // for the lost-master cause, once the plan named it
+  std::optional<core::Failure> pending_;      // fired before watch() installed a callback
+  std::string master_host_;                   // for the lost-master cause, once the plan named it
+  std::optional<core::Failure> lost_master_;  // the lost-master cause this attempt's watch fired
   std::atomic<bool> fired_{false};
   std::atomic<bool> master_lost_{false};  // this attempt's watch declared the master lost
   std::atomic<bool> watching_{false};

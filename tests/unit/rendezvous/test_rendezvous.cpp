@@ -6,7 +6,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/core.h>
@@ -341,6 +343,28 @@ TEST_CASE("rendezvous: the first abort wins and reaches every agent", "[rendezvo
     CHECK(sink.calls[r] == 1);
   }
   CHECK(job.agents[1]->aborted().has_value());
+  // The bounded form, as an agent's supervisor publishes: the same winner.
+  CHECK(job.agents[1]->abort(second, 5s).exit_code == 3);
+}
+
+TEST_CASE("rendezvous: a bounded abort gives up on a store that does not answer, and says so",
+          "[rendezvous]") {
+  testnet::SilentListener silent;  // a master that is stopped, or behind a network that drops everything
+  Rendezvous agent(opts_for(1, 2, 2, silent.port));
+  core::Failure f;
+  f.reason = "exited with code 7";
+  f.rank = 1;
+  f.exit_code = 7;
+  bool thrown = false;
+  try {
+    agent.abort(f, 300ms);
+  } catch (const Error& e) {
+    thrown = true;
+    CHECK(e.kind() == Error::Kind::timeout);
+    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(silent.port)) &&
+                             Catch::Contains("did not answer within 300 ms"));
+  }
+  CHECK(thrown);
 }
 
 TEST_CASE("rendezvous: a lost agent aborts everyone else, naming it", "[rendezvous]") {
@@ -471,6 +495,82 @@ TEST_CASE("rendezvous: exit barrier passes for all, and is bounded", "[rendezvou
 
   Job partial(2);
   CHECK_FALSE(partial.agents[1]->barrier("exit", 200ms));  // the master never arrives
+}
+
+TEST_CASE("rendezvous: the exit barrier waits for the job's outcome and returns its root cause",
+          "[rendezvous]") {
+  core::Failure cause;
+  cause.host = "host-2";
+  cause.node_rank = 2;
+  cause.rank = 5;
+  cause.exit_code = 3;
+  cause.reason = "exited with code 3";
+  SECTION("passed by every node: no root cause") {
+    Job job(2);
+    std::vector<std::future<ExitBarrierEnd>> fs;
+    for (auto& a : job.agents)
+      fs.push_back(std::async(std::launch::async, [&a] { return a->exit_barrier(); }));
+    for (auto& f : fs) CHECK_FALSE(get_bounded(f).root.has_value());
+  }
+  SECTION("a node that fails later ends the wait of those that finished, with its cause") {
+    Job job(3);
+    std::vector<std::future<ExitBarrierEnd>> fs;
+    for (int r : {0, 1}) {
+      fs.push_back(std::async(std::launch::async,
+                              [&job, r] { return job.agents[static_cast<std::size_t>(r)]->exit_barrier(); }));
+    }
+    CHECK(fs[0].wait_for(300ms) == std::future_status::timeout);  // no bound of its own: it waits
+    job.agents[2]->abort(cause);
+    for (auto& f : fs) {
+      const auto end = get_bounded(f);
+      REQUIRE(end.root.has_value());
+      CHECK(end.from_store);
+      CHECK(end.root->rank == 5);
+      CHECK(end.root->exit_code == 3);
+    }
+  }
+  SECTION("an abort from another thread of a waiting node goes around its wait and ends every wait") {
+    // The master, or an agent, stopped by a signal at the barrier; the bounded abort is the agent's.
+    for (const auto& [stopped, bounded] : {std::pair{0, false}, {1, false}, {0, true}, {1, true}}) {
+      INFO("node " << stopped << " aborts while it waits, bounded: " << bounded);
+      Job job(3);
+      std::vector<std::future<ExitBarrierEnd>> fs;
+      for (int r : {0, 1}) {
+        fs.push_back(std::async(std::launch::async, [&job, r] {
+          return job.agents[static_cast<std::size_t>(r)]->exit_barrier();
+        }));
+      }
+      std::this_thread::sleep_for(100ms);  // both wait (an abort before the wait ends it alike)
+      core::Failure signal_cause;
+      signal_cause.node_rank = stopped;
+      signal_cause.exit_code = 143;
+      signal_cause.signal = 15;
+      signal_cause.reason = "ddprun received SIGTERM";
+      auto published = std::async(std::launch::async, [&job, stopped, bounded, &signal_cause] {
+        auto& a = *job.agents[static_cast<std::size_t>(stopped)];
+        return bounded ? a.abort(signal_cause, 10s) : a.abort(signal_cause);
+      });
+      CHECK(get_bounded(published).exit_code == 143);
+      for (auto& f : fs) {
+        const auto end = get_bounded(f);
+        REQUIRE(end.root.has_value());
+        CHECK(end.from_store);
+        CHECK(end.root->exit_code == 143);
+      }
+    }
+  }
+  SECTION("a lost master ends an agent's wait with the lost master as its cause") {
+    Job job(2);
+    auto waiting = std::async(std::launch::async, [&job] { return job.agents[1]->exit_barrier(); });
+    CHECK(waiting.wait_for(300ms) == std::future_status::timeout);
+    job.agents[0].reset();  // the master's agent is gone, its store with it
+    const auto end = get_bounded(waiting);
+    REQUIRE(end.root.has_value());
+    CHECK_FALSE(end.from_store);  // this agent's own judgement, no store's root cause
+    CHECK(end.root->lost);
+    CHECK(end.root->node_rank == 0);
+    CHECK(end.root->reason.find("lost the rendezvous master") != std::string::npos);
+  }
 }
 
 TEST_CASE("rendezvous: restarts use a fresh namespace", "[rendezvous]") {
