@@ -1,5 +1,8 @@
 #!/usr/bin/python3
-"""The rendezvous workload of bench/rdzv_scale against PyTorch's c10d TCPStore (torch 1.13).
+"""The rendezvous workload of bench/rdzv_scale against PyTorch's c10d TCPStore, of whichever torch runs it:
+Debian's 1.13 (/usr/bin/python3: the old server, one thread polling every connection) or the project's 2.x
+(scripts/torch2.sh: the libuv server, its default since 2.4; --no-libuv for the old one). Run 2.x under
+bench/loopback_hosts.sh: its clients look up the name of the peer address, which DNS would answer otherwise.
 
 For N nodes: a server process hosts TCPStore(is_master=True) and plays the master (waits until
 N-1 clients joined, then publishes a plan of PLAN_BYTES(N) bytes); N-1 clients, as threads spread
@@ -7,7 +10,7 @@ over several processes, each connect, set their join record, add to a counter, w
 plan key and get it. Timed from releasing the clients (threads already created) until the last
 one holds the plan. Prints one JSON line per N; a run that fails or times out says so.
 
-Usage: c10d_scale.py [--procs P] [--timeout S] [--plan-bytes-per-node B] N...
+Usage: c10d_scale.py [--procs P] [--timeout S] [--plan-bytes-per-node B] [--no-libuv] N...
 """
 import argparse
 import datetime
@@ -20,7 +23,11 @@ import sys
 import threading
 import time
 
+import torch
 import torch.distributed as dist
+
+# TCPStore(use_libuv=...) exists from torch 2.2; 1.13's store has one server.
+LIBUV_ARG = "use_libuv" in (dist.TCPStore.__init__.__doc__ or "")
 
 
 def raise_fd_limit():
@@ -47,11 +54,13 @@ def proc_usage(pid):
         return {}
 
 
-def server(port, others, plan_bytes, timeout, ready, out):
+def server(port, others, plan_bytes, timeout, libuv, ready, out):
     raise_fd_limit()
     try:
+        kw = {"use_libuv": libuv} if LIBUV_ARG else {}
         store = dist.TCPStore("127.0.0.1", port, others + 1, True,
-                              datetime.timedelta(seconds=timeout), wait_for_workers=False)
+                              datetime.timedelta(seconds=timeout), wait_for_workers=False, **kw)
+        out.put({"libuv": bool(getattr(store, "libuvBackend", False))})
         ready.set()
         store.wait(["all_joined"])
         store.set("plan", b"p" * plan_bytes)
@@ -102,17 +111,18 @@ def client_proc(port, ranks, others, timeout, go, out):
     os._exit(0)
 
 
-def run(n, procs, timeout, plan_bytes):
+def run(n, procs, timeout, plan_bytes, libuv):
     others = n - 1
+    load_before = os.getloadavg()[0]
     port = free_port()
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     ready = ctx.Event()
-    srv = ctx.Process(target=server, args=(port, others, plan_bytes, timeout, ready, out))
+    srv = ctx.Process(target=server, args=(port, others, plan_bytes, timeout, libuv, ready, out))
     srv.start()
     if not ready.wait(30):
         srv.kill()
-        return {"store": "c10d", "n": n, "note": "server did not start"}
+        return {"store": "c10d", "torch": torch.__version__, "n": n, "note": "server did not start"}
     go = ctx.Event()
     ranks = list(range(1, n))
     procs = max(1, min(procs, others))
@@ -126,7 +136,7 @@ def run(n, procs, timeout, plan_bytes):
         if isinstance(msg, tuple) and msg[0] == "ready":
             ready_count += 1
         elif isinstance(msg, dict):
-            server_info = msg
+            server_info.update(msg)
     t0 = time.monotonic()
     go.set()
     deadline = t0 + timeout + 60
@@ -138,7 +148,7 @@ def run(n, procs, timeout, plan_bytes):
         if isinstance(msg, tuple) and msg[0] == "result":
             results.append(msg)
         elif isinstance(msg, dict):
-            server_info = msg
+            server_info.update(msg)
     server_info.update(proc_usage(srv.pid))  # the store thread's work is done by now
     for k in kids:
         k.join(5)
@@ -149,7 +159,8 @@ def run(n, procs, timeout, plan_bytes):
     ends = [t for r in results for t in r[1]]
     failed = sum(r[3] for r in results) + (others - len(ends) - sum(r[3] for r in results))
     errs = [e for r in results for e in r[2]]
-    rec = {"store": "c10d", "n": n, "plan_bytes": plan_bytes, "clients": others, "holding_plan": len(ends),
+    rec = {"store": "c10d", "torch": torch.__version__, "libuv": server_info.get("libuv", False),
+           "load_before": load_before, "n": n, "plan_bytes": plan_bytes, "clients": others, "holding_plan": len(ends),
            "failed": failed, "plan_s": (max(ends) - t0) if len(ends) == others else -1,
            "master_cpu_s": server_info.get("cpu_s", -1), "master_hwm_mb": server_info.get("hwm_mb", -1),
            "error": errs[0] if errs else server_info.get("error", "")}
@@ -165,10 +176,11 @@ def main():
     ap.add_argument("--timeout", type=int, default=60)
     ap.add_argument("--plan-bytes-per-node", type=int, default=64)
     ap.add_argument("--json", default="")
+    ap.add_argument("--no-libuv", action="store_true", help="torch 2.x: the old server instead of libuv")
     a = ap.parse_args()
     raise_fd_limit()
     for n in a.sizes:
-        rec = run(n, a.procs, a.timeout, a.plan_bytes_per_node * n)
+        rec = run(n, a.procs, a.timeout, a.plan_bytes_per_node * n, not a.no_libuv)
         line = json.dumps(rec)
         print(line, flush=True)
         if a.json:

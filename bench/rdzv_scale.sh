@@ -23,9 +23,15 @@ echo "== ddprun: simulated agents against a real ddprun master (token auth)"
 build/bench/rdzv_scale --ddprun "${DDPRUN:-build/launcher/ddprun}" --protocol "${PROTOCOL:-one-conn}" \
   --threads "${SIM_THREADS:-1}" --real-agent --json "$jsonl" "${sizes[@]}"
 
-echo "== c10d TCPStore, the same join workload (plan of 64 bytes per node)"
-/usr/bin/python3 bench/c10d_scale.py --procs "${C10D_PROCS:-16}" --timeout "${C10D_TIMEOUT:-60}" \
-  --json "$jsonl" "${sizes[@]}" || echo "(c10d_scale exited $?)"
+# torch 2.x (the project's venv; its libuv server) and Debian's 1.13 (the old anchor), under loopback_hosts.sh: torch
+# 2.x's clients look up the name of the IPv4-mapped loopback address, which DNS would answer otherwise.
+. scripts/torch2.sh
+for py in "$DDPRUN_TORCH2_PYTHON" /usr/bin/python3; do
+  [ -x "$py" ] || { echo "(no torch 2.x venv at $DDPRUN_TORCH2_VENV: scripts/setup.sh installs it)"; continue; }
+  echo "== c10d TCPStore of $("$py" -c 'import torch; print(torch.__version__)'), the same join workload (plan of 64 bytes per node)"
+  TORCH_CPP_LOG_LEVEL=ERROR bash bench/loopback_hosts.sh "$py" bench/c10d_scale.py --procs "${C10D_PROCS:-16}" \
+    --timeout "${C10D_TIMEOUT:-60}" --json "$jsonl" "${sizes[@]}" || echo "(c10d_scale exited $?)"
+done
 
 echo "== a real ddprun agent's peak RSS (4 agents x 8 workers on loopback)"
 bash bench/agent_rss.sh "${DDPRUN:-build/launcher/ddprun}" | tee "$out/scale_agent_rss.txt"

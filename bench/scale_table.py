@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Side-by-side table and plot for bench/rdzv_scale.sh: reads the JSON lines rdzv_scale and
-c10d_scale wrote, prints a Markdown table (docs/bench/scale.md) and draws docs/bench/scale.png.
+c10d_scale wrote, prints a Markdown table (docs/bench/scale.md) and draws docs/bench/scale.png. The c10d
+columns are the newest torch's c10d run; with runs of several torch versions (rdzv_scale.sh runs 2.x and
+1.13), NAME_c10d.md sets them side by side with ddprun's.
 Usage: scale_table.py JSONL OUT_DIR [NAME [BASELINE_JSONL]]
 NAME names the outputs (default scale); BASELINE_JSONL adds another ddprun run's plan times to the plot
 (e.g. today's main against a branch)."""
@@ -13,6 +15,32 @@ import sys
 
 def sec(v):
     return "-" if v is None or v < 0 else f"{v:.3f}"
+
+
+def c10d_name(version, recs):
+    libuv = any(r.get("libuv") for r in recs.values())
+    return f"c10d {version.split('+')[0]}{' (libuv)' if libuv else ''}"
+
+
+def side_by_side(ours, c10d, versions):
+    """ddprun's last plan beside every c10d run's: last plan (s), server CPU (s), server peak RSS (MB)."""
+    head = "| nodes | ddprun: last plan (s) | ddprun master CPU (s) | " + " | ".join(
+        f"{c10d_name(v, c10d[v])}: last plan (s) | CPU (s) | peak RSS (MB)" for v in versions) + " | notes |"
+    lines = [head, "|---|" + "---|" * (2 + 3 * len(versions) + 1)]
+    for n in sorted(set(ours) | {n for v in versions for n in c10d[v]}):
+        both = [x for x in (ours.get(n, {}).get("abort"), ours.get(n, {}).get("barrier")) if x]
+        plans = [x["plan_s"] for x in both if x.get("plan_s", -1) >= 0]
+        cells = [sec(max(plans)) if plans and len(plans) == len(both) else "-",
+                 " / ".join(f"{x['master_cpu_s']:.2f}" for x in both) or "-"]
+        notes = []
+        for v in versions:
+            c = c10d[v].get(n, {})
+            cells += [sec(c.get("plan_s")), sec(c.get("master_cpu_s")),
+                      f"{c['master_hwm_mb']:.0f}" if c.get("master_hwm_mb", -1) >= 0 else "-"]
+            if c.get("note"):
+                notes.append(f"{c10d_name(v, c10d[v])}: {c['note']} {c.get('error', '')[:90]}".strip())
+        lines.append(f"| {n} | " + " | ".join(cells) + f" | {'; '.join(notes)} |")
+    return "\n".join(lines)
 
 
 def main():
@@ -31,7 +59,13 @@ def main():
     for r in recs:
         if r["store"] == "ddprun":
             ours.setdefault(r["n"], {})[r["scenario"]] = r
-    theirs = {r["n"]: r for r in recs if r["store"] == "c10d"}
+    # c10d runs by torch version ("1.13" for records from before the field), the newest first.
+    c10d = {}
+    for r in recs:
+        if r["store"] == "c10d":
+            c10d.setdefault(r.get("torch", "1.13"), {})[r["n"]] = r
+    versions = sorted(c10d, key=lambda v: [int(x) for x in v.split("+")[0].split("a")[0].split(".")], reverse=True)
+    theirs = c10d[versions[0]] if versions else {}
     lines = [
         "| nodes | ddprun: last plan (s) | abort to all (s) | exit barrier (s) | master CPU (s) | master peak RSS (MB) "
         "| agent peak RSS (MB) | idle master CPU (core) | plan bytes | bytes/agent (max) | real agent: bytes received | agents failed | c10d: last plan (s) | c10d master CPU (s) | notes |",
@@ -76,6 +110,12 @@ def main():
     with open(os.path.join(out, f"{name}.md"), "w") as f:
         f.write(table + "\n")
     print(table)
+    if len(versions) > 1:
+        side = side_by_side(ours, c10d, versions)
+        with open(os.path.join(out, f"{name}_c10d.md"), "w") as f:
+            f.write(side + "\n")
+        print()
+        print(side)
     if shutil.which("gnuplot") and plot:
         dat, png = os.path.join(out, f"{name}.dat"), os.path.join(out, f"{name}.png")
         nan = lambda v: "NaN" if v is None else v  # noqa: E731

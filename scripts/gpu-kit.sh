@@ -49,7 +49,7 @@ done
 cp /usr/share/datasets/fashion-mnist/*.gz "$KIT/data/"
 glibc=$(objdump -T "$KIT"/bin/* "$KIT"/lib/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
 {
-  echo "ddprun: $(git describe --always --dirty --tags 2>/dev/null || echo unknown)"
+  echo "ddprun: $("$KIT/bin/ddprun" --version 2>&1 | head -1)"
   echo "torch: $torch_version"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME"), needs $glibc or newer"
   echo "libs: $(ls "$KIT/lib" | tr '\n' ' ')"

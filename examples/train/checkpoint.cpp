@@ -1,6 +1,7 @@
 #include "checkpoint.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -65,6 +66,26 @@ std::int64_t check_compatible(torch::serialize::InputArchive& ar, const Options&
   return format;
 }
 
+// libtorch 1.x keys the optimizer's per-parameter state by hexadecimal addresses ("0x55..."), which
+// libtorch 2.x reads as decimal: every key becomes 0, and the state lands on the wrong parameters (a momentum
+// buffer of another shape, found by the trainer tests against torch 2.11). Refuse such a checkpoint instead
+// of training on it.
+void check_optimizer_keys([[maybe_unused]] torch::serialize::InputArchive& opt_ar,
+                          [[maybe_unused]] const std::string& what) {
+#if TORCH_VERSION_MAJOR >= 2
+  torch::serialize::InputArchive state;
+  opt_ar.read("state", state);
+  for (const auto& key : state.keys()) {
+    if (key.rfind("0x", 0) == 0) {
+      throw Error(
+          what +
+          " was written by a ddprun-train built with libtorch 1.x, whose optimizer state libtorch 2.x "
+          "cannot read back; resume it with that build, or start afresh in another --checkpoint-dir");
+    }
+  }
+#endif
+}
+
 // Format 1 did not record the writer's world: left unknown (0).
 Resumed read_position(torch::serialize::InputArchive& ar, std::int64_t format) {
   Resumed r;
@@ -117,6 +138,7 @@ Resumed load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::
     net->load(model_ar);
     torch::serialize::InputArchive opt_ar;
     ar.read("optimizer", opt_ar);
+    check_optimizer_keys(opt_ar, what);
     opt.load(opt_ar);
     Resumed r = read_position(ar, format);
     if (format < 2) {

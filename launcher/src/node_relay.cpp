@@ -31,16 +31,24 @@ std::string PerTaskCoordinator::key(const std::string& name) const {
   return fmt::format("/pertask/attempt_{}/{}", attempt(), name);
 }
 
-void PerTaskCoordinator::publish_failure(const core::Failure& f) {
-  if (!relay()) {
-    s_.down->abort(f);  // the relay's watch takes it up
-    return;
+agent::PublishOutcome PerTaskCoordinator::publish_failure(const core::Failure& f, milliseconds bound) {
+  const auto deadline = Clock::now() + bound;
+  try {
+    if (!relay()) {
+      // The relay's watch takes it up to the job, and passes the job's root cause back down.
+      const core::Failure first = s_.down->abort(f, bound);
+      return {job_root_or(first, std::min(kRootWait, left_until(deadline))), {}};
+    }
+    const core::Failure root = s_.up->abort(f, bound);
+    tell_node(root);
+    return {root, {}};
+  } catch (const std::exception& e) {
+    if (relay()) tell_node(f);  // the master did not answer: this node's tasks still stop for it
+    return {std::nullopt, e.what()};
   }
-  const core::Failure root = s_.up->abort(f);
-  tell_node(root);
 }
 
-void PerTaskCoordinator::set_remote_abort_handler(std::function<void(const core::Failure&)> h) {
+void PerTaskCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
   {
     std::lock_guard lock(mu_);
     handler_ = std::move(h);
@@ -56,7 +64,7 @@ void PerTaskCoordinator::set_remote_abort_handler(std::function<void(const core:
       // The node-local abort is the node's first failure; the job's root comes right behind it.
       s_.down->watch([this](const core::Failure& f) {
         std::lock_guard life(life_mu_);
-        if (!closed_) deliver(job_root_or(f));
+        if (!closed_) deliver(job_root_or(f, kRootWait), !s_.down->master_lost());
       });
     }
   } catch (...) {
@@ -72,7 +80,7 @@ void PerTaskCoordinator::on_up(const core::Failure& root) {
   std::lock_guard life(life_mu_);
   if (closed_) return;
   tell_node(root);
-  deliver(root);
+  deliver(root, !s_.up->master_lost());
 }
 
 // A failure on this node (a task's, or a local task lost): up to the job; the winner comes back.
@@ -81,7 +89,7 @@ void PerTaskCoordinator::on_down(const core::Failure& local) {
   if (closed_) return;
   const core::Failure root = s_.up->abort(local);
   tell_node(root);
-  deliver(root);
+  deliver(root, true);
 }
 
 // The root key first, so that a member that reads the abort finds the job's root beside it.
@@ -102,26 +110,19 @@ void PerTaskCoordinator::close() {
   closed_ = true;
 }
 
-void PerTaskCoordinator::deliver(const core::Failure& root) {
+void PerTaskCoordinator::deliver(const core::Failure& root, bool from_store) {
   std::lock_guard lock(mu_);
   if (!handler_ || delivered_) return;
   delivered_ = true;
-  handler_(root);
+  handler_(root, from_store);
 }
 
-std::optional<core::Failure> PerTaskCoordinator::published_root() {
-  if (relay()) return s_.up->aborted();
-  auto local = s_.down->aborted();
-  if (!local) return std::nullopt;
-  return job_root_or(*local);
-}
-
-// A member: the job's root cause as the relay passed it down, waiting a little for it; `local`
+// A member: the job's root cause as the relay passed it down, waiting at most `wait` for it; `local`
 // when the relay is gone (that is the root then) or its record is unreadable.
-core::Failure PerTaskCoordinator::job_root_or(const core::Failure& local) {
+core::Failure PerTaskCoordinator::job_root_or(const core::Failure& local, milliseconds wait) {
   try {
     auto c = s_.connect_local();
-    if (auto v = c->get(key("root"), kRootWait)) return core::decode_failure(*v);
+    if (auto v = c->get(key("root"), wait)) return core::decode_failure(*v);
   } catch (const std::exception&) {
   }
   return local;
@@ -129,36 +130,61 @@ core::Failure PerTaskCoordinator::job_root_or(const core::Failure& local) {
 
 // ---- the exit barrier: the node's tasks arrive at the relay, then the relay meets the job
 
-bool PerTaskCoordinator::exit_barrier(milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+agent::BarrierOutcome PerTaskCoordinator::exit_barrier() {
   if (!relay()) {
     try {
       auto c = s_.connect_local();
       c->set(key(fmt::format("exit/{}", s_.local)), "1");
       c->flush();
-    } catch (const rdzv::Error&) {
-      return false;  // the relay is gone: the watch says so
+    } catch (const rdzv::Error& e) {
+      // The relay could not be told, so it would wait for this task: the node's failure, which the relay
+      // (if it is there at all) takes up to the job.
+      core::Failure f;
+      f.reason = fmt::format("local task {} could not reach its node's relay at the exit barrier: {}",
+                             s_.local, e.what());
+      f.exit_code = 1;
+      f.time = core::failure_now();
+      return {job_root_or(s_.down->abort(f), kRootWait), false};
     }
-    return s_.down->barrier("exit", left_until(deadline));
+    auto local = s_.down->exit_barrier();
+    if (!local.root) return {};
+    // A lost relay is this task's own judgement; an abort the relay holds comes with the job's root.
+    if (!local.from_store) return {std::move(local.root), false};
+    return {job_root_or(*local.root, kRootWait), true};
   }
-  if (s_.down && !wait_local_arrivals(deadline)) return false;
-  if (!s_.up->barrier("exit", left_until(deadline))) return false;
+  if (s_.down) {
+    if (auto root = wait_local_arrivals(); root.root) return root;
+  }
+  auto end = s_.up->exit_barrier();
+  if (end.root) {
+    tell_node(*end.root);
+    return {std::move(end.root), end.from_store};
+  }
   // Every task of the job is through: release ours (they are waiting already).
-  return !s_.down || s_.down->barrier("exit", std::max(left_until(deadline), milliseconds{2000}));
+  if (s_.down && !s_.down->barrier("exit", milliseconds{10000})) {
+    if (auto local = s_.down->aborted()) return {std::move(local), true};
+  }
+  return {};
 }
 
-// True once every other task of the node reached the exit barrier; false on abort or timeout.
-bool PerTaskCoordinator::wait_local_arrivals(Clock::time_point deadline) {
+// No root once every other task of the node reached the exit barrier; else the node's failure (the
+// job's root cause as far as known) that ended the wait.
+agent::BarrierOutcome PerTaskCoordinator::wait_local_arrivals() {
   std::vector<std::string> keys;
   for (int i = 1; i < s_.local_tasks; ++i) keys.push_back(key(fmt::format("exit/{}", i)));
   try {
     auto c = s_.connect_local();
-    while (!c->wait(keys, std::min(left_until(deadline), kPoll))) {
-      if (left_until(deadline) == milliseconds{0} || s_.down->aborted()) return false;
+    while (!c->wait(keys, kPoll)) {
+      if (auto local = s_.down->aborted()) return {s_.up->abort(*local), true};
     }
-    return true;
-  } catch (const rdzv::Error&) {
-    return false;
+    return {};
+  } catch (const rdzv::Error& e) {
+    core::Failure f;
+    f.reason =
+        fmt::format("the node's relay lost its own node-local store at the exit barrier: {}", e.what());
+    f.exit_code = 1;
+    f.time = core::failure_now();
+    return {s_.up->abort(f), true};
   }
 }
 

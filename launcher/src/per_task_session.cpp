@@ -43,7 +43,6 @@ class PerTaskSession final : public Session {
 
   Round join(int attempt) override;
   agent::Coordinator& coordinator() override { return *coord_; }
-  std::optional<core::Failure> published_root() override { return coord_->published_root(); }
   void next_attempt() override {
     if (up_) up_->next_attempt();
     if (down_) down_->next_attempt();
@@ -86,6 +85,7 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
     rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth, ev);
     ro.host = r.rdzv_host;
     ro.port = r.rdzv_port;
+    ro.fallback_ports = r.rdzv_fallback_ports;
     ro.node_rank = place_.node;
     ro.nnodes_min = ro.nnodes_max = static_cast<int>(r.nodes.size());
     for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));

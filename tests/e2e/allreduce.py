@@ -15,7 +15,7 @@ dist.all_reduce(t)
 expected = world * (world + 1) / 2
 with open(os.path.join(sys.argv[1], f"rank_{rank}.txt"), "w") as f:
     f.write(f"{t.item()} {expected} {socket.gethostname()} {os.environ['MASTER_ADDR']} "
-            f"{os.environ['LOCAL_RANK']} {os.environ['GROUP_RANK']}\n")
+            f"{os.environ['LOCAL_RANK']} {os.environ['GROUP_RANK']} {sys.executable}\n")
 dist.barrier()
 dist.destroy_process_group()
 sys.exit(0 if t.item() == expected else 1)

@@ -4,7 +4,10 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "e2e/job.hpp"
+#include "support/torch_python.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -14,14 +17,17 @@ namespace {
 const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/hang_worker.py";
 
 std::vector<std::string> python_flags(const std::string& timeout) {
-  return {"--hang-timeout", timeout, "--python", "/usr/bin/python3"};
+  return {"--hang-timeout", timeout, "--python", torch_python()};
 }
 
 }  // namespace
 
-TEST_CASE("hang: a stuck Python rank's stack is in its node's report, every node exits 124", "[e2e][hang]") {
+TEST_CASE("hang: a stuck Python rank's stack is in its node's report, every node exits 124",
+          "[e2e][hang][torch2]") {
+  auto flags = python_flags("3");
+  flags.insert(flags.end(), {"--master-port", std::to_string(free_port())});  // not the 29500 others may take
   Job job;
-  job.start(2, 1, {kScript, "stuck"}, python_flags("3"));
+  job.start(2, 1, {kScript, "collective"}, flags);  // rank 0 waits in a real all_reduce (gloo)
   job.wait_all();
   const std::string node0 = job.agents[0].err();
   const std::string node1 = job.agents[1].err();
@@ -31,15 +37,15 @@ TEST_CASE("hang: a stuck Python rank's stack is in its node's report, every node
   // Node 1 runs the stuck rank: faulthandler's dump of it, in node 1's own report.
   CHECK_THAT(node1, Catch::Contains("Stacks of the silent ranks on this node:"));
   CHECK_THAT(node1, Catch::Contains("| ") && Catch::Contains("in stuck_in_distinctive_function"));
-  // Node 0's rank waited for it: its stack too, and the job summary says hang.
-  CHECK_THAT(node0, Catch::Contains("in wait_for_peer"));
+  // Node 0's rank waited for it in the collective: its stack too, and the job summary says hang.
+  CHECK_THAT(node0, Catch::Contains("in wait_for_peer_in_all_reduce"));
   CHECK_THAT(node0, Catch::Contains("HUNG, exit code 124"));
   CHECK(leftovers_after(job.token, 5s).empty());
 }
 
 TEST_CASE("hang: a restarted hang hangs again, and the final exit code is still 124", "[e2e][hang]") {
-  Job job;
   auto flags = python_flags("2");
+  Job job;
   flags.insert(flags.end(), {"--max-restarts", "1"});
   job.start(2, 1, {kScript, "stuck"}, flags);
   job.wait_all();
@@ -51,8 +57,9 @@ TEST_CASE("hang: a restarted hang hangs again, and the final exit code is still 
 }
 
 TEST_CASE("hang: a rank that keeps printing is never hung", "[e2e][hang]") {
+  const auto flags = python_flags("1");
   Job job;
-  job.start(1, 2, {kScript, "chatty", "4"}, python_flags("1"));
+  job.start(1, 2, {kScript, "chatty", "4"}, flags);
   job.wait_all();
   INFO(job.agents[0].err());
   CHECK(job.agents[0].code == 0);
@@ -67,8 +74,8 @@ TEST_CASE("hang: a rank that keeps printing is never hung", "[e2e][hang]") {
 }
 
 TEST_CASE("hang: a rank that prints nothing but touches its heartbeat file is never hung", "[e2e][hang]") {
-  Job job;
   auto flags = python_flags("1");
+  Job job;
   flags.insert(flags.end(), {"--log-dir", job.dir / "logs"});
   job.start(1, 2, {kScript, "heartbeat", "4"}, flags);
   job.wait_all();
@@ -103,4 +110,32 @@ TEST_CASE("hang: json events name the hung ranks and the report carries the stac
   CHECK_THAT(err, Catch::Contains("\"event\":\"failure_report\"") && Catch::Contains("\"hang\":true") &&
                       Catch::Contains("\"stack_kind\":\"native\""));
   CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("hang: the hung rank's stack on node 1 is in node 0's report and error file", "[e2e][hang]") {
+  for (const bool quiet : {false, true}) {
+    Job job;
+    // Rank 1 (node 1) is stuck; rank 0 keeps printing, so only node 1 finds a hang.
+    auto flags = python_flags("2");
+    flags.insert(flags.end(), {"--error-file", job.dir / "err.json"});
+    if (quiet) flags.push_back("--quiet");
+    job.start(2, 1, {kScript, "stuck_chatty"}, flags);
+    job.wait_all();
+    const std::string node0 = job.agents[0].err();
+    const std::string node1 = job.agents[1].err();
+    INFO("quiet " << quiet << "\nnode 0:\n" << node0 << "\nnode 1:\n" << node1);
+    CHECK(job.agents[0].code == 124);
+    CHECK(job.agents[1].code == 124);
+    // Node 1's one line sends the user to node 0's report: the stuck rank's stack is there.
+    CHECK_THAT(node1, Catch::Contains("full report on node 0"));
+    const auto report = node0.find("Root cause (hang):");
+    REQUIRE(report != std::string::npos);
+    CHECK_THAT(node0.substr(report),
+               Catch::Contains("| ") && Catch::Contains("in stuck_in_distinctive_function"));
+    const auto j = nlohmann::json::parse(read_file(job.dir / "err.node0.json"));
+    CHECK(j.at("root_cause").at("rank") == 1);
+    CHECK_THAT(j.at("root_cause").value("stack", std::string()),
+               Catch::Contains("in stuck_in_distinctive_function"));
+    CHECK(leftovers_after(job.token, 5s).empty());
+  }
 }

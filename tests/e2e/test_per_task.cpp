@@ -44,6 +44,8 @@ struct PerTaskJob {
         argv.insert(argv.end(), command.begin(), command.end());
         const std::map<std::string, std::string> env = {
             {"DDPRUN_TEST_TOKEN", token},
+            // Under Slurm the store is never open: one shared secret, as a user exports it before srun.
+            {"DDPRUN_TOKEN", "e2e-per-task-" + token},
             {"DIR", dir.path()},
             {"SLURM_JOB_ID", std::to_string(port)},  // the node-local ports follow it: unique per test
             {"SLURM_STEP_ID", "0"},
@@ -165,4 +167,15 @@ TEST_CASE("per-task mode: a lost relay leaves none of its node's tasks hanging",
     CHECK(job.agents[i].code == 1);
   }
   CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("per-task mode: the job summary counts tasks and nodes apart", "[e2e][per_task]") {
+  PerTaskJob job;
+  job.start(2, 2, {kFake, "exit", "0"});
+  job.wait_all();
+  for (auto& a : job.agents) CHECK(a.code == 0);
+  INFO(job.agents[0].err());
+  CHECK_THAT(
+      job.agents[0].err(),
+      Catch::Contains("ddprun: job summary (attempt 0): success, 4 tasks on 2 nodes, 4 workers exited 0"));
 }

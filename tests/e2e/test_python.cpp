@@ -2,12 +2,15 @@
 // torchrun's @record, whose exception and traceback reach every node's failure report.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "e2e/job.hpp"
+#include "support/torch_python.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -30,9 +33,10 @@ int error_dirs_in(const std::string& tmp) {
 }  // namespace
 
 TEST_CASE("local-rank-arg: a torch.distributed.launch script parses its own local rank", "[e2e][python]") {
+  const std::string python = torch_python();
   Job job;
   job.start(1, 2, {script("local_rank_arg.py"), "--lr", "0.5"},
-            {"--python", "/usr/bin/python3", "--use_env", "--local-rank-arg", "underscore"});
+            {"--python", python, "--use_env", "--local-rank-arg", "underscore"});
   job.wait_all();
   REQUIRE(job.agents.size() == 1);
   INFO(job.agents[0].err());
@@ -48,14 +52,71 @@ TEST_CASE("local-rank-arg: a torch.distributed.launch script parses its own loca
   }
 }
 
+// torch.distributed.launch of the torch under test (1.13: --local_rank=N, 2.x: --local-rank=N) against
+// ddprun with the matching --local-rank-arg: the worker gets the same arguments, and every variable that
+// launch sets, with the same value unless it differs by design.
+TEST_CASE(
+    "torch.distributed.launch and ddprun --local-rank-arg give a worker the same arguments and variables",
+    "[e2e][python][torch][torch2]") {
+  const std::string python = torch_python();
+  Job job;
+  auto launch = start({python, "-m", "torch.distributed.launch", "--nproc_per_node", "2", "--master_port",
+                       std::to_string(free_port()), "-r", "1", "-t", "1",  // -r/-t: 1.13 fails without them
+                       script("launch_env.py"), "--lr", "0.5"},
+                      {{"DIR", job.dir.str()}, {"LAUNCHER", "torch"}, {"DDPRUN_TEST_TOKEN", job.token}},
+                      job.dir.str(), "launch");
+  REQUIRE(wait_for(launch, 240s));
+  INFO("torch.distributed.launch: " << launch.err());
+  REQUIRE(launch.code == 0);
+  const std::string local_arg = nlohmann::json::parse(read_file(job.dir / "torch.1.json")).at("argv").at(0);
+  const bool underscore = local_arg.starts_with("--local_rank=");
+  REQUIRE((underscore || local_arg.starts_with("--local-rank=")));
+  job.env["LAUNCHER"] = "ddprun";
+  job.start(1, 2, {script("launch_env.py"), "--lr", "0.5"},
+            {"--python", python, "--local-rank-arg", underscore ? "underscore" : "dash"});
+  job.wait_all(240s);
+  INFO("ddprun: " << job.agents[0].err());
+  REQUIRE(job.agents[0].code == 0);
+  // Not the launcher's: the test's own variables, and torchrun 2.x's TORCHELASTIC_SIGNALS_TO_HANDLE, its
+  // agent's own setting that its workers inherit.
+  const std::set<std::string> skip = {"DIR", "LAUNCHER", "DDPRUN_TEST_TOKEN",
+                                      "TORCHELASTIC_SIGNALS_TO_HANDLE"};
+  // Set by both, with values that differ by design: ddprun's own store, run id and error-file paths; no
+  // agent store for the workers.
+  const std::set<std::string> own = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                                     "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE"};
+  for (int r = 0; r < 2; ++r) {
+    const auto name = std::to_string(r) + ".json";
+    const auto torch = nlohmann::json::parse(read_file(job.dir / ("torch." + name)));
+    const auto ours = nlohmann::json::parse(read_file(job.dir / ("ddprun." + name)));
+    CAPTURE(r);
+    CHECK(ours.at("argv") == torch.at("argv"));
+    CHECK(ours.at("parsed_local_rank") == r);
+    int compared = 0;
+    for (const auto& [k, v] : torch.at("env").items()) {
+      const char* before = std::getenv(k.c_str());
+      if ((before != nullptr && v == before) || skip.contains(k)) continue;  // not set by the launcher
+      CAPTURE(k);
+      REQUIRE(ours.at("env").contains(k));
+      if (!own.contains(k)) {
+        CHECK(ours.at("env").at(k) == v);
+        ++compared;
+      }
+    }
+    CHECK(compared >= 10);  // RANK, LOCAL_RANK, WORLD_SIZE, ...: the launcher's variables were found
+  }
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
 TEST_CASE("@record: the exception and its traceback reach every node's report and error file",
-          "[e2e][python][torch]") {
+          "[e2e][python][torch][torch2]") {
+  const std::string python = torch_python();
   for (const bool verbose : {false, true}) {
     CAPTURE(verbose);
     Job job;
     std::filesystem::create_directories(job.dir / "tmp");
     job.env["TMPDIR"] = job.dir / "tmp";
-    std::vector<std::string> extra = {"--python", "/usr/bin/python3", "--error-file", job.dir / "err.json"};
+    std::vector<std::string> extra = {"--python", python, "--error-file", job.dir / "err.json"};
     if (verbose) {
       extra.push_back("--verbose");
       extra.push_back("--log-dir");
@@ -92,6 +153,7 @@ TEST_CASE("@record: the exception and its traceback reach every node's report an
 }
 
 TEST_CASE("a malformed, huge or overlong error file never breaks the report", "[e2e][python]") {
+  const std::string python = torch_python();
   struct Row {
     std::string kind;
     std::string expect;  // in the report; "" for no error line at all
@@ -103,7 +165,7 @@ TEST_CASE("a malformed, huge or overlong error file never breaks the report", "[
     std::filesystem::create_directories(job.dir / "tmp");
     job.env["TMPDIR"] = job.dir / "tmp";
     job.start(1, 1, {script("bad_error_file.py"), row.kind},
-              {"--python", "/usr/bin/python3", "--error-file", job.dir / "err.json"});
+              {"--python", python, "--error-file", job.dir / "err.json"});
     job.wait_all();
     const auto err = job.agents[0].err();
     INFO(err);

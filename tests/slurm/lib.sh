@@ -5,7 +5,8 @@
 #   DDPRUN_SLURM_DIR  state dir of a running cluster (tests/slurm/cluster.sh start N)
 #   DDPRUN            the ddprun binary (tests that need it skip when unset)
 #   DDPRUN_TRAIN      the ddprun-train binary (trainer tests skip when unset)
-#   PYTHON            an interpreter with torch (default /usr/bin/python3)
+#   PYTHON            an interpreter with torch (default /usr/bin/python3; the torch2 copies name the torch 2.x
+#                     venv's, and an empty or missing one makes need_torch skip)
 # A test prints "FAIL: <what>" and exits 1 on the first failed check, "PASS: <test>" at the end, and exits 77
 # (CTest SKIP_RETURN_CODE) when something it needs is missing.
 
@@ -15,7 +16,7 @@ TEST_NAME=$(basename "$0" .sh)
 SLURM_TEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SOURCE_DIR=$(cd "$SLURM_TEST_DIR/../.." && pwd)
 CLUSTER_SH=$SLURM_TEST_DIR/cluster.sh
-PYTHON=${PYTHON:-/usr/bin/python3}
+PYTHON=${PYTHON-/usr/bin/python3}  # set but empty: no venv (need_torch says so)
 export PYTHON
 WORK=""
 
@@ -77,8 +78,11 @@ need_train() {
 }
 
 need_torch() {
+  [[ -n $PYTHON && -x $PYTHON ]] \
+    || skip "PYTHON='$PYTHON' is not an interpreter: the torch 2.x venv is not installed (scripts/setup.sh installs it unless DDPRUN_SKIP_TORCH2=1; scripts/torch2.sh says where)"
   "$PYTHON" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null \
     || skip "$PYTHON cannot import torch with gloo (install python3-torch)"
+  note "torch $("$PYTHON" -c 'import torch; print(torch.__version__)') from $PYTHON"
 }
 
 # sbatch with the job id remembered for cleanup; prints the id.

@@ -24,15 +24,6 @@ expect_eq "task 0" "node1 0 0 3 2 0 node1" "$(cat t.0)"
 expect_eq "task 1" "node1 1 1 3 2 1 node1" "$(cat t.1)"
 expect_eq "task 2" "node2 2 0 3 1 2 node1" "$(cat t.2)"
 
-if "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
-  note "real PyTorch workers in per-task mode"
-  mkdir -p out
-  timeout 300 srun -N2 -w 'node[1-2]' --ntasks-per-node=2 "$DDPRUN" -- \
-    "$PYTHON" "$SLURM_TEST_DIR/allreduce_worker.py" "$WORK/out" > torch.out 2> torch.err \
-    || fail "per-task PyTorch run exited $?"
-  "$PYTHON" "$SLURM_TEST_DIR/check_allreduce.py" out 4 node1 node2 || fail "worker records are wrong (see above)"
-fi
-
 note "--nproc-per-node contradicts per-task mode"
 if timeout 60 srun -N1 --ntasks-per-node=2 "$DDPRUN" --nproc-per-node 2 -- true > bad.out 2> bad.err; then
   fail "--nproc-per-node 2 under --ntasks-per-node=2 was accepted"

@@ -22,22 +22,49 @@ struct PeerRecord {
   std::optional<std::string> record;  // nullopt: it did not come in time
 };
 
+// What publishing this node's failure told: the job's root cause as the other nodes see it (the
+// first failure published in the job: this one, or another node's that came first), or why the
+// other nodes could not be told.
+struct PublishOutcome {
+  std::optional<Failure> root;
+  std::string error;  // without a root: why (the store did not answer within the bound, ...)
+};
+
+// A cause handed to the supervisor: `from_store` when it is the job's root cause as the store holds
+// it; false for one only this node saw (its master lost), which never replaces this node's own failure.
+using AbortHandler = std::function<void(const Failure& root, bool from_store)>;
+
+// How the exit barrier ended: without a root, every node got there (the job succeeded); else the
+// cause that ended the wait, `from_store` as for the AbortHandler.
+struct BarrierOutcome {
+  std::optional<Failure> root;
+  bool from_store = true;
+};
+
 class Coordinator {
  public:
   virtual ~Coordinator() = default;
-  // Called once, from the supervisor's thread, when a worker on this node fails first (or the agent
-  // is stopped by a signal). The first failure published in the job is the job's root cause.
-  virtual void publish_failure(const Failure& f) = 0;
+  // Called at most once a run, off the supervisor's loop (its own thread, or the one that reads the
+  // signals at the exit barrier), with this node's first failure (a worker's, a hang, the agent
+  // stopped by a signal). Must return within `bound` (plus a
+  // little) whatever the other nodes or the store do: the node's teardown and exit never wait for
+  // more. The first failure published in the job is the job's root cause.
+  virtual PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) = 0;
   // The supervisor installs a handler at the start of each run and an empty function at its end.
   // The implementation calls it (from any thread) with the job's root cause when another node
   // failed, also when that happened before the handler was installed; calling it with this node's
   // own published failure is harmless. The handler only posts the cause to the supervisor's loop,
   // which keeps it: the implementation keeps no copy. It calls the handler under its own lock, so
   // once set_remote_abort_handler returns, the previous handler is neither running nor called again.
-  virtual void set_remote_abort_handler(std::function<void(const Failure& root)> h) = 0;
-  // Called only after every local worker exited 0. Returns true once every node got there, false
-  // on timeout or abort. Must return within `timeout` (plus a little).
-  virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+  virtual void set_remote_abort_handler(AbortHandler h) = 0;
+  // Called only after every local worker exited 0: waits until the job's outcome is known. No root
+  // once every node got there (the job succeeded); otherwise the job's root cause that ended the
+  // wait (another node's failure, a lost node or master, a node stopped by a signal), which this
+  // node then reports as the job's outcome; `from_store` as the abort handler's. No time bound: the
+  // implementation's liveness ends the wait for a node that neither finishes nor fails.
+  // publish_failure() from another thread meanwhile must not wait for it, and ends it (the agent
+  // stopped by a signal at the barrier); when that publication fails, the wait ends too.
+  virtual BarrierOutcome exit_barrier() = 0;
   // The job-wide summary (docs/agent.md). Every agent of a multi-agent job publishes its compact
   // record when its run has ended; false when the lead (node rank 0) could not take it, so that
   // this agent prints its full report itself. Bounded (a few seconds) whatever the lead's state.
@@ -59,9 +86,7 @@ class Coordinator {
 // it, after which it is neither running nor called again.
 class ScopedAbortHandler {
  public:
-  ScopedAbortHandler(Coordinator& c, std::function<void(const Failure&)> h) : c_(c) {
-    c_.set_remote_abort_handler(std::move(h));
-  }
+  ScopedAbortHandler(Coordinator& c, AbortHandler h) : c_(c) { c_.set_remote_abort_handler(std::move(h)); }
   ~ScopedAbortHandler() { reset(); }
   ScopedAbortHandler(const ScopedAbortHandler&) = delete;
   ScopedAbortHandler& operator=(const ScopedAbortHandler&) = delete;
@@ -75,12 +100,12 @@ class ScopedAbortHandler {
   bool installed_ = true;
 };
 
-// A job of one node: nothing to tell anyone.
+// A job of one node: nothing to tell anyone; its own first failure is the job's root cause.
 class LocalCoordinator : public Coordinator {
  public:
-  void publish_failure(const Failure&) override {}
-  void set_remote_abort_handler(std::function<void(const Failure&)>) override {}
-  bool exit_barrier(std::chrono::milliseconds) override { return true; }
+  PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds) override { return {f, {}}; }
+  void set_remote_abort_handler(AbortHandler) override {}
+  BarrierOutcome exit_barrier() override { return {}; }
 };
 
 }  // namespace ddprun::agent
