@@ -2,6 +2,7 @@
 // it (any torch version, as to the server), and it forwards their requests to node 0's workers' store
 // over one connection in the tagged form (docs/protocol.md, "Relays"). Node 0 then sees one connection
 // per node instead of one per rank.
+#include <fcntl.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -37,8 +38,8 @@ bool answered(Op op) {
 }
 // Ops that change the store: a GET in flight is shared only with requests read before the next one.
 bool writes(Op op) {
-  return op == Op::set || op == Op::compare_set || op == Op::add || op == Op::delete_key || op == Op::append ||
-         op == Op::multi_set || op == Op::queue_push || op == Op::queue_pop;
+  return op == Op::set || op == Op::compare_set || op == Op::add || op == Op::delete_key ||
+         op == Op::append || op == Op::multi_set || op == Op::queue_push || op == Op::queue_pop;
 }
 
 std::string coalesce_key(const Request& q) {
@@ -93,6 +94,8 @@ struct C10dRelay::Impl {
   std::unique_ptr<c10d::Handler> listener_h, upstream_h, retry_h;
   int listen_fd = -1;
   int retry_fd = -1;
+  bool warned_fds = false;
+  int spare_fd = -1;  // given up to accept-and-close a worker when descriptors run out
   std::uint16_t bound_port = 0;
   std::size_t max_conns = 0;
   bool stopped = false;
@@ -171,6 +174,7 @@ void C10dRelay::Impl::start() {
   listen_fd = c10d::listen_on(opts.host, opts.port);
   bound_port = c10d::local_port(listen_fd);
   retry_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   listener_h = std::make_unique<c10d::Fn>([this](std::uint32_t) { accept_some(); });
   upstream_h = std::make_unique<c10d::Fn>([this](std::uint32_t ev) { on_upstream(ev); });
   retry_h = std::make_unique<c10d::Fn>([this](std::uint32_t) { on_retry(); });
@@ -191,6 +195,8 @@ void C10dRelay::Impl::shutdown() {
     loop->remove(retry_fd);
     ::close(retry_fd);
   }
+  if (spare_fd >= 0) ::close(spare_fd);
+  spare_fd = -1;
   while (!workers.empty()) close_worker(*workers.begin()->second, "the relay stopped", false);
   if (up_fd >= 0) {
     loop->remove(up_fd);
@@ -236,8 +242,8 @@ void C10dRelay::Impl::upstream_failed(const std::string& why) {
     // Lost after it was up (node 0's store is gone: the attempt is over), or never reached in time.
     up_dead = true;
     a_connected = false;
-    log_line(fmt::format("worker store relay: {} node 0's store at {}:{}: {}", up_ready ? "lost" : "cannot reach",
-                         opts.upstream_host, opts.upstream_port, why));
+    log_line(fmt::format("worker store relay: {} node 0's store at {}:{}: {}",
+                         up_ready ? "lost" : "cannot reach", opts.upstream_host, opts.upstream_port, why));
     up_ready = false;
     while (!workers.empty()) close_worker(*workers.begin()->second, "node 0's store is gone", false);
     return;
@@ -360,7 +366,24 @@ void C10dRelay::Impl::flush_upstream() {
 void C10dRelay::Impl::accept_some() {
   for (int i = 0; i < 512; ++i) {
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      // Out of descriptors: take the worker off the queue with the spare one and close it, or the
+      // listener would stay readable and spin the loop (every relay sharing it with this one).
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
+        ::close(spare_fd);
+        const int victim = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (victim >= 0) ::close(victim);
+        spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (!warned_fds && opts.log) {
+          warned_fds = true;
+          opts.log(
+              fmt::format("worker store relay: out of file descriptors at {} workers; raise RLIMIT_NOFILE "
+                          "on this node (ulimit -n)",
+                          workers.size()));
+        }
+      }
+      return;
+    }
     if (up_dead || workers.size() >= max_conns) {
       c10d::close_reset(fd);
       continue;
@@ -388,7 +411,8 @@ void C10dRelay::Impl::on_worker(RConn& w, std::uint32_t events) {
     return;
   }
   if (n < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) close_worker(w, std::strerror(errno), false);
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      close_worker(w, std::strerror(errno), false);
     return;
   }
   process(w, std::string_view(buf.data(), static_cast<std::size_t>(n)));
@@ -482,9 +506,10 @@ void C10dRelay::Impl::forward(RConn& w, Request& q) {
     }
   }
   if (up_out.size() - up_out_off > opts.max_upstream) {
-    throw Error(Error::Kind::protocol,
-                fmt::format("worker store relay: more than {} bytes wait for node 0's socket", opts.max_upstream),
-                "c10d");
+    throw Error(
+        Error::Kind::protocol,
+        fmt::format("worker store relay: more than {} bytes wait for node 0's socket", opts.max_upstream),
+        "c10d");
   }
   do {
     ++next_tag;

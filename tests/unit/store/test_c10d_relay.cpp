@@ -4,7 +4,10 @@
 // workers' connections close when node 0's store goes.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include "store/c10d_server.hpp"
@@ -146,4 +149,28 @@ TEST_CASE("relay: garbage from one worker closes that worker only", "[c10d][rela
   good.send(Op::add, {"n"}, {}, 3);
   CHECK(good.read_i64() == 3);
   CHECK(p.server->dropped_count() == 0);  // nothing of it reached node 0
+}
+
+TEST_CASE("relay: a worker beyond the descriptor limit is closed at once and not left waiting",
+          "[c10d][relay]") {
+  Pair p;
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  std::size_t in_use = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++in_use;
+  // Room for 6 workers' sockets here and 2 of them accepted by the relay: the other 4 find no descriptor.
+  rlimit low = saved;
+  low.rlim_cur = in_use + 6 + 2;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<std::unique_ptr<C10dClient>> ws;
+  for (int i = 0; i < 6; ++i) ws.push_back(std::make_unique<C10dClient>(p.relay->port(), Layout::v1));
+  int closed = 0;
+  for (auto& w : ws) closed += testnet::closed_by_peer(w->fd(), 10s) ? 1 : 0;
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  CHECK(closed >= 1);
+  // Once descriptors are free again, a new worker is served.
+  ws.clear();
+  C10dClient fresh(p.relay->port(), Layout::v22);
+  fresh.send(Op::add, {"init/"}, {}, 1);
+  CHECK(fresh.read_i64() == 1);
 }
