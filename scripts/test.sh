@@ -19,17 +19,22 @@ echo "== plain Release build (as packagers build: no preset, default warnings), 
 cmake -S . -B build-plain-release -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF -DDDPRUN_BUILD_TRAINER=OFF \
   -DDDPRUN_WITHOUT_MUNGE=ON >/dev/null
 cmake --build build-plain-release -j"$jobs" --target ddprun
-# Built without MUNGE: asking for it is one clear line and exit 2; token auth still runs a job.
+# Built without MUNGE: asking for it is one clear line and exit 2; token auth still runs a job. Two
+# nodes, so that a store is opened (a one-node run opens none and checks no auth setting).
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+plain=(build-plain-release/launcher/ddprun --nnodes 2 --rdzv-endpoint "127.0.0.1:$port")
 set +e
-msg=$(build-plain-release/launcher/ddprun --rdzv-auth munge --no-python -- /bin/true 2>&1); rc=$?
+msg=$(timeout 60 "${plain[@]}" --node-rank 0 --rdzv-auth munge --no-python -- /bin/true 2>&1); rc=$?
 set -e
 if [ $rc -ne 2 ] || ! grep -q "built without MUNGE" <<<"$msg"; then
   echo "no-MUNGE build: expected exit 2 naming the missing MUNGE, got $rc: $msg" >&2
   exit 1
 fi
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-DDPRUN_TOKEN=ci-token build-plain-release/launcher/ddprun --rdzv-auth token --nnodes 1 --node-rank 0 \
-  --rdzv-endpoint "127.0.0.1:$port" --no-python -- /bin/true
+export DDPRUN_TOKEN=ci-token
+timeout 120 "${plain[@]}" --node-rank 1 --rdzv-auth token --no-python -- /bin/true &
+timeout 120 "${plain[@]}" --node-rank 0 --rdzv-auth token --no-python -- /bin/true
+wait $!
+unset DDPRUN_TOKEN
 
 echo "== build (RelWithDebInfo, warnings as errors)"
 cmake --preset default >/dev/null

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <unistd.h>
+#include <boost/asio/post.hpp>
 #include <exception>
 #include <utility>
 
@@ -16,8 +17,12 @@ namespace {
 // before deciding, so the root cause carries them.
 constexpr std::chrono::milliseconds kStderrWait{200};
 
-bool same_failure(const Failure& a, const Failure& b) {
-  return a.host == b.host && a.rank == b.rank && a.pid == b.pid && a.node_rank == b.node_rank;
+PublishOutcome publish_bounded(Coordinator& coord, const Failure& f, std::chrono::milliseconds bound) {
+  try {
+    return coord.publish_failure(f, bound);
+  } catch (const std::exception& e) {
+    return {std::nullopt, e.what()};
+  }
 }
 
 }  // namespace
@@ -70,8 +75,19 @@ Failure hang_failure(const std::vector<HungRank>& hung, const Proc& first,
 }
 
 FailureTracker::FailureTracker(boost::asio::io_context& io, Coordinator& coord, const OutputRelay& relay,
-                               const Reporter& reporter, std::function<void(const Failure&)> decided)
-    : coord_(coord), relay_(relay), reporter_(reporter), decided_(std::move(decided)), stderr_timer_(io) {}
+                               std::chrono::milliseconds bound, std::function<void(const Failure&)> decided,
+                               std::function<void()> published)
+    : io_(io),
+      coord_(coord),
+      relay_(relay),
+      bound_(bound),
+      decided_(std::move(decided)),
+      published_(std::move(published)),
+      stderr_timer_(io) {}
+
+FailureTracker::~FailureTracker() {
+  join();
+}
 
 void FailureTracker::worker_failed(const Proc& p) {
   pending_.push_back(&p);
@@ -93,6 +109,10 @@ void FailureTracker::stderr_closed(const Proc& p) {
       return;
     }
   }
+}
+
+void FailureTracker::settle() {
+  if (!pending_.empty()) decide();
 }
 
 void FailureTracker::decide() {
@@ -130,40 +150,57 @@ Failure FailureTracker::failure_of(const Proc& p) const {
 }
 
 void FailureTracker::offer_local(const Failure& f) {
-  if (!local_ || f.time < local_->time) local_ = f;
+  if (local_) return;
+  local_ = f;
+  start_publish(f);
+}
+
+void FailureTracker::offer_local_now(const Failure& f) {
+  if (local_) return;
+  local_ = f;
+  on_published(publish_bounded(coord_, f, bound_), false);
+}
+
+// Off the loop: a master that is stopped, unreachable or slow holds up neither this node's teardown
+// nor its exit; the answer comes back to the loop.
+void FailureTracker::start_publish(const Failure& f) {
+  publishing_ = true;
+  publisher_ = std::thread([this, f] {
+    PublishOutcome o = publish_bounded(coord_, f, bound_);
+    boost::asio::post(io_, [this, o = std::move(o)] { on_published(o, true); });
+  });
+}
+
+void FailureTracker::join() {
+  if (publisher_.joinable()) publisher_.join();
+}
+
+void FailureTracker::on_published(const PublishOutcome& o, bool notify) {
+  publishing_ = false;
+  if (o.root && !store_root_) store_root_ = o.root;
+  if (!o.root) not_told_ = o.error.empty() ? std::string("no answer") : o.error;
+  if (notify && published_) published_();
 }
 
 bool FailureTracker::is_echo(const Failure& remote) const {
   return local_ && same_failure(*local_, remote);
 }
 
-bool FailureTracker::record_remote(const Failure& f) {
-  if (remote_) return false;
-  remote_ = f;
-  return true;
-}
-
-std::optional<Failure> FailureTracker::remote() const {
-  if (remote_ && is_echo(*remote_)) return std::nullopt;
-  return remote_;
-}
-
-void FailureTracker::publish(const Failure& f) const {
-  try {
-    coord_.publish_failure(f);
-  } catch (const std::exception& e) {
-    reporter_.warn(fmt::format("could not tell the other nodes about the failure: {}", e.what()));
-  }
+bool FailureTracker::record_remote(const Failure& f, bool from_store) {
+  if (from_store && !store_root_) store_root_ = f;
+  if (!from_store && !observed_) observed_ = f;
+  return !std::exchange(remote_seen_, true);
 }
 
 FailureTracker::Outcome FailureTracker::outcome(const std::vector<WorkerExit>& exits) {
   for (const auto& e : exits) {
     if (local_ && local_->rank == e.rank && local_->pid == e.pid) local_->stderr_tail = e.stderr_tail;
   }
-  const auto remote_root = remote();
   Outcome o;
-  o.root_cause = choose_root_cause(local_, remote_root);
-  o.remote_abort = remote_root && o.root_cause && same_failure(*o.root_cause, *remote_root);
+  o.root_cause = choose_root_cause(store_root_, local_, observed_);
+  o.remote_abort = o.root_cause && !(local_ && same_failure(*o.root_cause, *local_));
+  // Only this node's own failure needed telling; another node's was published by that node.
+  if (local_ && !store_root_) o.not_told = not_told_;
   return o;
 }
 

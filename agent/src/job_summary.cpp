@@ -50,8 +50,45 @@ NodeRecord node_record(const RunResult& r) {
   } else if (r.spawn_failed && r.root_cause) {
     n.failed_rank = r.root_cause->rank;
     n.failed_exit = r.root_cause->exit_code;
+  } else if (const auto& root = r.root_cause; root && root->hang && root->node_rank == r.node_rank) {
+    // The job hung, and this node's silent rank is the root cause: its row says so, with its stack.
+    for (const auto& e : r.exits) {
+      if (e.rank != root->rank) continue;
+      n.hung = true;
+      n.failed_rank = root->rank;
+      n.failed_exit = root->exit_code;
+    }
+    for (const auto& h : r.hung) {
+      if (h.rank != root->rank) continue;
+      n.root_stack = h.stack;
+      n.root_stack_python = h.python;
+    }
   }
   return n;
+}
+
+std::optional<HungWorker> root_stack_from(const RunResult& lead, const std::vector<PeerRecord>& peers) {
+  const auto& root = lead.root_cause;
+  if (!root || !root->hang) return std::nullopt;
+  for (const auto& h : lead.hung) {
+    if (h.rank == root->rank && root->node_rank == lead.node_rank) return std::nullopt;  // printed as ours
+  }
+  for (const auto& p : peers) {
+    const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt;
+    if (!rec || !rec->hung || rec->node_rank != root->node_rank || rec->failed_rank != root->rank) continue;
+    if (rec->root_stack.empty()) return std::nullopt;
+    HungWorker h;
+    h.rank = root->rank;
+    h.local_rank = root->local_rank;
+    h.pid = root->pid;
+    for (const auto& s : root->silent) {
+      if (s.rank == root->rank) h.silent = std::chrono::milliseconds(static_cast<long>(s.silent_s * 1000.0));
+    }
+    h.python = rec->root_stack_python;
+    h.stack = rec->root_stack;
+    return h;
+  }
+  return std::nullopt;
 }
 
 std::string encode_node_record(const NodeRecord& n) {
@@ -68,7 +105,10 @@ std::string encode_node_record(const NodeRecord& n) {
                           {"spawn_failed", n.spawn_failed},
                           {"stopped", n.stopped},
                           {"agent_signal", n.agent_signal},
-                          {"duration_s", n.duration_s}});
+                          {"duration_s", n.duration_s},
+                          {"hung", n.hung},
+                          {"root_stack", n.root_stack},
+                          {"root_stack_python", n.root_stack_python}});
 }
 
 std::optional<NodeRecord> decode_node_record(std::string_view text) {
@@ -89,6 +129,10 @@ std::optional<NodeRecord> decode_node_record(std::string_view text) {
     n.stopped = core::json_int<int>(j, "stopped");
     n.agent_signal = core::json_int<int>(j, "agent_signal");
     n.duration_s = j.at("duration_s").get<double>();
+    // Added later: a record without them (an older ddprun on that node) still reads.
+    n.hung = j.value("hung", false);
+    n.root_stack = j.value("root_stack", std::string());
+    n.root_stack_python = j.value("root_stack_python", false);
     return n;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
@@ -161,7 +205,7 @@ std::string format_member_line(const RunResult& r, std::optional<int> task_rank,
   if (const auto& f = r.root_cause) {
     cause = f->rank >= 0 ? fmt::format("root cause rank {} on {}", f->rank, f->host)
                          : fmt::format("root cause: {}", f->reason);
-    if (!f->error_message.empty()) cause += fmt::format(" ({})", one_line(f->error_message));
+    if (!f->error_message.empty()) cause += fmt::format(" ({})", escape_control(one_line(f->error_message)));
   }
   // Ranks that exited after a checkpoint signal stopped on request: the same words as the report.
   const int after = r.root_cause ? r.root_cause->after_signal : 0;

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "agent/events.hpp"
 #include "agent/job_summary.hpp"
@@ -12,6 +13,7 @@ namespace {
 
 struct Row {
   std::string node, host, ranks, result, duration;
+  bool root = false;     // holds the root cause: the first row when rows are cut
   bool notable = false;  // explains the outcome: shown first when rows are cut
   bool stopped = false;  // only stopped by ddprun: the "*" footnote
   bool missing = false;
@@ -27,6 +29,7 @@ bool holds_root(const NodeRecord& n, const std::optional<Failure>& root) {
 
 std::string result_text(const NodeRecord& n) {
   if (n.success) return "ok";
+  if (n.hung) return fmt::format("rank {}: hung", n.failed_rank);
   if (n.failed_rank >= 0) {
     if (n.spawn_failed) return fmt::format("rank {}: cannot start ({})", n.failed_rank, n.failed_exit);
     if (n.failed_signal != 0)
@@ -37,13 +40,15 @@ std::string result_text(const NodeRecord& n) {
   return n.stopped > 0 ? "stopped *" : "stopped";
 }
 
-Row missing_row(const PeerRecord& p, const std::optional<Failure>& root) {
+Row missing_row(const PeerRecord& p, const std::optional<Failure>& root, bool per_task) {
   Row row;
-  row.node = std::to_string(p.node_rank);
+  // Per-task mode: the record would have named the task's node; its plan rank is the task's.
+  row.node = per_task ? "?" : std::to_string(p.node_rank);
   row.host = p.host;
-  row.ranks = "?";
+  row.ranks = per_task ? std::to_string(p.node_rank) : "?";
   row.result = p.record ? "unreadable report" : "no report";
-  if (lost_node(root) == p.node_rank) row.result += " <- root cause";
+  row.root = !per_task && lost_node(root) == p.node_rank;
+  if (row.root) row.result += " <- root cause";
   row.duration = "-";
   row.notable = true;
   row.missing = true;
@@ -51,9 +56,9 @@ Row missing_row(const PeerRecord& p, const std::optional<Failure>& root) {
   return row;
 }
 
-Row make_row(const PeerRecord& p, const std::optional<Failure>& root) {
+Row make_row(const PeerRecord& p, const std::optional<Failure>& root, bool per_task) {
   const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt;
-  if (!rec) return missing_row(p, root);
+  if (!rec) return missing_row(p, root, per_task);
   Row row;
   row.node = std::to_string(rec->node_rank);
   row.host = rec->host;
@@ -62,34 +67,51 @@ Row make_row(const PeerRecord& p, const std::optional<Failure>& root) {
                                                   : fmt::format("{}-{}", rec->first_rank, rec->last_rank);
   row.result = result_text(*rec);
   row.stopped = row.result == "stopped *";
-  if (holds_root(*rec, root)) row.result += " <- root cause";
+  row.root = holds_root(*rec, root);
+  if (row.root) row.result += " <- root cause";
   row.duration = fmt::format("{:.2f}s", rec->duration_s);
-  row.notable = !rec->success && (rec->failed_rank >= 0 || rec->agent_signal != 0);
+  row.notable = row.root || (!rec->success && (rec->failed_rank >= 0 || rec->agent_signal != 0));
   row.kind = rec->success ? "ok" : row.notable ? "failed" : "stopped by ddprun";
   return row;
 }
 
-// Which rows to print: all of them, or past `max_rows` the notable ones first, then the first others.
-std::vector<bool> rows_shown(const std::vector<Row>& rows, std::size_t max_rows) {
-  std::vector<bool> shown(rows.size(), rows.size() <= max_rows);
-  if (rows.size() <= max_rows) return shown;
-  std::size_t budget = max_rows;
-  for (const bool notable : {true, false}) {
-    for (std::size_t i = 0; i < rows.size() && budget > 0; ++i) {
-      if (rows[i].notable == notable && !shown[i]) {
-        shown[i] = true;
-        --budget;
+// Which rows to print, in which order: all of them in node order, or past `max_rows` the root
+// cause's row, then the other notable ones, then the first others (each group in node order).
+std::vector<std::size_t> rows_shown(const std::vector<Row>& rows, std::size_t max_rows) {
+  std::vector<std::size_t> order;
+  if (rows.size() <= max_rows) {
+    for (std::size_t i = 0; i < rows.size(); ++i) order.push_back(i);
+    return order;
+  }
+  std::vector<bool> taken(rows.size(), false);
+  const auto take = [&](auto&& wanted) {
+    for (std::size_t i = 0; i < rows.size() && order.size() < max_rows; ++i) {
+      if (!taken[i] && wanted(rows[i])) {
+        taken[i] = true;
+        order.push_back(i);
       }
     }
-  }
-  return shown;
+  };
+  take([](const Row& r) { return r.root; });
+  take([](const Row& r) { return r.notable; });
+  take([](const Row&) { return true; });
+  return order;
 }
 
-std::string header(const RunResult& lead, std::size_t nodes, int workers, bool colour) {
+// "3 nodes", or in per-task mode "12 tasks on 3 nodes".
+std::string count_text(std::size_t rows, std::size_t nodes, bool per_task) {
+  const auto plural = [](std::size_t n, const char* what) {
+    return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
+  };
+  if (!per_task) return plural(rows, "node");
+  return plural(rows, "task") + " on " + plural(nodes, "node");
+}
+
+std::string header(const RunResult& lead, const std::string& counted, int workers, bool colour) {
   const std::string head = fmt::format("ddprun: job summary (attempt {}): ", lead.attempt);
   if (lead.success) {
-    return head + fmt::format("{}, {} node{}, {} workers exited 0\n", paint("success", Style::green, colour),
-                              nodes, nodes == 1 ? "" : "s", workers);
+    return head + fmt::format("{}, {}, {} workers exited 0\n", paint("success", Style::green, colour),
+                              counted, workers);
   }
   std::string cause;
   if (const auto& f = lead.root_cause) {
@@ -102,7 +124,7 @@ std::string header(const RunResult& lead, std::size_t nodes, int workers, bool c
                             lead.exit_code, cause);
 }
 
-std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown) {
+std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown, bool per_task) {
   std::map<std::string, int> hidden;
   bool stopped = false, missing = false;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -118,7 +140,7 @@ std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown)
       n += count;
       kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", count, kind);
     }
-    out += fmt::format("  ... {} more node{}: {}\n", n, n == 1 ? "" : "s", kinds);
+    out += fmt::format("  ... {} more {}{}: {}\n", n, per_task ? "task" : "node", n == 1 ? "" : "s", kinds);
   }
   if (stopped) out += "  * stopped by ddprun during teardown\n";
   if (missing)
@@ -129,11 +151,13 @@ std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown)
 }  // namespace
 
 std::string format_job_summary(const RunResult& lead, const std::vector<PeerRecord>& peers, bool colour,
-                               std::size_t max_rows) {
+                               std::size_t max_rows, bool per_task) {
   std::vector<Row> rows;
   int workers = 0;
+  std::set<std::string> hosts;  // per-task mode: the nodes the tasks ran on
   for (const auto& p : peers) {
-    rows.push_back(make_row(p, lead.root_cause));
+    rows.push_back(make_row(p, lead.root_cause, per_task));
+    hosts.insert(p.host);
     if (const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt) workers += rec->workers;
   }
   std::size_t hw = 4, rw = 5, resw = 6;
@@ -142,18 +166,19 @@ std::string format_job_summary(const RunResult& lead, const std::vector<PeerReco
     rw = std::max(rw, r.ranks.size());
     resw = std::max(resw, r.result.size());
   }
-  const auto shown = rows_shown(rows, max_rows);
-  std::string out = header(lead, peers.size(), workers, colour);
+  const auto order = rows_shown(rows, max_rows);
+  std::vector<bool> shown(rows.size(), false);
+  for (const std::size_t i : order) shown[i] = true;
+  std::string out = header(lead, count_text(peers.size(), hosts.size(), per_task), workers, colour);
   const auto line = [&](const std::string& node, const std::string& host, const std::string& ranks,
                         const std::string& result, const std::string& duration) {
     return fmt::format("  {:>5}  {:<{}}  {:<{}}  {:<{}}  {:>9}\n", node, host, hw, ranks, rw, result, resw,
                        duration);
   };
   out += line("node", "host", "ranks", "result", "duration");
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (shown[i]) out += line(rows[i].node, rows[i].host, rows[i].ranks, rows[i].result, rows[i].duration);
-  }
-  return out + footer(rows, shown);
+  for (const std::size_t i : order)
+    out += line(rows[i].node, rows[i].host, rows[i].ranks, rows[i].result, rows[i].duration);
+  return out + footer(rows, shown, per_task);
 }
 
 nlohmann::json job_summary_json(const RunResult& lead, const std::vector<PeerRecord>& peers) {
@@ -167,6 +192,8 @@ nlohmann::json job_summary_json(const RunResult& lead, const std::vector<PeerRec
     }
     ++reported;
     nlohmann::json n = nlohmann::json::parse(encode_node_record(*rec));
+    n.erase("root_stack");  // a hang's stack is the failure report's root cause's, not a row's
+    n.erase("root_stack_python");
     n["reported"] = true;
     nodes.push_back(std::move(n));
   }

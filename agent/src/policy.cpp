@@ -53,11 +53,15 @@ std::string short_exit(const ExitStatus& s) {
   return std::to_string(s.exit_code);
 }
 
-std::optional<Failure> choose_root_cause(const std::optional<Failure>& local,
-                                         const std::optional<Failure>& remote) {
-  if (!local) return remote;
-  if (!remote) return local;
-  return local->time < remote->time ? local : remote;
+bool same_failure(const Failure& a, const Failure& b) {
+  return a.host == b.host && a.rank == b.rank && a.pid == b.pid && a.node_rank == b.node_rank;
+}
+
+std::optional<Failure> choose_root_cause(const std::optional<Failure>& store_root,
+                                         const std::optional<Failure>& local,
+                                         const std::optional<Failure>& observed) {
+  if (store_root) return local && same_failure(*local, *store_root) ? local : store_root;
+  return local ? local : observed;
 }
 
 int job_exit_code(const std::optional<Failure>& root_cause, int agent_signal,
@@ -116,19 +120,24 @@ std::string_view to_string(SignalAction a) {
   return "ignore";
 }
 
-AttemptDecision after_attempt(const RunResult& r, const std::optional<Failure>& published, int attempt,
-                              int max_restarts) {
+AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts) {
   if (r.success) return {false, 0};
-  int code = r.exit_code;
-  std::optional<Failure> root = r.root_cause;
-  if (published) {
-    root = published;
-    // A node stopped by its own signal keeps 128+signal unless a worker failed first somewhere.
-    if (!r.stopped_by_signal || published->rank >= 0) code = published->exit_code;
-  }
-  if (code == 0) code = 1;
-  const bool final = r.stopped_by_signal || r.spawn_failed || (root && core::ends_job(*root));
+  const int code = r.exit_code != 0 ? r.exit_code : 1;
+  const bool final = r.stopped_by_signal || r.spawn_failed || (r.root_cause && core::ends_job(*r.root_cause));
   return {!final && attempt < max_restarts, code};
+}
+
+RunResult standby_result(const std::optional<Failure>& root, int held_signal) {
+  RunResult r;
+  if (held_signal != 0) {
+    r.stopped_by_signal = true;
+    r.signal = held_signal;
+  } else {
+    r.root_cause = root;
+  }
+  r.exit_code = job_exit_code(r.root_cause, held_signal, {});
+  r.success = r.exit_code == 0;
+  return r;
 }
 
 AttemptDecision after_held_signal(AttemptDecision d, int held_signal) {

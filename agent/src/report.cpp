@@ -1,6 +1,7 @@
 #include "agent/report.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <ctime>
 
 #include "agent/error.hpp"
@@ -24,6 +25,28 @@ std::string exit_text(int exit_code, int sig) {
   return fmt::format("{}", exit_code);
 }
 
+// The length of the UTF-8 sequence at `s` (2 to 4 bytes), or 0 when it is not one (overlong forms,
+// surrogates and values past U+10FFFF included).
+std::size_t utf8_sequence(std::string_view s) {
+  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
+  const unsigned char c = b(0);
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2)) return 0;
+    if (c == 0xE0 && b(1) < 0xA0) return 0;   // overlong
+    if (c == 0xED && b(1) >= 0xA0) return 0;  // a surrogate
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    if (c == 0xF0 && b(1) < 0x90) return 0;   // overlong
+    if (c == 0xF4 && b(1) >= 0x90) return 0;  // past U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::size_t start = 0;
@@ -40,24 +63,52 @@ std::string duration_text(std::chrono::milliseconds d) {
   return fmt::format("{:.2f}s", static_cast<double>(d.count()) / 1000.0);
 }
 
+std::string stack_kind(const HungWorker& h) {
+  return h.python ? "Python stack of every thread (faulthandler)" : "native stack (eu-stack)";
+}
+
+// A stack's lines, each indented under its heading.
+std::string stack_lines(const std::string& stack) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < stack.size()) {
+    const auto end = stack.find('\n', start);
+    const auto len = end == std::string::npos ? std::string::npos : end - start;
+    out += "    | " + escape_control(std::string_view(stack).substr(start, len)) + "\n";
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
 // The stacks of this node's hung ranks, each line indented under its rank.
 std::string hung_text(const std::vector<HungWorker>& hung) {
   if (hung.empty()) return "";
   std::string out = "Stacks of the silent ranks on this node:\n";
   for (const auto& h : hung) {
     out += fmt::format("  rank {} (local rank {}), pid {}, silent for {}, {}:\n", h.rank, h.local_rank, h.pid,
-                       duration_text(h.silent),
-                       h.python ? "Python stack of every thread (faulthandler)" : "native stack (eu-stack)");
-    std::size_t start = 0;
-    while (start < h.stack.size()) {
-      const auto end = h.stack.find('\n', start);
-      const auto len = end == std::string::npos ? std::string::npos : end - start;
-      out += "    | " + h.stack.substr(start, len) + "\n";
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
+                       duration_text(h.silent), stack_kind(h));
+    out += stack_lines(h.stack);
   }
   return out;
+}
+
+// The root cause's stack when it hung on another node: from that node's record.
+std::string root_stack_text(const RunResult& r) {
+  if (!r.root_stack || !r.root_cause) return "";
+  return fmt::format("  stack of rank {} on {} (node {}), {}:\n", r.root_stack->rank, r.root_cause->host,
+                     r.root_cause->node_rank, stack_kind(*r.root_stack)) +
+         stack_lines(r.root_stack->stack);
+}
+
+// This node's root-cause stack wherever it came from: node 0's copy of another node's, or its own.
+const HungWorker* root_stack_of(const RunResult& r) {
+  if (r.root_stack) return &*r.root_stack;
+  if (!r.root_cause || !r.root_cause->hang || r.root_cause->node_rank != r.node_rank) return nullptr;
+  for (const auto& h : r.hung) {
+    if (h.rank == r.root_cause->rank) return &h;
+  }
+  return nullptr;
 }
 
 // The exception a @record worker wrote to TORCHELASTIC_ERROR_FILE, and its traceback.
@@ -66,20 +117,46 @@ std::string python_error_text(const Failure& f) {
   if (!f.error_message.empty()) {
     std::string_view first = f.error_message;
     first = first.substr(0, first.find('\n'));
-    out += fmt::format("  error     : {}\n", first);
+    out += fmt::format("  error     : {}\n", escape_control(first));
     if (first.size() < f.error_message.size()) {
       for (const auto& l : lines_of(f.error_message.substr(first.size() + 1)))
-        out += "              " + l + "\n";
+        out += "              " + escape_control(l) + "\n";
     }
   }
   if (!f.traceback.empty()) {
     out += "  traceback (from TORCHELASTIC_ERROR_FILE):\n";
-    for (const auto& l : lines_of(f.traceback)) out += "    | " + l + "\n";
+    for (const auto& l : lines_of(f.traceback)) out += "    | " + escape_control(l) + "\n";
   }
   return out;
 }
 
 }  // namespace
+
+std::string escape_control(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\t' || (c >= 0x20 && c < 0x7F)) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    const std::size_t n = c >= 0x80 ? utf8_sequence(text.substr(i)) : 0;
+    // U+0080-U+009F (C2 80-C2 9F) are the C1 controls: some terminals take U+009B as CSI.
+    const bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0;
+    if (n > 0 && !c1) {
+      out.append(text.substr(i, n));
+      i += n;
+      continue;
+    }
+    for (std::size_t k = 0; k < std::max<std::size_t>(n, 1); ++k) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i + k]));
+    }
+    i += std::max<std::size_t>(n, 1);
+  }
+  return out;
+}
 
 std::string format_report(const RunResult& r, bool colour, ReportLength length) {
   // Workers that exited after a checkpoint signal stopped on request: not a crash.
@@ -94,6 +171,12 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
                     "\n";
   if (r.stopped_by_signal) {
     out += fmt::format("ddprun: {} received by ddprun; workers were stopped\n", signal_name(r.signal));
+  }
+  if (!r.not_told.empty()) {
+    out += fmt::format(
+        "ddprun: the other nodes could not be told of this failure ({}); they stop on their own once they "
+        "find this node gone\n",
+        r.not_told);
   }
   if (const auto& f = r.root_cause) {
     out += after != 0 ? fmt::format("First exit after {}:\n", signal_name(after))
@@ -111,8 +194,9 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
     out += python_error_text(*f);
     if (!f->stderr_tail.empty() && !hang) {
       out += fmt::format("  last {} stderr lines:\n", f->stderr_tail.size());
-      for (const auto& l : f->stderr_tail) out += "    | " + l + "\n";
+      for (const auto& l : f->stderr_tail) out += "    | " + escape_control(l) + "\n";
     }
+    out += root_stack_text(r);
   }
   out += hung_text(r.hung);  // even in a brief report: they are what a hang is about
   if (length == ReportLength::brief) return out;
@@ -139,7 +223,13 @@ nlohmann::json report_to_json(const RunResult& r) {
   j["signal"] = r.signal != 0 ? nlohmann::json(signal_name(r.signal)) : nlohmann::json(nullptr);
   j["spawn_failed"] = r.spawn_failed;
   j["remote_abort"] = r.remote_abort;
+  j["others_told"] = r.not_told.empty();
+  j["not_told_reason"] = r.not_told.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.not_told);
   j["root_cause"] = r.root_cause ? failure_to_json(*r.root_cause) : nlohmann::json(nullptr);
+  if (const HungWorker* h = root_stack_of(r)) {
+    j["root_cause"]["stack"] = h->stack;
+    j["root_cause"]["stack_kind"] = h->python ? "python" : "native";
+  }
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& e : r.exits) {
     nlohmann::json w;
@@ -185,12 +275,12 @@ std::string format_summary(const RunResult& r, bool colour) {
                      "duration");
   for (const auto& e : r.exits) {
     std::string ex = short_exit(e.status);
-    if (e.stopped_by_ddprun && e.status.failed()) ex += " *";
+    if (e.stopped_by_ddprun) ex += " *";  // exit 0 on our TERM too: the JSON says the same
     out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", e.rank, e.local_rank, e.host, host_w, ex,
                        duration_text(e.duration));
   }
   bool any_stopped = false;
-  for (const auto& e : r.exits) any_stopped = any_stopped || (e.stopped_by_ddprun && e.status.failed());
+  for (const auto& e : r.exits) any_stopped = any_stopped || e.stopped_by_ddprun;
   if (any_stopped) out += "  * stopped by ddprun during teardown\n";
   return out;
 }

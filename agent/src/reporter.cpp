@@ -125,11 +125,23 @@ void Reporter::spawn_failed(const Failure& f, const std::string& message,
                            message, opts_.module ? "-m " : "", command));
 }
 
-void Reporter::finished(const RunResult& r) const {
+void Reporter::finished(const RunResult& run) const {
   const ReportRole role = report_role(opts_.agents, opts_.task_rank.value_or(node_rank_));
-  const bool published =
-      role != ReportRole::single && coord_.publish_result(encode_node_record(node_record(r)));
-  const ReportPlan plan = plan_report(role, opts_.verbose, opts_.quiet, json_, r, published);
+  // A node whose failure the store did not take in time does not hand its record over either: that
+  // master did not answer, and trying again would only add seconds to this node's exit.
+  const bool published = role != ReportRole::single && run.not_told.empty() &&
+                         coord_.publish_result(encode_node_record(node_record(run)));
+  const ReportPlan plan = plan_report(role, opts_.verbose, opts_.quiet, json_, run, published);
+  // The lead gathers first (it may wait for the other nodes): a hang's stack comes with the record of
+  // the node that had it, and belongs in the report and the error file, --quiet or not.
+  const bool hang_elsewhere = role == ReportRole::lead && run.root_cause && run.root_cause->hang &&
+                              run.root_cause->node_rank != run.node_rank;
+  const std::vector<PeerRecord> peers =
+      plan.gather || hang_elsewhere
+          ? coord_.gather_results(gather_timeout(run.success, opts_.term_timeout), lost_node(run.root_cause))
+          : std::vector<PeerRecord>{};
+  RunResult r = run;
+  if (!r.root_stack) r.root_stack = root_stack_from(r, peers);
   if (json_) {
     if (!r.success) event("failure_report", report_to_json(r));
     event("summary", summary_json(r));
@@ -137,7 +149,7 @@ void Reporter::finished(const RunResult& r) const {
     write_text(r, plan);
   }
   if (!r.success) write_error_json(r);
-  if (plan.gather) job_summary(r);  // last: it may wait for the other nodes
+  if (plan.gather && !peers.empty()) job_summary(r, peers);
 }
 
 void Reporter::write_text(const RunResult& r, const ReportPlan& plan) const {
@@ -149,14 +161,11 @@ void Reporter::write_text(const RunResult& r, const ReportPlan& plan) const {
   if (!text.empty()) write_all(2, text);
 }
 
-void Reporter::job_summary(const RunResult& r) const {
-  const auto peers =
-      coord_.gather_results(gather_timeout(r.success, opts_.term_timeout), lost_node(r.root_cause));
-  if (peers.empty()) return;
+void Reporter::job_summary(const RunResult& r, const std::vector<PeerRecord>& peers) const {
   if (json_) {
     event("job_summary", job_summary_json(r, peers));
   } else {
-    write_all(2, format_job_summary(r, peers, use_colour(2)));
+    write_all(2, format_job_summary(r, peers, use_colour(2), kJobSummaryRows, opts_.task_rank.has_value()));
   }
 }
 

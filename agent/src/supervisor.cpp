@@ -29,8 +29,9 @@ RunResult Supervisor::run() {
   node_rank_ = local_.empty() ? 0 : local_.front().node_rank;
   reporter_.set_node(host_, node_rank_);
 
-  ScopedAbortHandler abort_handler(
-      coord_, [this](const Failure& f) { asio::post(io_, [this, f] { on_remote_abort(f); }); });
+  ScopedAbortHandler abort_handler(coord_, [this](const Failure& f, bool from_store) {
+    asio::post(io_, [this, f, from_store] { on_remote_abort(f, from_store); });
+  });
   SignalWatcher sigw(forwarded_signals());
   sig_sd_.assign(::fcntl(sigw.fd(), F_DUPFD_CLOEXEC, 3));
   sig_sd_.non_blocking(true);  // take_pending_signals reads it directly
@@ -51,6 +52,7 @@ RunResult Supervisor::run() {
     io_.run();
     running_ = false;
   }
+  failures_.join();  // bounded; its answer was handled on the loop, or is posted
   deliver_posted();
   if (succeeded()) wait_exit_barrier(sigw);
   abort_handler.reset();
@@ -99,11 +101,15 @@ RunResult Supervisor::start_failure(const StartFailure& s) {
   for (auto& p : procs_) p->kill_and_reap();
   const Failure f = start_failed(local_.at(s.worker), host_, s.message, s.exit_code);
   reporter_.spawn_failed(f, s.message, procs_);
-  failures_.publish(f);
+  failures_.offer_local_now(f);
+  deliver_posted();  // another node's abort, if one came
   RunResult r = base_result();
-  r.exit_code = s.exit_code;
+  const auto outcome = failures_.outcome({});
+  r.root_cause = outcome.root_cause;
+  r.remote_abort = outcome.remote_abort;
+  r.not_told = outcome.not_told;
+  r.exit_code = job_exit_code(r.root_cause, 0, {});
   r.success = false;
-  r.root_cause = f;
   r.spawn_failed = true;
   reporter_.finished(r);
   return r;
@@ -144,12 +150,11 @@ void Supervisor::on_exit(Proc& p) {
 }
 
 // Teardown at once, or once the grace after a checkpoint signal is over; the other nodes learn of
-// it at once either way.
+// it at once either way (the tracker publishes this node's first failure).
 void Supervisor::on_local_failure(const Failure& f) {
   on_request_ = on_request_ || f.after_signal != 0;
   if (!teardown_.started()) {
     grace_.after_failure(f.after_signal != 0, [this, f] { start_teardown(SIGTERM, "worker_failed", f); });
-    if (!std::exchange(published_, true)) failures_.publish(f);
   }
   check_done();
 }
@@ -157,11 +162,11 @@ void Supervisor::on_local_failure(const Failure& f) {
 // This node's ranks made no progress: tell the other nodes at once (they gather their own stacks),
 // then collect ours and tear down.
 void Supervisor::on_hang(const std::vector<HungRank>& hung) {
-  if (teardown_.started() || hang_.declared()) return;
+  failures_.settle();  // a worker that failed by itself is this node's failure, not the silence
+  if (teardown_.started() || hang_.declared() || failures_.any()) return;
   const Failure f = hang_failure(hung, *procs_.at(hung.front().worker), hang_.timeout());
-  failures_.offer_local(f);
+  failures_.offer_local(f);  // and published
   reporter_.hang_detected(f, hang_.timeout());
-  if (!std::exchange(published_, true)) failures_.publish(f);
   collect_stacks(hung, "hang", f);
 }
 
@@ -213,16 +218,20 @@ void Supervisor::on_signal(int sig) {
     case SignalAction::teardown:
       break;
   }
+  // A worker that failed before the signal came stays this node's first failure.
+  failures_.settle();
   const Failure f = agent_stopped(sig, host_, node_rank_);
-  failures_.offer_local(f);
   start_teardown(sig, "signal", f);
-  failures_.publish(f);
-  check_done();  // ends the wait for the rest of a checkpoint grace
+  failures_.offer_local(f);  // kept and published only when nothing failed here before
+  check_done();              // ends the wait for the rest of a checkpoint grace
 }
 
-void Supervisor::on_remote_abort(const Failure& f) {
-  if (failures_.is_echo(f)) return;  // our own failure, echoed back
-  if (failures_.record_remote(f)) reporter_.remote_abort(f);
+void Supervisor::on_remote_abort(const Failure& f, bool from_store) {
+  if (failures_.is_echo(f)) {  // our own failure, echoed back: the job's root cause is ours
+    failures_.record_remote(f, from_store);
+    return;
+  }
+  if (failures_.record_remote(f, from_store)) reporter_.remote_abort(f);
   on_request_ = on_request_ || f.after_signal != 0;
   if (hang_.declared()) return;  // the teardown follows the stacks
   if (f.hang && hang_.enabled() && running_ && !teardown_.started()) {
@@ -331,6 +340,7 @@ RunResult Supervisor::finish() {
   const auto outcome = failures_.outcome(r.exits);
   r.root_cause = outcome.root_cause;
   r.remote_abort = outcome.remote_abort;
+  r.not_told = outcome.not_told;
   r.stopped_by_signal = agent_signal_ != 0;
   r.signal = agent_signal_;
   r.exit_code = job_exit_code(r.root_cause, agent_signal_, statuses);

@@ -23,6 +23,12 @@ namespace ddprun::agent::detail {
 
 namespace asio = boost::asio;
 
+// How long telling the other nodes of this node's failure may take: about as long as this node's own
+// teardown, so that a stopped, unreachable or slow master adds at most a second to the node's exit.
+inline std::chrono::milliseconds publish_bound(std::chrono::milliseconds term_timeout) {
+  return term_timeout + std::chrono::milliseconds{1000};
+}
+
 // A worker that could not be started, and why.
 struct StartFailure {
   std::string message;
@@ -44,7 +50,9 @@ class Supervisor final : ProcListener {
         relay_(opts, world_size),
         teardown_(io_, procs_, opts.term_timeout),
         grace_(io_, opts.term_timeout),
-        failures_(io_, coord, relay_, reporter_, [this](const Failure& f) { on_local_failure(f); }),
+        failures_(
+            io_, coord, relay_, publish_bound(opts.term_timeout),
+            [this](const Failure& f) { on_local_failure(f); }, [this] { check_done(); }),
         hang_(io_, procs_, opts, [this](const std::vector<HungRank>& h) { on_hang(h); }),
         sig_sd_(io_) {}
 
@@ -59,7 +67,7 @@ class Supervisor final : ProcListener {
   void on_exit(Proc& p) override;
   void on_signal(int sig);
   void take_pending_signals();
-  void on_remote_abort(const Failure& f);
+  void on_remote_abort(const Failure& f, bool from_store);
   void on_local_failure(const Failure& f);
   void on_hang(const std::vector<HungRank>& hung);
   void collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root);
@@ -98,7 +106,6 @@ class Supervisor final : ProcListener {
   bool running_ = false;  // the loop runs; after it, signals wait for finish() and nothing is torn down
   std::vector<int> late_signals_;
   int agent_signal_ = 0;     // the first stopping signal the agent got
-  bool published_ = false;   // this node's first failure went to the other nodes
   bool on_request_ = false;  // a failure came within the grace after a checkpoint signal
 };
 

@@ -51,7 +51,6 @@ class LocalSession final : public Session {
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
-  std::optional<Failure> published_root() override { return std::nullopt; }
   void next_attempt() override {}
 
  private:
@@ -236,10 +235,8 @@ struct AttemptEnd {
 // A standby (elastic): no workers; it waits for the active nodes to finish or for the root cause.
 AttemptEnd stand_by(Session& session, int attempt, int max_restarts) {
   const auto root = session.standby([] { return agent::held_stop_signal() != 0; });
-  if (const int sig = agent::held_stop_signal()) return {{false, 128 + sig}, std::nullopt};
-  if (!root) return {{false, 0}, std::nullopt};
-  const int code = root->exit_code == 0 ? 1 : root->exit_code;
-  return {{!core::ends_job(*root) && attempt < max_restarts, code}, root};
+  const agent::RunResult res = agent::standby_result(root, agent::held_stop_signal());
+  return {agent::after_attempt(res, attempt, max_restarts), res.root_cause};
 }
 
 AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, int attempt, int max_restarts) {
@@ -247,9 +244,8 @@ AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, in
   ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
   const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
   raise_test_signal();
-  const auto published = res.success ? std::nullopt : session.published_root();
-  return {agent::after_attempt(res, published, attempt, max_restarts),
-          published ? published : res.root_cause};
+  // The run named the job's root cause once (the store's); its code is the exit code on every node.
+  return {agent::after_attempt(res, attempt, max_restarts), res.root_cause};
 }
 
 // The one attempts loop: join, run (or stand by), then restart or exit by agent::after_attempt.

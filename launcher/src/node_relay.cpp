@@ -31,16 +31,24 @@ std::string PerTaskCoordinator::key(const std::string& name) const {
   return fmt::format("/pertask/attempt_{}/{}", attempt(), name);
 }
 
-void PerTaskCoordinator::publish_failure(const core::Failure& f) {
-  if (!relay()) {
-    s_.down->abort(f);  // the relay's watch takes it up
-    return;
+agent::PublishOutcome PerTaskCoordinator::publish_failure(const core::Failure& f, milliseconds bound) {
+  const auto deadline = Clock::now() + bound;
+  try {
+    if (!relay()) {
+      // The relay's watch takes it up to the job, and passes the job's root cause back down.
+      const core::Failure first = s_.down->abort(f, bound);
+      return {job_root_or(first, std::min(kRootWait, left_until(deadline))), {}};
+    }
+    const core::Failure root = s_.up->abort(f, bound);
+    tell_node(root);
+    return {root, {}};
+  } catch (const std::exception& e) {
+    if (relay()) tell_node(f);  // the master did not answer: this node's tasks still stop for it
+    return {std::nullopt, e.what()};
   }
-  const core::Failure root = s_.up->abort(f);
-  tell_node(root);
 }
 
-void PerTaskCoordinator::set_remote_abort_handler(std::function<void(const core::Failure&)> h) {
+void PerTaskCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
   {
     std::lock_guard lock(mu_);
     handler_ = std::move(h);
@@ -56,7 +64,7 @@ void PerTaskCoordinator::set_remote_abort_handler(std::function<void(const core:
       // The node-local abort is the node's first failure; the job's root comes right behind it.
       s_.down->watch([this](const core::Failure& f) {
         std::lock_guard life(life_mu_);
-        if (!closed_) deliver(job_root_or(f));
+        if (!closed_) deliver(job_root_or(f, kRootWait), !s_.down->master_lost());
       });
     }
   } catch (...) {
@@ -72,7 +80,7 @@ void PerTaskCoordinator::on_up(const core::Failure& root) {
   std::lock_guard life(life_mu_);
   if (closed_) return;
   tell_node(root);
-  deliver(root);
+  deliver(root, !s_.up->master_lost());
 }
 
 // A failure on this node (a task's, or a local task lost): up to the job; the winner comes back.
@@ -81,7 +89,7 @@ void PerTaskCoordinator::on_down(const core::Failure& local) {
   if (closed_) return;
   const core::Failure root = s_.up->abort(local);
   tell_node(root);
-  deliver(root);
+  deliver(root, true);
 }
 
 // The root key first, so that a member that reads the abort finds the job's root beside it.
@@ -102,26 +110,19 @@ void PerTaskCoordinator::close() {
   closed_ = true;
 }
 
-void PerTaskCoordinator::deliver(const core::Failure& root) {
+void PerTaskCoordinator::deliver(const core::Failure& root, bool from_store) {
   std::lock_guard lock(mu_);
   if (!handler_ || delivered_) return;
   delivered_ = true;
-  handler_(root);
+  handler_(root, from_store);
 }
 
-std::optional<core::Failure> PerTaskCoordinator::published_root() {
-  if (relay()) return s_.up->aborted();
-  auto local = s_.down->aborted();
-  if (!local) return std::nullopt;
-  return job_root_or(*local);
-}
-
-// A member: the job's root cause as the relay passed it down, waiting a little for it; `local`
+// A member: the job's root cause as the relay passed it down, waiting at most `wait` for it; `local`
 // when the relay is gone (that is the root then) or its record is unreadable.
-core::Failure PerTaskCoordinator::job_root_or(const core::Failure& local) {
+core::Failure PerTaskCoordinator::job_root_or(const core::Failure& local, milliseconds wait) {
   try {
     auto c = s_.connect_local();
-    if (auto v = c->get(key("root"), kRootWait)) return core::decode_failure(*v);
+    if (auto v = c->get(key("root"), wait)) return core::decode_failure(*v);
   } catch (const std::exception&) {
   }
   return local;

@@ -44,14 +44,12 @@ class PerTaskCoordinator final : public agent::Coordinator {
  public:
   explicit PerTaskCoordinator(RelaySetup s) : s_(std::move(s)) {}
 
-  void publish_failure(const core::Failure& f) override;
-  void set_remote_abort_handler(std::function<void(const core::Failure&)> h) override;
+  agent::PublishOutcome publish_failure(const core::Failure& f, std::chrono::milliseconds bound) override;
+  void set_remote_abort_handler(agent::AbortHandler h) override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;
   bool publish_result(const std::string& record) override;
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
                                                 std::optional<int> lost) override;
-  // The job's root cause as the master decided it (for the exit code), if any.
-  std::optional<core::Failure> published_root();
   // Before the rendezvous go: from now on the watches' callbacks do nothing (they use both
   // rendezvous, so neither may go while one runs). Waits for one that is running.
   void close();
@@ -63,15 +61,15 @@ class PerTaskCoordinator final : public agent::Coordinator {
   void on_up(const core::Failure& root);
   void on_down(const core::Failure& local);
   void tell_node(const core::Failure& root);
-  void deliver(const core::Failure& root);
-  core::Failure job_root_or(const core::Failure& local);
+  void deliver(const core::Failure& root, bool from_store);
+  core::Failure job_root_or(const core::Failure& local, std::chrono::milliseconds wait);
   bool wait_local_arrivals(std::chrono::steady_clock::time_point deadline);
 
   RelaySetup s_;
   std::mutex life_mu_;  // held by a running watch callback; close() takes it
   bool closed_ = false;
   std::mutex mu_;
-  std::function<void(const core::Failure&)> handler_;
+  agent::AbortHandler handler_;
   int watched_attempt_ = -1;
   bool delivered_ = false;  // one root cause per attempt reaches the supervisor
 };

@@ -42,7 +42,6 @@ class PerTaskSession final : public Session {
 
   Round join(int attempt) override;
   agent::Coordinator& coordinator() override { return *coord_; }
-  std::optional<core::Failure> published_root() override { return coord_->published_root(); }
   void next_attempt() override {
     if (up_) up_->next_attempt();
     if (down_) down_->next_attempt();

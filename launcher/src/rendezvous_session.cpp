@@ -65,7 +65,6 @@ class RendezvousSession final : public Session {
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
-  std::optional<core::Failure> published_root() override { return rz_.aborted(); }
   std::optional<core::Failure> standby(const std::function<bool()>& stop) override {
     return rz_.standby(stop);
   }

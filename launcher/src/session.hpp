@@ -31,8 +31,6 @@ class Session {
   virtual ~Session() = default;
   virtual Round join(int attempt) = 0;
   virtual agent::Coordinator& coordinator() = 0;
-  // The job's root cause as every node sees it (the first one published), if any.
-  virtual std::optional<core::Failure> published_root() = 0;
   virtual void next_attempt() = 0;
   // Elastic (docs/elastic.md): a standby waits for the attempt's end instead of running workers.
   // nullopt: the job finished (or `stop` said so); else the attempt's root cause.

@@ -1,10 +1,20 @@
 #include "store_coordinator.hpp"
 
+#include <exception>
 #include <utility>
 
 namespace ddprun::launcher {
 
-void StoreCoordinator::set_remote_abort_handler(std::function<void(const core::Failure&)> h) {
+agent::PublishOutcome StoreCoordinator::publish_failure(const core::Failure& f,
+                                                        std::chrono::milliseconds bound) {
+  try {
+    return {rz_.abort(f, bound), {}};
+  } catch (const std::exception& e) {
+    return {std::nullopt, e.what()};
+  }
+}
+
+void StoreCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
   {
     std::lock_guard lock(mu_);
     handler_ = std::move(h);
@@ -23,7 +33,8 @@ void StoreCoordinator::set_remote_abort_handler(std::function<void(const core::F
 
 void StoreCoordinator::on_abort(const core::Failure& f) {
   std::lock_guard lock(mu_);
-  if (handler_) handler_(f);
+  // The watch fires once an attempt: with the store's abort, or with the master it called lost.
+  if (handler_) handler_(f, !rz_.master_lost());
 }
 
 std::vector<agent::PeerRecord> StoreCoordinator::gather_results(std::chrono::milliseconds timeout,

@@ -19,8 +19,8 @@ class StoreCoordinator final : public agent::Coordinator {
  public:
   explicit StoreCoordinator(rdzv::Rendezvous& rz) : rz_(rz) {}
 
-  void publish_failure(const core::Failure& f) override { rz_.abort(f); }
-  void set_remote_abort_handler(std::function<void(const core::Failure&)> h) override;
+  agent::PublishOutcome publish_failure(const core::Failure& f, std::chrono::milliseconds bound) override;
+  void set_remote_abort_handler(agent::AbortHandler h) override;
   bool exit_barrier(std::chrono::milliseconds timeout) override { return rz_.barrier("exit", timeout); }
   bool publish_result(const std::string& record) override { return rz_.publish_result(record); }
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
@@ -32,7 +32,7 @@ class StoreCoordinator final : public agent::Coordinator {
 
   rdzv::Rendezvous& rz_;
   std::mutex mu_;
-  std::function<void(const core::Failure&)> handler_;
+  agent::AbortHandler handler_;
   int watched_attempt_ = -1;
 };
 

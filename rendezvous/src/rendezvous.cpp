@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -223,6 +224,36 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in) {
   } catch (const std::exception&) {
     return cause;
   }
+}
+
+core::Failure Rendezvous::abort(const core::Failure& cause_in, Millis bound) {
+  core::Failure cause = cause_in;
+  if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
+  ensure_connected();
+  const std::shared_ptr<TcpStore> conn = client_;
+  const std::string mine = core::encode_failure(cause);
+  // The call runs beside this thread's wait; a store that has not answered by the bound gets its
+  // connection closed, which ends the call at once.
+  std::promise<std::string> answer;
+  std::future<std::string> winner = answer.get_future();
+  std::thread call([&answer, conn, prefix = key_prefix(), &mine] {
+    try {
+      answer.set_value(PrefixStore(prefix, conn).compare_set(keys::kAbort, "", mine));
+    } catch (...) {
+      answer.set_exception(std::current_exception());
+    }
+  });
+  const bool in_time = winner.wait_for(bound) == std::future_status::ready;
+  if (!in_time) conn->close();
+  call.join();
+  if (!in_time) {
+    throw Error(
+        Error::Kind::timeout,
+        fmt::format("the rendezvous store at {} did not answer within {} ms", endpoint(), bound.count()),
+        "abort", endpoint(), keys::kAbort);
+  }
+  const std::string won = winner.get();  // throws the call's Error
+  return won == mine ? cause : core::decode_failure(won);
 }
 
 std::optional<core::Failure> Rendezvous::aborted() {

@@ -3,6 +3,8 @@
 #              silently (as ranks blocked in a collective do)
 #   collective the same in a real gloo process group: the others are blocked in an all_reduce that
 #              rank 1 never joins
+#   stuck_chatty  rank 1 sleeps forever in stuck_in_distinctive_function, the others keep printing a
+#              line every 0.2 s (only rank 1's node finds a hang)
 #   chatty S   prints a line every 0.2 s for S seconds, then exits 0
 #   heartbeat S  prints nothing, touches $DDPRUN_HEARTBEAT_FILE every 0.2 s for S seconds, exits 0
 # chatty and heartbeat write their DDPRUN_HEARTBEAT_FILE's path to $DIR/heartbeat_path_<rank>.
@@ -54,6 +56,12 @@ def main():
         if rank == 1:
             stuck_in_distinctive_function()
         wait_for_peer_in_all_reduce(dist, torch)
+    if mode == "stuck_chatty":
+        if rank == 1:
+            stuck_in_distinctive_function()
+        while True:
+            print(f"rank {rank} still working", flush=True)
+            time.sleep(0.2)
     beat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
     with open(os.path.join(os.environ["DIR"], f"heartbeat_path_{rank}"), "w") as f:
         f.write(beat)

@@ -3,9 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
+#include <fstream>
 #include <map>
+#include <thread>
+#include <utility>
 
 #include "e2e/procs.hpp"
 
@@ -189,4 +194,170 @@ TEST_CASE("chaos: a SIGKILLed agent leaves nothing of its workers' process group
   ::kill(agent.pid, SIGKILL);
   REQUIRE(wait_for(agent, 10s));
   CHECK(leftovers_after(token, 5s).empty());
+}
+
+namespace {
+
+// A TCP relay on loopback from its own port to `target`, until frozen: from then on it forwards
+// nothing either way and reads nothing, while keeping every connection open and accepting new ones
+// (a network that drops every packet, without iptables).
+class Relay {
+ public:
+  explicit Relay(int target) : target_(target), listener_(0) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Relay() {
+    stop_ = true;
+    thread_.join();
+    for (const auto& l : links_) {
+      ::close(l.fd[0]);
+      ::close(l.fd[1]);
+    }
+  }
+  int port() const { return listener_.port; }
+  void freeze() { frozen_ = true; }
+
+ private:
+  struct Link {
+    int fd[2];                    // the client's side, the target's side
+    bool open[2] = {true, true};  // still read from
+  };
+
+  void run() {
+    while (!stop_) {
+      std::vector<pollfd> fds{{listener_.fd, POLLIN, 0}};
+      std::vector<std::pair<std::size_t, int>> where;  // fds[i + 1]: link, side
+      if (!frozen_) {
+        for (std::size_t k = 0; k < links_.size(); ++k) {
+          for (int side = 0; side < 2; ++side) {
+            if (!links_[k].open[side]) continue;
+            fds.push_back({links_[k].fd[side], POLLIN, 0});
+            where.emplace_back(k, side);
+          }
+        }
+      }
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if ((fds[0].revents & POLLIN) != 0) accept_one();
+      if (frozen_) continue;
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        auto& link = links_[where[i - 1].first];
+        const int side = where[i - 1].second;
+        char buf[65536];
+        const ssize_t n = ::recv(link.fd[side], buf, sizeof buf, 0);
+        if (n > 0) {
+          (void)!::send(link.fd[1 - side], buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+        } else {
+          link.open[side] = false;  // end of stream or an error: pass the end on, read no more
+          ::shutdown(link.fd[1 - side], SHUT_WR);
+        }
+      }
+    }
+  }
+  void accept_one() {
+    const int a = ::accept(listener_.fd, nullptr, nullptr);
+    if (a < 0) return;
+    if (frozen_) {
+      links_.push_back({{a, ::socket(AF_INET, SOCK_STREAM, 0)}, {false, false}});  // accepted, never read
+      return;
+    }
+    // The target may not listen yet (both agents start together): a refused connect is retried, as the
+    // agent itself would, rather than resetting a connection the agent already counts as made.
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(static_cast<std::uint16_t>(target_));
+    for (int tries = 0; tries < 1200 && !stop_; ++tries) {
+      const int b = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (::connect(b, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0) {
+        links_.push_back({{a, b}});
+        return;
+      }
+      ::close(b);
+      std::this_thread::sleep_for(50ms);
+    }
+    ::close(a);
+  }
+
+  int target_;
+  Squatter listener_;  // a listening socket on a free port
+  std::vector<Link> links_;
+  std::atomic<bool> frozen_{false};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Rank 1 (node 1) exits 7 once $DIR/go exists; rank 0 waits to be torn down.
+std::vector<std::string> rank1_fails_on_go() {
+  return {"/bin/sh", "-c",
+          "touch \"$DIR/ready_$RANK\"; [ \"$RANK\" = 0 ] && exec " + kFake + " hang; exec " + kFake +
+              " wait-file \"$DIR/go\" exit 7"};
+}
+
+// Node 1 must be done within its own teardown (--term-timeout 1) plus 2 s (docs/agent.md, "Failure
+// bounds"); the margin only absorbs a loaded machine. It stays below the 10 s after which node 1's
+// watch would call the master lost, so a node that merely waited for that fails here.
+constexpr auto kFailingNodeBound = 1s + 2s + 5s;
+
+// Both workers run; otherwise what the agents said.
+void wait_ready(std::vector<Proc>& agents, const TempDir& dir) {
+  const bool ok = wait_file(dir / "ready_0") && wait_file(dir / "ready_1");
+  INFO("agent 0:\n" << agents[0].err() << "\nagent 1:\n" << agents[1].err());
+  REQUIRE(ok);
+}
+
+void check_failing_node_alone(Proc& node1, const TempDir& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::ofstream(dir / "go").close();
+  const bool done = wait_for(node1, kFailingNodeBound);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("node 1 exited " << node1.code << " after " << took << " s:\n" << node1.err());
+  CHECK(done);
+  CHECK(node1.code == 7);
+  // It says so, and that it reports in full itself.
+  CHECK_THAT(node1.err(), Catch::Contains("the other nodes could not be told") &&
+                              Catch::Contains("Root cause (first observed failure):"));
+}
+
+}  // namespace
+
+TEST_CASE("chaos: a node whose worker fails while the master is SIGSTOPped exits with its code at once",
+          "[e2e][chaos]") {
+  TempDir dir;
+  const std::string token = "ddprun-chaos-stopmaster-" + std::to_string(::getpid());
+  const int port = free_port();
+  std::vector<Proc> agents;
+  for (int n = 0; n < 2; ++n) {
+    agents.push_back(start(agent_argv(2, n, port, rank1_fails_on_go(), {}, 1),
+                           {{"DIR", dir.path()}, {"TOKEN", token}, {"DDPRUN_TOKEN", token}}, dir.path(),
+                           "agent" + std::to_string(n)));
+  }
+  wait_ready(agents, dir);
+  ::kill(agents[0].pid, SIGSTOP);
+  check_failing_node_alone(agents[1], dir);
+  ::kill(agents[0].pid, SIGCONT);
+  REQUIRE(wait_for(agents[0], 60s));
+  CHECK(agents[0].code != 0);
+  CHECK(leftovers_after(token, 10s).empty());
+}
+
+TEST_CASE("chaos: a node whose worker fails behind a dropped network exits with its code at once",
+          "[e2e][chaos]") {
+  TempDir dir;
+  const std::string token = "ddprun-chaos-dropped-" + std::to_string(::getpid());
+  const int port = free_port();
+  Relay relay(port);  // node 1 reaches the master only through it
+  std::vector<Proc> agents;
+  for (int n = 0; n < 2; ++n) {
+    agents.push_back(start(agent_argv(2, n, n == 0 ? port : relay.port(), rank1_fails_on_go(), {}, 1),
+                           {{"DIR", dir.path()}, {"TOKEN", token}, {"DDPRUN_TOKEN", token}}, dir.path(),
+                           "agent" + std::to_string(n)));
+  }
+  wait_ready(agents, dir);
+  relay.freeze();
+  check_failing_node_alone(agents[1], dir);
+  // The master loses node 1 (its heartbeats stopped) and stops the job too.
+  REQUIRE(wait_for(agents[0], 60s));
+  CHECK(agents[0].code != 0);
+  CHECK(leftovers_after(token, 10s).empty());
 }

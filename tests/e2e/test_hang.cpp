@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "e2e/job.hpp"
 #include "support/torch_python.hpp"
 
@@ -108,4 +110,32 @@ TEST_CASE("hang: json events name the hung ranks and the report carries the stac
   CHECK_THAT(err, Catch::Contains("\"event\":\"failure_report\"") && Catch::Contains("\"hang\":true") &&
                       Catch::Contains("\"stack_kind\":\"native\""));
   CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("hang: the hung rank's stack on node 1 is in node 0's report and error file", "[e2e][hang]") {
+  for (const bool quiet : {false, true}) {
+    Job job;
+    // Rank 1 (node 1) is stuck; rank 0 keeps printing, so only node 1 finds a hang.
+    auto flags = python_flags("2");
+    flags.insert(flags.end(), {"--error-file", job.dir / "err.json"});
+    if (quiet) flags.push_back("--quiet");
+    job.start(2, 1, {kScript, "stuck_chatty"}, flags);
+    job.wait_all();
+    const std::string node0 = job.agents[0].err();
+    const std::string node1 = job.agents[1].err();
+    INFO("quiet " << quiet << "\nnode 0:\n" << node0 << "\nnode 1:\n" << node1);
+    CHECK(job.agents[0].code == 124);
+    CHECK(job.agents[1].code == 124);
+    // Node 1's one line sends the user to node 0's report: the stuck rank's stack is there.
+    CHECK_THAT(node1, Catch::Contains("full report on node 0"));
+    const auto report = node0.find("Root cause (hang):");
+    REQUIRE(report != std::string::npos);
+    CHECK_THAT(node0.substr(report),
+               Catch::Contains("| ") && Catch::Contains("in stuck_in_distinctive_function"));
+    const auto j = nlohmann::json::parse(read_file(job.dir / "err.node0.json"));
+    CHECK(j.at("root_cause").at("rank") == 1);
+    CHECK_THAT(j.at("root_cause").value("stack", std::string()),
+               Catch::Contains("in stuck_in_distinctive_function"));
+    CHECK(leftovers_after(job.token, 5s).empty());
+  }
 }

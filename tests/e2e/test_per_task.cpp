@@ -166,3 +166,14 @@ TEST_CASE("per-task mode: a lost relay leaves none of its node's tasks hanging",
   }
   CHECK(leftovers_after(job.token, 5s).empty());
 }
+
+TEST_CASE("per-task mode: the job summary counts tasks and nodes apart", "[e2e][per_task]") {
+  PerTaskJob job;
+  job.start(2, 2, {kFake, "exit", "0"});
+  job.wait_all();
+  for (auto& a : job.agents) CHECK(a.code == 0);
+  INFO(job.agents[0].err());
+  CHECK_THAT(
+      job.agents[0].err(),
+      Catch::Contains("ddprun: job summary (attempt 0): success, 4 tasks on 2 nodes, 4 workers exited 0"));
+}

@@ -199,3 +199,43 @@ TEST_CASE("a node whose node 0 is gone prints its full report itself", "[e2e][su
   wait_for(job.agents[0], 5s);
   CHECK(leftovers_after(job.token, 5s).empty());
 }
+
+TEST_CASE("the failure report shows a worker's control bytes escaped, never raw", "[e2e][logs]") {
+  Job job;
+  // A clear-screen sequence, a window title with a bell, a C1 CSI (U+009B) and a byte that is not UTF-8.
+  job.start(1, 1,
+            sh("printf 'before\\033[2J\\033]0;title\\007 \\302\\233\\061m \\377 after\\n' >&2; exit 3"));
+  job.wait_all();
+  const std::string err = job.agents[0].err();
+  INFO(err);
+  CHECK(job.agents[0].code == 3);
+  const auto report = err.find("Root cause (first observed failure):");
+  REQUIRE(report != std::string::npos);
+  const std::string text = err.substr(report);
+  CHECK_THAT(text, Catch::Contains("| before\\x1b[2J\\x1b]0;title\\x07 \\xc2\\x9b1m \\xff after"));
+  // Nothing below a space but the line ends, no DEL, no C1 control, no byte that is not UTF-8.
+  std::size_t raw = 0;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    raw += ((u < 0x20 && c != '\n') || u >= 0x7f) ? 1 : 0;
+  }
+  CHECK(raw == 0);
+}
+
+TEST_CASE("the summary table stars every worker ddprun stopped, one that exited 0 on its TERM too",
+          "[e2e][summary]") {
+  Job job;
+  // Rank 0 exits 0 on SIGTERM; rank 1 fails once rank 0 is ready.
+  job.start(1, 2,
+            sh("if [ \"$RANK\" = 0 ]; then exec " + kFake +
+               " trap-term \"$DIR/term\" touch \"$DIR/ready\" hang; fi; exec " + kFake +
+               " wait-file \"$DIR/ready\" exit 3"));
+  job.wait_all();
+  const std::string err = job.agents[0].err();
+  INFO(err);
+  CHECK(job.agents[0].code == 3);
+  REQUIRE(std::ifstream(job.dir / "term").good());  // it did get the TERM
+  static const std::regex kRow0(R"(\n +0 +0  \S+ +0 \* +\d+\.\d\ds\n)");
+  CHECK(std::regex_search(err, kRow0));
+  CHECK_THAT(err, Catch::Contains("  * stopped by ddprun during teardown"));
+}

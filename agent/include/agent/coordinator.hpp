@@ -22,19 +22,33 @@ struct PeerRecord {
   std::optional<std::string> record;  // nullopt: it did not come in time
 };
 
+// What publishing this node's failure told: the job's root cause as the other nodes see it (the
+// first failure published in the job: this one, or another node's that came first), or why the
+// other nodes could not be told.
+struct PublishOutcome {
+  std::optional<Failure> root;
+  std::string error;  // without a root: why (the store did not answer within the bound, ...)
+};
+
+// A cause handed to the supervisor: `from_store` when it is the job's root cause as the store holds
+// it; false for one only this node saw (its master lost), which never replaces this node's own failure.
+using AbortHandler = std::function<void(const Failure& root, bool from_store)>;
+
 class Coordinator {
  public:
   virtual ~Coordinator() = default;
-  // Called once, from the supervisor's thread, when a worker on this node fails first (or the agent
-  // is stopped by a signal). The first failure published in the job is the job's root cause.
-  virtual void publish_failure(const Failure& f) = 0;
+  // Called at most once a run, off the supervisor's loop (its own thread), with this node's first
+  // failure (a worker's, a hang, the agent stopped by a signal). Must return within `bound` (plus a
+  // little) whatever the other nodes or the store do: the node's teardown and exit never wait for
+  // more. The first failure published in the job is the job's root cause.
+  virtual PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) = 0;
   // The supervisor installs a handler at the start of each run and an empty function at its end.
   // The implementation calls it (from any thread) with the job's root cause when another node
   // failed, also when that happened before the handler was installed; calling it with this node's
   // own published failure is harmless. The handler only posts the cause to the supervisor's loop,
   // which keeps it: the implementation keeps no copy. It calls the handler under its own lock, so
   // once set_remote_abort_handler returns, the previous handler is neither running nor called again.
-  virtual void set_remote_abort_handler(std::function<void(const Failure& root)> h) = 0;
+  virtual void set_remote_abort_handler(AbortHandler h) = 0;
   // Called only after every local worker exited 0. Returns true once every node got there, false
   // on timeout or abort. Must return within `timeout` (plus a little).
   virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
@@ -59,9 +73,7 @@ class Coordinator {
 // it, after which it is neither running nor called again.
 class ScopedAbortHandler {
  public:
-  ScopedAbortHandler(Coordinator& c, std::function<void(const Failure&)> h) : c_(c) {
-    c_.set_remote_abort_handler(std::move(h));
-  }
+  ScopedAbortHandler(Coordinator& c, AbortHandler h) : c_(c) { c_.set_remote_abort_handler(std::move(h)); }
   ~ScopedAbortHandler() { reset(); }
   ScopedAbortHandler(const ScopedAbortHandler&) = delete;
   ScopedAbortHandler& operator=(const ScopedAbortHandler&) = delete;
@@ -75,11 +87,11 @@ class ScopedAbortHandler {
   bool installed_ = true;
 };
 
-// A job of one node: nothing to tell anyone.
+// A job of one node: nothing to tell anyone; its own first failure is the job's root cause.
 class LocalCoordinator : public Coordinator {
  public:
-  void publish_failure(const Failure&) override {}
-  void set_remote_abort_handler(std::function<void(const Failure&)>) override {}
+  PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds) override { return {f, {}}; }
+  void set_remote_abort_handler(AbortHandler) override {}
   bool exit_barrier(std::chrono::milliseconds) override { return true; }
 };
 

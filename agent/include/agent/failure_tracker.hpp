@@ -1,19 +1,22 @@
 #pragma once
 // This node's failures and the job's root cause: the first local failure (decided once the failed
-// worker's stderr is read, or after a short wait, so it carries its last lines), the root cause
-// another node reported, the choice between them, and publishing a local one to the other nodes.
+// worker's stderr is read, or after a short wait, so it carries its last lines), published to the
+// other nodes off the loop and bounded; the root cause the store holds (the first failure published,
+// from that publication's answer or from another node's abort); and the one rule between them
+// (choose_root_cause).
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/coordinator.hpp"
 #include "agent/hang_watch.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
-#include "agent/reporter.hpp"
 #include "agent/result.hpp"
 
 namespace ddprun::agent {
@@ -30,47 +33,68 @@ Failure hang_failure(const std::vector<HungRank>& hung, const Proc& first, std::
 
 class FailureTracker {
  public:
-  // `decided` gets the first local worker failure, once.
+  // `decided` gets the first local worker failure, once; `published` runs on the loop when the
+  // publication of this node's failure has ended (told or not). `bound`: how long a publication may
+  // take (Coordinator::publish_failure).
   FailureTracker(boost::asio::io_context& io, Coordinator& coord, const OutputRelay& relay,
-                 const Reporter& reporter, std::function<void(const Failure&)> decided);
+                 std::chrono::milliseconds bound, std::function<void(const Failure&)> decided,
+                 std::function<void()> published);
+  ~FailureTracker();
+  FailureTracker(const FailureTracker&) = delete;
+  FailureTracker& operator=(const FailureTracker&) = delete;
 
   // A worker failed before teardown started.
   void worker_failed(const Proc& p);
   void stderr_closed(const Proc& p);
-  bool waiting() const { return !pending_.empty(); }  // a failure waits for its stderr
+  // Decides a failure still waiting for its stderr now (a signal came after it: it was first).
+  void settle();
+  // A failure waits for its stderr, or this node's publication for the store's answer.
+  bool waiting() const { return !pending_.empty() || publishing_; }
 
-  // The earliest local failure (a worker's, or the agent's own signal) is this node's cause.
+  // This node's first failure (a worker's, a hang, the agent's own signal): kept, and published to
+  // the other nodes off the loop (at most `bound`). A later one changes nothing.
   void offer_local(const Failure& f);
-  // The root cause another node reported. False for our own failure echoed back by the store.
+  // The same while the loop does not run (a command that cannot start): publishes here, bounded.
+  void offer_local_now(const Failure& f);
+  // Our own failure echoed back by the store.
   bool is_echo(const Failure& remote) const;
-  // Keeps the first one; true if it is.
-  bool record_remote(const Failure& f);
-  bool any() const { return local_.has_value() || remote().has_value(); }
+  // A cause from the coordinator: the store's root cause (`from_store`), or one only this node saw
+  // (a lost master). True the first time one comes.
+  bool record_remote(const Failure& f, bool from_store);
+  bool any() const { return local_ || store_root_ || observed_; }
+  // Waits for the publication's thread (bounded by `bound`); its answer is then posted to the loop.
+  void join();
 
-  // Tells the other nodes; a coordinator error is only a warning.
-  void publish(const Failure& f) const;
-
-  // The job's root cause as this node sees it, once the run ended (choose_root_cause). The local
-  // cause gets every stderr line of its worker, including those read after it was published.
+  // The job's root cause as this node names it everywhere (report, events, error file, exit code).
+  // The local cause gets every stderr line of its worker, including those read after it was published.
   struct Outcome {
     std::optional<Failure> root_cause;
-    bool remote_abort = false;  // the root cause is the one another node reported
+    bool remote_abort = false;  // the root cause is another node's
+    std::string not_told;       // non-empty: the other nodes could not be told of this node's failure, why
   };
   Outcome outcome(const std::vector<WorkerExit>& exits);
 
  private:
   void decide();
+  void start_publish(const Failure& f);
+  void on_published(const PublishOutcome& o, bool notify);
   Failure failure_of(const Proc& p) const;
-  std::optional<Failure> remote() const;
 
+  boost::asio::io_context& io_;
   Coordinator& coord_;
   const OutputRelay& relay_;
-  const Reporter& reporter_;
+  std::chrono::milliseconds bound_;
   std::function<void(const Failure&)> decided_;
+  std::function<void()> published_;
   boost::asio::steady_timer stderr_timer_;
   std::vector<const Proc*> pending_;
-  std::optional<Failure> local_;
-  std::optional<Failure> remote_;  // held here only: delivered on the loop by asio::post
+  std::optional<Failure> local_;       // this node's first failure
+  std::optional<Failure> store_root_;  // the job's root cause as the store holds it
+  std::optional<Failure> observed_;    // a cause only this node saw (a lost master)
+  std::string not_told_;
+  bool remote_seen_ = false;  // a cause came from the coordinator
+  bool publishing_ = false;
+  std::thread publisher_;
 };
 
 }  // namespace ddprun::agent

@@ -33,6 +33,11 @@ struct NodeRecord {
   int stopped = 0;          // workers stopped by ddprun's teardown
   int agent_signal = 0;     // a stopping signal this agent received (scancel, time limit)
   double duration_s = 0.0;  // the longest worker's
+  // The job's root cause is a hang of this node's rank failed_rank: its stack (capped, as the
+  // record of a @record traceback is) goes to node 0's report with this record.
+  bool hung = false;
+  std::string root_stack;
+  bool root_stack_python = false;  // faulthandler's dump, else eu-stack's
 };
 
 NodeRecord node_record(const RunResult& r);
@@ -65,12 +70,19 @@ std::optional<int> lost_node(const std::optional<Failure>& root);
 // run's may still be in their teardown (grace, then up to 2 s reading output).
 std::chrono::milliseconds gather_timeout(bool success, std::chrono::milliseconds term_timeout);
 
+// The root cause's stack after a hang on another node, from that node's record (nullopt when the
+// root cause is no hang, is this node's own, or its record did not bring the stack).
+std::optional<HungWorker> root_stack_from(const RunResult& lead, const std::vector<PeerRecord>& peers);
+
+inline constexpr std::size_t kJobSummaryRows = 16;
+
 // The lead's job-wide summary: a header with the job's outcome and root cause, then one row per
-// node (node, host, ranks, result, longest duration). Past `max_rows` nodes, the rows that explain
-// the outcome (failures, signals, missing reports) and the first others are shown, and one line
-// counts the rest.
+// node (node, host, ranks, result, longest duration). Past `max_rows` nodes, the root cause's row
+// comes first, then the other rows that explain the outcome (failures, signals, missing reports),
+// then the first others, and one line counts the rest. `per_task`: the rows are tasks (per-task
+// mode), and the header counts tasks and nodes apart.
 std::string format_job_summary(const RunResult& lead, const std::vector<PeerRecord>& peers, bool colour,
-                               std::size_t max_rows = 16);
+                               std::size_t max_rows = kJobSummaryRows, bool per_task = false);
 nlohmann::json job_summary_json(const RunResult& lead, const std::vector<PeerRecord>& peers);
 
 // The one line of a node other than 0:

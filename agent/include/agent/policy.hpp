@@ -33,11 +33,19 @@ std::string exit_reason(const ExitStatus& s, bool after_teardown);
 // "3" or "SIGKILL (137)": the short form used in tables.
 std::string short_exit(const ExitStatus& s);
 
-// The job's root cause given the first local failure (if any) and the root cause another node
-// reported (if any): the earlier one wins; on a tie the remote one, so that every node agrees.
-// A worker stopped by our own teardown is never passed in here.
-std::optional<Failure> choose_root_cause(const std::optional<Failure>& local,
-                                         const std::optional<Failure>& remote);
+// Whether two records are the same failure (the same worker or agent on the same node).
+bool same_failure(const Failure& a, const Failure& b);
+
+// The job's root cause, the one rule every node applies once (docs/agent.md, "Choosing the root
+// cause"): the failure the store holds (the first one published in the job, by compare-and-set:
+// what this node's own publication answered, or what another node's abort brought), as this
+// node's own record when it is this node's failure (it has the stderr lines read since); without
+// it, this node's first failure (a job of one node, or the other nodes could not be told); without
+// that either, a cause only this node saw (its master lost). A worker stopped by our own teardown
+// is never passed in here.
+std::optional<Failure> choose_root_cause(const std::optional<Failure>& store_root,
+                                         const std::optional<Failure>& local,
+                                         const std::optional<Failure>& observed);
 
 // The code the agent exits with. 0 only when nothing failed, no signal stopped the job and every
 // worker exited 0; otherwise the root cause's code; a signal received by the agent when no worker

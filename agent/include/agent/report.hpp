@@ -2,6 +2,7 @@
 // The failure report (stderr and JSON) and the summary table every run ends with.
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,11 @@ using core::format_time;
 // How much of the failure report: everything, or (--quiet) the headline and the root cause only,
 // without the list of the other failed workers.
 enum class ReportLength { full, brief };
+
+// A worker's text as the report prints it: its bytes must never drive the user's terminal. Control
+// bytes (C0 but tab, DEL), C1 controls (U+0080-U+009F) and bytes that are not UTF-8 become `\xNN`;
+// everything else, valid UTF-8 included, is kept.
+std::string escape_control(std::string_view text);
 
 // The report of a failed run: root cause first (time, host, node rank, rank, local rank, exit code or
 // signal, pid, last stderr lines), then the other failed workers. Text for stderr; `colour` adds

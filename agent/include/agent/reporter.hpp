@@ -49,7 +49,7 @@ class Reporter {
   void event(const std::string& name, nlohmann::json fields) const;
   void write_error_json(const RunResult& r) const;
   void write_text(const RunResult& r, const ReportPlan& plan) const;
-  void job_summary(const RunResult& r) const;
+  void job_summary(const RunResult& r, const std::vector<PeerRecord>& peers) const;
   ErrorFileSpec error_file_spec() const;
 
   const AgentOptions& opts_;

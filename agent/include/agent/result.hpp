@@ -43,8 +43,11 @@ struct RunResult {
   bool stopped_by_signal = false;     // TERM/INT/HUP/QUIT reached the agent: do not restart
   int signal = 0;                     // that signal
   bool spawn_failed = false;          // the command could not be started: restarting cannot help
-  bool remote_abort = false;          // teardown was started by another node's failure
-  std::vector<HungWorker> hung;       // hang: this node's silent ranks and their stacks
+  bool remote_abort = false;          // the root cause is another node's failure
+  std::string not_told;          // non-empty: the other nodes could not be told of this node's failure, why
+  std::vector<HungWorker> hung;  // hang: this node's silent ranks and their stacks
+  // Node 0 after a hang on another node: the root cause's rank's stack, from that node's record.
+  std::optional<HungWorker> root_stack;
   int attempt = 0;
   int node_rank = 0;
   std::string host;
@@ -56,12 +59,15 @@ struct AttemptDecision {
   int exit_code = 0;
 };
 
-// The one restart rule, for every mode. `published` is the job's root cause as every node sees it
-// (the first failure published to the store; nullopt on a single node). A failed attempt restarts
-// while restarts are left, unless the agent was stopped by a signal or the root cause ends the job
-// (core::ends_job). Every node then exits with the published root cause's code.
-AttemptDecision after_attempt(const RunResult& r, const std::optional<Failure>& published, int attempt,
-                              int max_restarts);
+// The one restart rule, for every mode, standbys included. The run's root cause is the job's, as
+// every node names it (choose_root_cause), and its exit code is that cause's. A failed attempt
+// restarts while restarts are left, unless the agent was stopped by a signal or the root cause
+// ends the job (core::ends_job).
+AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts);
+
+// A standby's attempt (elastic) as a run: it ended with the job's root cause (nullopt: the active
+// nodes finished), or with a stopping signal the agent got meanwhile (`held_signal`, 0 if none).
+RunResult standby_result(const std::optional<Failure>& root, int held_signal);
 
 // A stopping signal that came after the run (held: see hold_stop_signals) never changes the decided
 // exit code; it only cancels a restart, since the agent was asked to stop.

@@ -143,6 +143,13 @@ class Rendezvous {
   // Publishes `cause` unless another abort was published first; returns the root cause that won
   // (the earlier one, or `cause`). Never throws: if the store is unreachable, returns `cause`.
   core::Failure abort(const core::Failure& cause);
+  // The same, bounded: the store's answer is awaited at most `bound`, whatever the master does
+  // (stopped, unreachable, slow). Past it this connection is closed (the watch then calls the master
+  // lost) and Error(timeout) thrown; Error too when the store cannot be reached at all.
+  core::Failure abort(const core::Failure& cause, std::chrono::milliseconds bound);
+  // Whether this attempt's watch called the master lost (the cause it handed over is then no
+  // store's, but this node's own judgement).
+  bool master_lost() const { return master_lost_.load(); }
 
   // The published root cause, if any (a quick check; no waiting).
   std::optional<core::Failure> aborted();

@@ -2,7 +2,9 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "agent_test_util.hpp"
 
@@ -12,11 +14,14 @@ using namespace ddprun::agent;
 namespace {
 class RecordingCoordinator : public Coordinator {
  public:
-  void publish_failure(const Failure& f) override {
+  // As the store: the first failure published wins (`winner` when set: another node's came first).
+  PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) override {
     std::lock_guard lk(m);
     published.push_back(f);
+    bounds.push_back(bound);
+    return {winner.value_or(published.front()), {}};
   }
-  void set_remote_abort_handler(std::function<void(const Failure&)> h) override {
+  void set_remote_abort_handler(AbortHandler h) override {
     std::lock_guard lk(m);
     handler = std::move(h);
     ++handler_sets;
@@ -26,13 +31,15 @@ class RecordingCoordinator : public Coordinator {
     return true;
   }
   // Like the store's watch thread; under the lock, as the Coordinator interface requires.
-  void abort(const Failure& f) {
+  void abort(const Failure& f, bool from_store = true) {
     std::lock_guard lk(m);
-    if (handler) handler(f);
+    if (handler) handler(f, from_store);
   }
   std::mutex m;
   std::vector<Failure> published;
-  std::function<void(const Failure&)> handler;
+  std::vector<std::chrono::milliseconds> bounds;
+  std::optional<Failure> winner;
+  AbortHandler handler;
   int handler_sets = 0;
   std::atomic<int> barriers{0};
 };
@@ -54,7 +61,7 @@ TEST_CASE("a local failure is published once - no exit barrier") {
   CHECK(c.published[0].exit_code == 2);
   CHECK(c.barriers == 0);
   CHECK_FALSE(c.handler);  // cleared at the end of the run
-  CHECK(after_attempt(r, std::nullopt, 0, 1).restart);
+  CHECK(after_attempt(r, 0, 1).restart);
 }
 
 TEST_CASE("a remote abort tears down this node and its code becomes ours") {
@@ -119,7 +126,7 @@ TEST_CASE("a command that cannot start is published as fatal and not restarted")
   const auto r = run_workers(make_workers({""}), 1, opts, c);
   CHECK(r.spawn_failed);
   CHECK(r.exit_code == 127);
-  CHECK_FALSE(after_attempt(r, std::nullopt, 0, 1).restart);
+  CHECK_FALSE(after_attempt(r, 0, 1).restart);
   REQUIRE(c.published.size() == 1);
   CHECK(c.published[0].fatal);  // so the other nodes do not restart either
   REQUIRE(c.published.size() == 1);
@@ -148,4 +155,93 @@ TEST_CASE("another node failing while this one waits at the exit barrier fails t
   CHECK(r.remote_abort);
   REQUIRE(r.root_cause);
   CHECK(r.root_cause->rank == 3);
+}
+
+namespace {
+Failure other_node_failure(int code) {
+  Failure f;
+  f.host = "othernode";
+  f.node_rank = 1;
+  f.rank = 3;
+  f.pid = 4242;
+  f.exit_code = code;
+  f.reason = "exited with code " + std::to_string(code);
+  f.time = ddprun::core::failure_now();
+  return f;
+}
+}  // namespace
+
+TEST_CASE("the store's answer names the root cause: another node's failure published first wins here too") {
+  RecordingCoordinator c;
+  c.winner = other_node_failure(9);  // its compare-and-set came first
+  const auto r = run_workers(make_workers({"exit 2", "hang"}), 4, quiet_options(), c);
+  REQUIRE(c.published.size() == 1);
+  CHECK(c.published[0].exit_code == 2);  // this node told the others of its own
+  REQUIRE(r.root_cause);
+  CHECK(r.root_cause->rank == 3);  // and names the one the store holds, everywhere
+  CHECK(r.root_cause->host == "othernode");
+  CHECK(r.exit_code == 9);
+  CHECK(r.remote_abort);
+  CHECK(r.not_told.empty());
+  CHECK(after_attempt(r, 0, 0).exit_code == 9);
+  CHECK(report_to_json(r).at("root_cause").at("rank") == 3);
+}
+
+TEST_CASE("a lost master never replaces this node's own failure as the root cause") {
+  // The master is called lost while this node's failure is being published, which then fails.
+  class LostMaster : public RecordingCoordinator {
+   public:
+    PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) override {
+      RecordingCoordinator::publish_failure(f, bound);
+      Failure lost;
+      lost.host = "master";
+      lost.node_rank = 0;
+      lost.exit_code = 1;
+      lost.lost = true;
+      lost.reason = "lost the rendezvous master at master:1: the connection is gone";
+      lost.time = ddprun::core::failure_now();
+      abort(lost, false);  // what the watch hands over: no store's cause
+      return {std::nullopt, "the connection is gone"};
+    }
+  } c;
+  const auto r = run_workers(make_workers({"exit 2", "hang"}), 4, quiet_options(), c);
+  REQUIRE(r.root_cause);
+  CHECK(r.root_cause->rank == 0);
+  CHECK(r.exit_code == 2);
+  CHECK_FALSE(r.remote_abort);
+  CHECK(r.not_told == "the connection is gone");
+}
+
+TEST_CASE("a store that does not answer holds up neither the teardown nor the root cause") {
+  TempDir dir;
+  // Its publication returns only once the other worker got the teardown's TERM (or after a long
+  // while): a supervisor that waited for it before tearing down would never see that happen.
+  class SilentStore : public RecordingCoordinator {
+   public:
+    explicit SilentStore(std::string f) : term_file(std::move(f)) {}
+    PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) override {
+      RecordingCoordinator::publish_failure(f, bound);
+      for (int i = 0; i < 2000 && !std::ifstream(term_file).good(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      torn_down_first = std::ifstream(term_file).good();
+      return {std::nullopt, "the rendezvous store at master:1 did not answer within 1500 ms"};
+    }
+    std::string term_file;
+    std::atomic<bool> torn_down_first{false};
+  } c(dir / "term");
+  auto opts = quiet_options();
+  opts.term_timeout = std::chrono::milliseconds(500);
+  const auto r =
+      run_workers(make_workers({"wait-file " + (dir / "ready") + " exit 2",
+                                "trap-term " + (dir / "term") + " touch " + (dir / "ready") + " hang"}),
+                  4, opts, c);
+  CHECK(c.torn_down_first);
+  REQUIRE(c.bounds.size() == 1);
+  CHECK(c.bounds[0] == std::chrono::milliseconds(1500));  // --term-timeout + 1 s
+  REQUIRE(r.root_cause);
+  CHECK(r.root_cause->rank == 0);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.not_told, Catch::Contains("did not answer within 1500 ms"));
+  CHECK_THAT(format_report(r), Catch::Contains("the other nodes could not be told of this failure"));
+  CHECK(report_to_json(r).at("others_told") == false);
 }

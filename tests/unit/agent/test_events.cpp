@@ -75,22 +75,22 @@ class EnvGuard {
 
 class QuietCoordinator : public Coordinator {
  public:
-  void publish_failure(const Failure&) override {}
-  void set_remote_abort_handler(std::function<void(const Failure&)> h) override {
+  PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds) override { return {f, {}}; }
+  void set_remote_abort_handler(AbortHandler h) override {
     std::lock_guard lk(m);
     handler = std::move(h);
   }
   bool exit_barrier(std::chrono::milliseconds) override { return true; }
   void abort(const Failure& f) {
-    std::function<void(const Failure&)> h;
+    AbortHandler h;
     {
       std::lock_guard lk(m);
       h = handler;
     }
-    if (h) h(f);
+    if (h) h(f, true);
   }
   std::mutex m;
-  std::function<void(const Failure&)> handler;
+  AbortHandler handler;
 };
 
 }  // namespace

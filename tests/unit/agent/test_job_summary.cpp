@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <sstream>
 
 #include "agent/job_summary.hpp"
 
@@ -104,6 +105,15 @@ TEST_CASE("node record: what one node's run ended with, and its codec", "[summar
   CHECK(encode_node_record(root).size() < 400);  // bounded: no stderr, no per-worker list
   CHECK_FALSE(decode_node_record("not json"));
   CHECK_FALSE(decode_node_record(R"({"node_rank":1})"));
+  // A record of an older ddprun, without the hang's fields, still reads.
+  auto older = nlohmann::json::parse(encode_node_record(node_record(ok_node(1))));
+  older.erase("hung");
+  older.erase("root_stack");
+  older.erase("root_stack_python");
+  const auto read = decode_node_record(older.dump());
+  REQUIRE(read);
+  CHECK_FALSE(read->hung);
+  CHECK(read->success);
 }
 
 TEST_CASE("who prints what at the end of a run", "[summary]") {
@@ -246,6 +256,76 @@ TEST_CASE("job summary of a big job stays short: failures first, the rest counte
   const std::string s = format_job_summary(ok_node(0), ok, false, 16);
   CHECK_THAT(s, Catch::Contains("success, 21 nodes, 42 workers exited 0") &&
                     Catch::Contains("  ... 5 more nodes: 5 ok\n"));
+}
+
+TEST_CASE("job summary of a big job: the root cause's row comes first, then the other failures",
+          "[summary]") {
+  RunResult lead = failed_node(0);
+  lead.root_cause = cause(30, 61, 7, "h30");
+  std::vector<PeerRecord> peers;
+  for (int n = 0; n < 40; ++n) {
+    RunResult r = failed_node(n);  // node 1's rank 3 failed by itself too: another row that explains
+    r.host = "h" + std::to_string(n);
+    r.root_cause = lead.root_cause;
+    if (n == 30) r.exits[1] = exit_of(61, 7, false, 0, 500);
+    peers.push_back(peer(r));
+  }
+  const std::string t = format_job_summary(lead, peers, false, 16);
+  std::vector<std::string> lines;
+  std::istringstream in(t);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  REQUIRE(lines.size() > 4);
+  CHECK_THAT(lines[2],
+             Catch::StartsWith("     30  h30 ") && Catch::Contains("rank 61: exit 7 <- root cause"));
+  CHECK_THAT(lines[3], Catch::StartsWith("      1  h1 ") && Catch::Contains("rank 3: exit 7"));
+  CHECK_THAT(lines[4], Catch::StartsWith("      0  h0 "));
+}
+
+TEST_CASE("after a hang the hung node's row is the root cause, and its stack reaches node 0", "[summary]") {
+  Failure hang = cause(1, 3, 124, "host-b");
+  hang.hang = true;
+  hang.silent = {{3, 2.5}};
+  hang.reason = "hung: no output or heartbeat for --hang-timeout 2 s; silent rank 3 (2.5 s)";
+  RunResult hung_node = failed_node(1);
+  hung_node.exit_code = 124;
+  hung_node.root_cause = hang;
+  hung_node.exits[1] = exit_of(3, 134, true, SIGABRT);  // our SIGABRT for faulthandler's dump
+  hung_node.hung = {
+      {3, 1, 103, 2500ms, true, "Thread 0x1 (most recent call first):\n  File \"t.py\", line 9 in stuck"}};
+  RunResult lead = failed_node(0);
+  lead.exit_code = 124;
+  lead.root_cause = hang;
+  const std::vector<PeerRecord> peers = {peer(lead), peer(hung_node)};
+  const std::string t = format_job_summary(lead, peers, false);
+  CHECK_THAT(t, Catch::Contains("HUNG, exit code 124, root cause rank 3 on host-b"));
+  CHECK_THAT(t, Catch::Contains("      1  host-b  2-3    rank 3: hung <- root cause"));
+  const auto stack = root_stack_from(lead, peers);
+  REQUIRE(stack);
+  CHECK(stack->rank == 3);
+  CHECK(stack->python);
+  CHECK(stack->silent == 2500ms);
+  CHECK_THAT(stack->stack, Catch::Contains("line 9 in stuck"));
+  lead.root_stack = stack;
+  const std::string report = format_report(lead);
+  CHECK_THAT(report, Catch::Contains("  stack of rank 3 on host-b (node 1), Python stack of every thread "
+                                     "(faulthandler):\n    | Thread 0x1 (most recent call first):\n"));
+  CHECK(report_to_json(lead).at("root_cause").at("stack") == hung_node.hung[0].stack);
+  // The node that has it prints it among its own stacks: node 0 only takes another node's.
+  CHECK_FALSE(root_stack_from(hung_node, peers));
+}
+
+TEST_CASE("job summary in per-task mode counts tasks and the nodes they ran on", "[summary]") {
+  std::vector<PeerRecord> tasks;
+  for (int t = 0; t < 4; ++t) {
+    RunResult r = ok_node(t / 2);
+    r.exits = {exit_of(t, 0)};
+    tasks.push_back({t, r.host, encode_node_record(node_record(r))});
+  }
+  const std::string s = format_job_summary(ok_node(0), tasks, false, 16, true);
+  CHECK_THAT(s, Catch::StartsWith(
+                    "ddprun: job summary (attempt 0): success, 4 tasks on 2 nodes, 4 workers exited 0\n"));
+  CHECK_THAT(format_job_summary(ok_node(0), tasks, false, 2, true),
+             Catch::Contains("  ... 2 more tasks: 2 ok\n"));
 }
 
 TEST_CASE("job_summary event: the records, and which nodes did not report", "[summary]") {

@@ -103,16 +103,80 @@ TEST_CASE("decode_child_status: waitid's siginfo reads like a wait status") {
   }
 }
 
-TEST_CASE("root cause is the earliest failure - a remote one wins ties and later local ones") {
+TEST_CASE("root cause: the store's (the first published), else this node's own, else one it saw alone") {
   const auto local = failure_at(1, 200);
-  const auto early_remote = failure_at(5, 100);
-  const auto late_remote = failure_at(5, 300);
-  CHECK(choose_root_cause(local, early_remote)->rank == 5);
-  CHECK(choose_root_cause(local, late_remote)->rank == 1);
-  CHECK(choose_root_cause(local, failure_at(5, 200))->rank == 5);
-  CHECK(choose_root_cause(std::nullopt, late_remote)->rank == 5);
-  CHECK(choose_root_cause(local, std::nullopt)->rank == 1);
-  CHECK_FALSE(choose_root_cause(std::nullopt, std::nullopt));
+  const auto store = failure_at(5, 300);  // published first, although it happened later
+  const auto lost_master = failure_at(-1, 100);
+  struct Row {
+    std::optional<Failure> store, local, observed;
+    int want_rank;  // -2: none
+  };
+  const Row rows[] = {
+      {store, local, lost_master, 5},                 // the store decides, whatever the times say
+      {store, std::nullopt, std::nullopt, 5},         // another node's failure tore this one down
+      {std::nullopt, local, lost_master, 1},          // not told (master gone): this node's own
+      {std::nullopt, local, std::nullopt, 1},         // a job of one node
+      {std::nullopt, std::nullopt, lost_master, -1},  // nothing failed here, the master is gone
+      {std::nullopt, std::nullopt, std::nullopt, -2},
+  };
+  for (const auto& r : rows) {
+    const auto got = choose_root_cause(r.store, r.local, r.observed);
+    INFO("want rank " << r.want_rank);
+    if (r.want_rank == -2) {
+      CHECK_FALSE(got);
+    } else {
+      REQUIRE(got);
+      CHECK(got->rank == r.want_rank);
+    }
+  }
+  // This node's own failure won: its own record, which has the stderr lines read after publishing.
+  auto fresher = local;
+  fresher.stderr_tail = {"last words"};
+  auto published = local;
+  published.time = ddprun::core::FailureTime(std::chrono::microseconds(999));
+  CHECK(choose_root_cause(published, fresher, std::nullopt)->stderr_tail == fresher.stderr_tail);
+}
+
+TEST_CASE("a worker's bytes in the report never drive the terminal") {
+  struct Row {
+    std::string in, want;
+  };
+  const Row rows[] = {
+      {"plain text\twith a tab", "plain text\twith a tab"},
+      {"\x1b[2Jclear", "\\x1b[2Jclear"},
+      {"bell\x07 cr\r nul" + std::string(1, '\0'), "bell\\x07 cr\\x0d nul\\x00"},
+      {"del\x7f", "del\\x7f"},
+      {"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80",
+       "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80"},  // UTF-8 kept
+      {"c1 \xc2\x9b"
+       "31m",
+       "c1 \\xc2\\x9b31m"},  // U+009B: CSI on some terminals
+      {"nbsp \xc2\xa0", "nbsp \xc2\xa0"},
+      {"bad \xff \xc3 \xc0\xaf \xed\xa0\x80", "bad \\xff \\xc3 \\xc0\\xaf \\xed\\xa0\\x80"},
+  };
+  for (const auto& r : rows) {
+    INFO(r.in);
+    CHECK(escape_control(r.in) == r.want);
+  }
+}
+
+TEST_CASE("the summary table stars every worker ddprun stopped, exit 0 included") {
+  RunResult r;
+  r.exit_code = 3;
+  WorkerExit ok_on_term;
+  ok_on_term.rank = 0;
+  ok_on_term.host = "h";
+  ok_on_term.stopped_by_ddprun = true;
+  WorkerExit failed;
+  failed.rank = 1;
+  failed.local_rank = 1;
+  failed.host = "h";
+  failed.status = {3, 0};
+  r.exits = {ok_on_term, failed};
+  const std::string t = format_summary(r);
+  CHECK_THAT(t, Catch::Contains("      0     0  h     0 *  ") &&
+                    Catch::Contains("  * stopped by ddprun during teardown"));
+  CHECK_THAT(t, Catch::Contains("      1     1  h     3    "));
 }
 
 TEST_CASE("job exit code: 0 only without failures or signals, else the root cause's code") {

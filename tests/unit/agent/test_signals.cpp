@@ -316,7 +316,7 @@ TEST_CASE("a TERM right after a failed run never changes its exit code") {
     ddprun::agent::LocalCoordinator coord;
     const auto r = ddprun::agent::run_workers(make_workers({"exit 7"}), 1, fake_options(), coord);
     ::raise(SIGTERM);
-    ::_exit(ddprun::agent::after_attempt(r, std::nullopt, 0, 0).exit_code);
+    ::_exit(ddprun::agent::after_attempt(r, 0, 0).exit_code);
   }
   int st = 0;
   ::waitpid(pid, &st, 0);

@@ -298,6 +298,28 @@ TEST_CASE("rendezvous: the first abort wins and reaches every agent", "[rendezvo
     CHECK(sink.calls[r] == 1);
   }
   CHECK(job.agents[1]->aborted().has_value());
+  // The bounded form, as an agent's supervisor publishes: the same winner.
+  CHECK(job.agents[1]->abort(second, 5s).exit_code == 3);
+}
+
+TEST_CASE("rendezvous: a bounded abort gives up on a store that does not answer, and says so",
+          "[rendezvous]") {
+  testnet::SilentListener silent;  // a master that is stopped, or behind a network that drops everything
+  Rendezvous agent(opts_for(1, 2, 2, silent.port));
+  core::Failure f;
+  f.reason = "exited with code 7";
+  f.rank = 1;
+  f.exit_code = 7;
+  bool thrown = false;
+  try {
+    agent.abort(f, 300ms);
+  } catch (const Error& e) {
+    thrown = true;
+    CHECK(e.kind() == Error::Kind::timeout);
+    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(silent.port)) &&
+                             Catch::Contains("did not answer within 300 ms"));
+  }
+  CHECK(thrown);
 }
 
 TEST_CASE("rendezvous: a lost agent aborts everyone else, naming it", "[rendezvous]") {
