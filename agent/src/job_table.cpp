@@ -37,7 +37,9 @@ std::string result_text(const NodeRecord& n) {
     return fmt::format("rank {}: exit {}", n.failed_rank, n.failed_exit);
   }
   if (n.agent_signal != 0) return fmt::format("ddprun got {}", signal_name(n.agent_signal));
-  return n.stopped > 0 ? "stopped *" : "stopped";
+  if (n.stopped > 0) return "stopped *";
+  // Its ranks ended by themselves, none failed: they exited 0 before another node's failure.
+  return n.workers > 0 ? "exited 0" : "stopped";
 }
 
 Row missing_row(const PeerRecord& p, const std::optional<Failure>& root, bool per_task) {
@@ -117,6 +119,14 @@ std::string header(const RunResult& lead, const std::string& counted, int worker
   if (const auto& f = lead.root_cause) {
     cause = f->rank >= 0 ? fmt::format(", root cause rank {} on {} ({})", f->rank, f->host, f->reason)
                          : fmt::format(", root cause: {}", f->reason);
+  }
+  // Ranks that exited after a checkpoint signal stopped on request: the words of every node's report.
+  if (const int after = lead.root_cause ? lead.root_cause->after_signal : 0; after != 0) {
+    return head + fmt::format("{}{}\n",
+                              paint(fmt::format("stopped after {} with exit code {}", signal_name(after),
+                                                lead.exit_code),
+                                    Style::yellow, colour),
+                              cause);
   }
   return head + fmt::format("{}, exit code {}{}\n",
                             paint(lead.root_cause && lead.root_cause->hang ? "HUNG" : "FAILED",

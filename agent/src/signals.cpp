@@ -1,15 +1,20 @@
 #include "agent/signals.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <utility>
 
 #include "agent/error.hpp"
+#include "agent/policy.hpp"
 
 namespace ddprun::agent {
 
@@ -142,6 +147,47 @@ std::vector<int> SignalWatcher::drain() const {
     }
   }
   return out;
+}
+
+StopDuringWait::StopDuringWait(int signal_fd, std::function<void(int)> on_stop)
+    : signal_fd_(signal_fd), on_stop_(std::move(on_stop)) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw Error(std::string("cannot create an eventfd: ") + std::strerror(errno), 1);
+  thread_ = std::thread([this] { run(); });
+}
+
+StopDuringWait::~StopDuringWait() {
+  finish();
+  ::close(wake_fd_);
+}
+
+int StopDuringWait::finish() {
+  if (thread_.joinable()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof one);
+    thread_.join();
+  }
+  return taken_.load();
+}
+
+void StopDuringWait::run() {
+  for (;;) {
+    pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    unsigned char buf[64];
+    const ssize_t n = ::read(signal_fd_, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (!is_stopping_signal(buf[i]) || taken_.load() != 0) continue;
+      taken_ = buf[i];
+      on_stop_(buf[i]);
+    }
+  }
 }
 
 }  // namespace ddprun::agent

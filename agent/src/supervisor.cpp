@@ -289,27 +289,65 @@ bool Supervisor::succeeded() const {
   return ok;
 }
 
-// This node's workers all succeeded: wait for the other nodes.
+// This node's workers all succeeded, but the job has succeeded only once every node got this far:
+// wait for that, or for the job's root cause, however long the other nodes run (their liveness bounds
+// the wait). A stopping signal meanwhile ends it at once: published as this node's failure (bounded, as
+// every publication), it ends every node's barrier with one root cause, so every node reports the same
+// outcome; a publication that fails ends this node's wait alone.
 void Supervisor::wait_exit_barrier(SignalWatcher& sigw) {
-  bool barrier = false;
-  try {
-    barrier = coord_.exit_barrier(opts_.exit_barrier_timeout);
-  } catch (const std::exception& e) {
-    reporter_.warn(fmt::format("exit barrier failed: {}", e.what()));
+  std::optional<Failure> stopped;  // written by the signal thread, read once it is joined
+  // The tracker is touched by the signal thread only while this thread waits in the barrier.
+  const auto stop = [this, &stopped](int sig) {
+    stopped = agent_stopped(sig, host_, node_rank_);
+    failures_.offer_local_now(*stopped);
+  };
+  int sig = 0;
+  for (int s : std::exchange(late_signals_, {})) {
+    if (is_stopping_signal(s) && sig == 0) sig = s;  // came after the workers ended, before this wait
   }
-  deliver_posted();  // an abort that ended the barrier
-  if (!barrier && !failures_.any()) {
-    reporter_.warn(
-        fmt::format("not every node finished within the exit barrier ({} s); this node's workers succeeded",
-                    opts_.exit_barrier_timeout.count() / 1000));
+  std::string error;
+  const auto barrier = [this, &error]() -> BarrierOutcome {
+    try {
+      return coord_.exit_barrier();
+    } catch (const std::exception& e) {
+      error = e.what();
+      return {};
+    }
+  };
+  BarrierOutcome end;
+  if (sig != 0) {
+    stop(sig);
+    end = barrier();  // ends at once: the abort is in, or could not be published
+  } else {
+    StopDuringWait during(sig_sd_.native_handle(), stop);
+    end = barrier();
+    sig = during.finish();
   }
+  if (stopped) {
+    agent_signal_ = sig;
+    reporter_.signal_received(sig, "stop");
+  }
+  if (!error.empty()) {
+    // Not known to have succeeded everywhere: never reported as a success.
+    reporter_.warn(fmt::format("exit barrier failed: {}", error));
+    Failure f;
+    f.host = host_;
+    f.node_rank = node_rank_;
+    f.exit_code = 1;
+    f.reason = fmt::format("the exit barrier failed: {}", error);
+    f.time = core::failure_now();
+    failures_.offer_local_now(f);
+  }
+  // The barrier's answer, before any pushed copy of it still on its way to the loop.
+  if (end.root) on_remote_abort(*end.root, end.from_store);
+  deliver_posted();
   const auto unread = sigw.drain();
   late_signals_.insert(late_signals_.end(), unread.begin(), unread.end());
-  for (int sig : late_signals_) {
-    if (is_stopping_signal(sig) && agent_signal_ == 0) {
-      agent_signal_ = sig;
+  for (int s : late_signals_) {
+    if (is_stopping_signal(s) && agent_signal_ == 0) {
+      agent_signal_ = s;
       // The workers had already ended: nothing to forward, but the job counts as stopped.
-      reporter_.signal_received(sig, "stop");
+      reporter_.signal_received(s, "stop");
     }
   }
 }

@@ -11,16 +11,34 @@
 
 namespace ddprun::core {
 
-DerivedPorts derive_ports(const std::string& job_id) {
-  // FNV-1a: stable across builds and machines, unlike std::hash.
+namespace {
+
+// An even port of 20000-32767 for `text`. FNV-1a: stable across builds and machines, unlike std::hash.
+std::uint16_t even_port(const std::string& text) {
   std::uint64_t h = 1469598103934665603ULL;
-  for (char c : job_id) {
+  for (char c : text) {
     h ^= static_cast<unsigned char>(c);
     h *= 1099511628211ULL;
   }
   constexpr std::uint64_t kSlots = (32767 - 20000) / 2;
-  const auto store = static_cast<std::uint16_t>(20000 + 2 * (h % kSlots));
+  return static_cast<std::uint16_t>(20000 + 2 * (h % kSlots));
+}
+
+}  // namespace
+
+DerivedPorts derive_ports(const std::string& job_id) {
+  const std::uint16_t store = even_port(job_id);
   return {store, static_cast<std::uint16_t>(store + 1)};
+}
+
+std::vector<std::uint16_t> store_port_fallbacks(const std::string& job_id) {
+  std::vector<std::uint16_t> out;
+  const std::uint16_t first = even_port(job_id);
+  for (int i = 1; out.size() < kStorePortFallbacks; ++i) {
+    const std::uint16_t p = even_port(fmt::format("{}#{}", job_id, i));
+    if (p != first && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
 }
 
 std::uint16_t parse_port(const std::string& opt, const std::string& v) {
@@ -123,6 +141,7 @@ struct Layout {
   std::vector<std::string> hosts;
   std::vector<int> tasks;
   std::optional<DerivedPorts> derived;
+  std::string derived_from;  // the id the ports come from (JOBID.STEPID, or the job id)
 };
 
 void check_numbers(const Options& o) {
@@ -173,16 +192,22 @@ void set_counts(const NodeCounts& c, Resolved& r) {
 }
 
 // Inside an srun step: agent mode with one task per node, else per-task mode.
-Layout resolve_step(const Options& o, const SlurmEnv& s, Resolved& r) {
+Layout resolve_step(const Options& o, const EnvSnapshot& env, const SlurmEnv& s, Resolved& r) {
   JobSpec& job = r.job;
   Layout l;
   const SlurmLayout layout = slurm_layout(s);
   l.hosts = layout.hosts;
   const int n = static_cast<int>(l.hosts.size());
-  // The step, not only the job: concurrent steps of one allocation must not meet each other.
-  const std::string step_run = fmt::format("{}.{}", *s.job_id, *s.step_id);
+  // The step, not only the job: concurrent steps of one allocation must not meet each other. A self-launched
+  // step keeps the job id its batch script planned with (what a dry run there shows): self-launches of one
+  // allocation never run at once, each takes the whole allocation.
+  const bool self_launched = env_get(env, kSelfLaunchJobVar) == *s.job_id;
+  const std::string step_run = self_launched ? *s.job_id : fmt::format("{}.{}", *s.job_id, *s.step_id);
   l.derived = derive_ports(step_run);
+  l.derived_from = step_run;
   job.run_id = o.rdzv_id.value_or(step_run);
+  // Concurrent steps given one --rdzv-id never share a store, even when one's port is another's fallback.
+  r.rdzv_run_id = job.run_id == step_run ? step_run : fmt::format("{} (step {})", job.run_id, step_run);
   if (layout.num_tasks > n) {
     // srun started more tasks than nodes: every ddprun of the step is exactly one worker.
     r.mode = Mode::per_task;
@@ -219,10 +244,20 @@ Layout resolve_batch(const Options& o, const SlurmEnv& s, Resolved& r) {
   const NodeCounts c = batch_counts(o.nnodes, static_cast<int>(l.hosts.size()), job.max_restarts,
                                     fmt::format("{}='{}'", s.nodelist->var, s.nodelist->value));
   set_counts(c, r);
+  r.het_components = static_cast<int>(s.het_nodelists.size());
+  if (r.het_components >= 2 && static_cast<std::size_t>(c.agents) < l.hosts.size()) {
+    // One srun over the components starts an agent on each of their nodes; it cannot leave some out.
+    throw Error(fmt::format(
+        "this heterogeneous job has {} nodes in {} components and ddprun starts an agent on each, "
+        "but --nnodes {} asks for {}; drop --nnodes, or start the agents yourself with srun "
+        "--het-group=... -N... ddprun",
+        l.hosts.size(), r.het_components, o.nnodes.value_or(""), c.agents));
+  }
   l.hosts.resize(static_cast<std::size_t>(c.agents));  // fail-fast: MAX of them; elastic: all
   r.allocation_hosts = l.hosts;
   r.mode = Mode::agent;
   l.derived = derive_ports(*s.job_id);
+  l.derived_from = *s.job_id;
   job.run_id = o.rdzv_id.value_or(*s.job_id);
   job.node_rank = 0;
   return l;
@@ -277,6 +312,7 @@ void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint
     r.rdzv_port = *endpoint->second;
   } else if (l.derived) {
     r.rdzv_port = l.derived->store;
+    r.rdzv_fallback_ports = store_port_fallbacks(l.derived_from);
   } else if (r.mode == Mode::standalone) {
     r.rdzv_port = 0;  // no store: nobody else needs to find one
   } else {
@@ -326,8 +362,7 @@ int local_workers(const Options& o, const SlurmEnv& s, const SystemInfo& sys,
 
 // Every node's shape. Other nodes are assumed to look like this one (dry-run); the rendezvous later
 // replaces the assumption with what each agent reports.
-void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gpus, const SystemInfo& sys,
-                  Resolved& r) {
+void assume_nodes(int local, const std::vector<std::string>& gpus, const SystemInfo& sys, Resolved& r) {
   const JobSpec& job = r.job;
   const GpuList shared(gpus);  // one list for every node, not a copy each (16,384 nodes x 8 GPUs)
   r.nodes.reserve(static_cast<std::size_t>(r.nagents));
@@ -335,21 +370,22 @@ void assume_nodes(const Layout& l, int local, const std::vector<std::string>& gp
     NodeSpec ns;
     ns.node_rank = i;
     ns.spare = i >= job.nnodes;  // standbys follow the active nodes
-    if (!l.hosts.empty()) {
-      ns.host = l.hosts[static_cast<std::size_t>(i)];
+    if (!r.hosts.empty()) {
+      ns.host = std::move(r.hosts[static_cast<std::size_t>(i)]);
     } else if (i == job.node_rank) {
       ns.host = sys.hostname;
     }
-    ns.local_world_size = r.mode == Mode::per_task ? l.tasks[static_cast<std::size_t>(i)] : local;
+    ns.local_world_size = r.mode == Mode::per_task ? r.tasks_per_node[static_cast<std::size_t>(i)] : local;
     ns.gpus = shared;
     r.nodes.push_back(std::move(ns));
   }
   r.self = r.nodes[static_cast<std::size_t>(job.node_rank)];
+  std::vector<std::string>().swap(r.hosts);  // moved into the nodes
 }
 
 }  // namespace
 
-Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
+Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
   refuse_nested(env);
   Resolved r;
   const SlurmEnv s = read_slurm_env(env);
@@ -362,11 +398,10 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
   std::optional<Endpoint> endpoint;
   if (o.rdzv_endpoint) endpoint = parse_endpoint("--rdzv-endpoint", *o.rdzv_endpoint);
   fill_job_settings(o, env, s, r);
-  const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
 
-  const Layout l = r.context == SlurmContext::step    ? resolve_step(o, s, r)
-                   : r.context == SlurmContext::batch ? resolve_batch(o, s, r)
-                                                      : resolve_outside(o, endpoint, r);
+  Layout l = r.context == SlurmContext::step    ? resolve_step(o, env, s, r)
+             : r.context == SlurmContext::batch ? resolve_batch(o, s, r)
+                                                : resolve_outside(o, endpoint, r);
   JobSpec& job = r.job;
   if (job.node_rank >= r.nagents) {
     throw Error(fmt::format(
@@ -375,13 +410,34 @@ Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys
         job.node_rank, r.nagents, r.nagents - 1));
   }
   job.mode = r.mode;
+  if (r.rdzv_run_id.empty()) r.rdzv_run_id = job.run_id;
   resolve_addresses(o, endpoint, l, r);
+  r.self.node_rank = job.node_rank;
+  if (!l.hosts.empty()) {
+    r.self.host = l.hosts[static_cast<std::size_t>(job.node_rank)];
+  } else {
+    r.self.host = sys.hostname;
+  }
+  r.hosts = std::move(l.hosts);
+  r.tasks_per_node = std::move(l.tasks);
+  return r;
+}
 
-  r.gpus_on_nodes = r.context == SlurmContext::batch && gpus.empty();
-  const int local = r.mode == Mode::per_task ? l.tasks[static_cast<std::size_t>(job.node_rank)]
+void resolve_node(const Options& o, const EnvSnapshot& env, const SystemInfo& sys, Resolved& r) {
+  const SlurmEnv s = read_slurm_env(env);
+  const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
+  const JobSpec& job = r.job;
+  // A heterogeneous job's batch shell sees component 0's GPUs (or its node's devices) at most.
+  r.gpus_on_nodes = r.context == SlurmContext::batch && (gpus.empty() || r.het_components >= 2);
+  const int local = r.mode == Mode::per_task ? r.tasks_per_node[static_cast<std::size_t>(job.node_rank)]
                                              : local_workers(o, s, sys, gpus, r);
   if (job.gpus_per_proc > 0 && r.mode != Mode::per_task && !r.gpus_on_nodes) check_gpu_slices(job, gpus);
-  assume_nodes(l, local, gpus, sys, r);
+  assume_nodes(local, gpus, sys, r);
+}
+
+Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
+  Resolved r = resolve_job(o, env, sys);
+  resolve_node(o, env, sys, r);
   return r;
 }
 

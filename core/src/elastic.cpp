@@ -76,6 +76,14 @@ AfterLoss after_loss(const std::vector<Member>& members, const std::vector<int>&
   return out;
 }
 
+std::optional<std::string> loss_ends_job(const std::vector<Member>& members, const std::vector<int>& lost,
+                                         int nnodes_min, bool elastic, bool restart_due) {
+  if (lost.empty() || (elastic && !restart_due)) return std::nullopt;
+  auto d = after_loss(members, lost, nnodes_min, elastic);
+  if (d.go_on) return std::nullopt;
+  return std::move(d.message);
+}
+
 std::optional<int> failover_host(const std::vector<Member>& members, const std::vector<int>& lost) {
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (!contains(lost, static_cast<int>(i))) return static_cast<int>(i);

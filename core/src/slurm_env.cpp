@@ -1,8 +1,13 @@
 #include "core/slurm_env.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 
+#include <set>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/hostlist.hpp"
 
@@ -47,6 +52,54 @@ std::vector<std::string> split_list(const std::string& s, char sep) {
   }
   if (!cur.empty()) out.push_back(cur);
   return out;
+}
+
+std::optional<std::string> slurm_conf_munge_socket(std::string_view conf) {
+  const auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const auto unquote = [](std::string_view v) {
+    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
+      v = v.substr(1, v.size() - 2);
+    return v;
+  };
+  std::optional<std::string> socket;
+  std::size_t start = 0;
+  while (start < conf.size()) {
+    std::size_t end = conf.find('\n', start);
+    if (end == std::string_view::npos) end = conf.size();
+    std::string_view line = conf.substr(start, end - start);
+    start = end + 1;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    // KEY=VALUE pairs separated by blanks (a quoted value keeps its blanks).
+    std::size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+      const std::size_t from = i;
+      char quote = 0;
+      while (i < line.size() && (quote || !std::isspace(static_cast<unsigned char>(line[i])))) {
+        if (line[i] == '"' || line[i] == '\'') quote = quote == line[i] ? 0 : (quote ? quote : line[i]);
+        ++i;
+      }
+      const std::string_view pair = line.substr(from, i - from);
+      const auto eq = pair.find('=');
+      if (eq == std::string_view::npos || lower(pair.substr(0, eq)) != "authinfo") continue;
+      std::optional<std::string> here;
+      std::string_view opts = unquote(pair.substr(eq + 1));
+      while (!opts.empty()) {
+        const auto comma = std::min(opts.find(','), opts.size());
+        const std::string_view opt = opts.substr(0, comma);
+        opts = opts.substr(std::min(comma + 1, opts.size()));
+        const auto oeq = opt.find('=');
+        if (oeq != std::string_view::npos && lower(opt.substr(0, oeq)) == "socket" && oeq + 1 < opt.size())
+          here = std::string(opt.substr(oeq + 1));
+      }
+      socket = here;  // the last AuthInfo is the one Slurm keeps
+    }
+  }
+  return socket;
 }
 
 namespace {
@@ -108,6 +161,27 @@ SlurmEnv read_slurm_env(const EnvSnapshot& env) {
   s.cpus_per_task = opt_int(env, "SLURM_CPUS_PER_TASK", 1);
   s.cpus_on_node = opt_int(env, "SLURM_CPUS_ON_NODE", 1);
   s.het_size = get(env, "SLURM_HET_SIZE");
+  if (s.het_size) {
+    const int k = parse_int("SLURM_HET_SIZE", *s.het_size, 1);
+    for (int i = 0; i < k; ++i) {
+      const auto list = get(env, fmt::format("SLURM_JOB_NODELIST_HET_GROUP_{}", i).c_str());
+      if (!list) {
+        s.het_nodelists.clear();
+        break;
+      }
+      s.het_nodelists.push_back(*list);
+    }
+    if (k < 2) s.het_nodelists.clear();
+  }
+  if (s.context == SlurmContext::batch && !s.het_nodelists.empty()) {
+    // The batch shell's nodelist, node count and GPUs are component 0's: the job is every component, and
+    // each node's agent counts its own GPUs after the self-launch.
+    s.nodelist = FromVar<std::string>{fmt::format("{}", fmt::join(s.het_nodelists, ",")),
+                                      "SLURM_JOB_NODELIST_HET_GROUP_*"};
+    s.num_nodes.reset();
+    s.gpus.reset();
+    s.cuda_visible_devices.reset();
+  }
   s.restart_count = opt_int(env, "SLURM_RESTART_COUNT", 0);
   return s;
 }
@@ -128,6 +202,11 @@ SlurmLayout slurm_layout(const SlurmEnv& s) {
   }
   try {
     out.hosts = expand_hostlist(s.nodelist->value);
+    if (s.context == SlurmContext::step && !s.het_nodelists.empty()) {
+      std::vector<std::vector<std::string>> components;
+      for (const auto& c : s.het_nodelists) components.push_back(expand_hostlist(c));
+      if (auto order = het_node_order(out.hosts, components)) out.hosts = std::move(*order);
+    }
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", s.nodelist->var, e.what()));
   }
@@ -169,6 +248,27 @@ SlurmLayout slurm_layout(const SlurmEnv& s) {
                             s.tasks_per_node->var, s.tasks_per_node->value));
   }
   return out;
+}
+
+std::optional<std::vector<std::string>> het_node_order(
+    const std::vector<std::string>& step_hosts, const std::vector<std::vector<std::string>>& components) {
+  const std::set<std::string> in_step(step_hosts.begin(), step_hosts.end());
+  std::vector<std::string> order;
+  int spanned = 0;
+  for (const auto& c : components) {
+    bool any = false;
+    for (const auto& h : c) {
+      if (in_step.contains(h)) {
+        order.push_back(h);
+        any = true;
+      }
+    }
+    spanned += any ? 1 : 0;
+  }
+  if (spanned < 2 || order.size() != step_hosts.size() ||
+      std::set<std::string>(order.begin(), order.end()).size() != order.size())
+    return std::nullopt;
+  return order;
 }
 
 std::vector<std::string> visible_gpus(const SlurmEnv& s, const std::vector<std::string>& probed) {

@@ -164,11 +164,13 @@ void add_store_options(CLI::App& app, core::Options& o) {
   const std::string g = "Rendezvous";
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
                  "HOST:PORT of the store served by node rank 0 (default in a Slurm step: its first "
-                 "node, with a port derived from JOBID.STEPID; outside Slurm port 29400)")
+                 "node, with a port derived from JOBID.STEPID, a self-launch's from the job id, or a "
+                 "fallback when busy; outside Slurm port 29400)")
       ->envname(env("RDZV_ENDPOINT"))
       ->group(g);
   app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id,
-                 "Run id shared by all agents (default: the Slurm step's JOBID.STEPID, else none)")
+                 "Run id shared by all agents (default: the Slurm step's JOBID.STEPID; for a self-launch "
+                 "from a batch script or salloc shell, the job id; else none)")
       ->envname(env("RDZV_ID"))
       ->group(g);
   app.add_option("--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout,
@@ -185,7 +187,7 @@ void add_store_options(CLI::App& app, core::Options& o) {
       ->group(g);
   app.add_option("--master-port,--master_port", o.master_port,
                  "MASTER_PORT for the workers' own store (default: derived from the Slurm step's "
-                 "JOBID.STEPID, else 29500; checked by binding)")
+                 "JOBID.STEPID, a self-launch's from the job id, else 29500; checked by binding)")
       ->envname(env("MASTER_PORT"))
       ->group(g);
   ignored<std::string>(app, "--rdzv-backend,--rdzv_backend", "Accepted for torchrun compatibility; ignored",
@@ -195,11 +197,13 @@ void add_store_options(CLI::App& app, core::Options& o) {
 
 void add_auth_options(CLI::App& app, core::Options& o) {
   const std::string g = "Rendezvous";
-  one_of(app.add_option("--rdzv-auth", o.rdzv_auth,
-                        "Who may join the store: auto (MUNGE if munged runs, else a token if given, else "
-                        "none, with a warning), munge, token, or none; same on every node; a standalone run "
-                        "opens no store and checks none (see docs/security.md)"),
-         {"auto", "munge", "token", "none"})
+  one_of(
+      app.add_option("--rdzv-auth", o.rdzv_auth,
+                     "Who may join the store: auto (MUNGE if munged runs, found as Slurm finds it, else a "
+                     "token if given; under Slurm never open: a per-job token from self-launch, else an "
+                     "error; outside Slurm none, with a warning), munge, token, or none; same on every node; "
+                     "a standalone run opens no store and checks none (see docs/security.md)"),
+      {"auto", "munge", "token", "none"})
       ->envname(env("RDZV_AUTH"))
       ->group(g);
   app.add_option("--rdzv-token-file", o.rdzv_token_file,

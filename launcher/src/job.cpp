@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -20,7 +21,9 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
+#include "launcher/auth_setup.hpp"
 #include "launcher/dry_run.hpp"
+#include "launcher/self_launch.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
 #include "per_task_session.hpp"
@@ -58,6 +61,8 @@ class LocalSession final : public Session {
   agent::LocalCoordinator coord_;
 };
 
+}  // namespace
+
 // Who may talk to the store (docs/security.md). Reads DDPRUN_TOKEN / the token file and probes
 // munged; the token is then removed from our environment so the workers do not inherit it, in every
 // mode. A standalone run opens no store: nothing to authenticate, so its settings are not checked
@@ -71,32 +76,48 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Even
       r.mode == core::Mode::per_task ? r.job.task_rank.value_or(0) == 0 : r.job.node_rank == 0;
   std::optional<std::string> token;
   if (const char* t = std::getenv("DDPRUN_TOKEN"); t && *t) token = std::string(t);
-  const char* sock = std::getenv("DDPRUN_MUNGE_SOCKET");
+  // Where Slurm itself finds munged (slurm.conf's AuthInfo), unless DDPRUN_MUNGE_SOCKET says.
+  const std::string socket = munge_socket(snapshot_environ());
   rdzv::auth::Config cfg;
   try {
-    cfg = rdzv::auth::resolve(rdzv::auth::parse_policy(r.rdzv_auth), token, r.rdzv_token_file,
-                              sock ? std::string(sock) : "");
+    cfg = rdzv::auth::resolve(rdzv::auth::parse_policy(r.rdzv_auth), token, r.rdzv_token_file, socket);
   } catch (const rdzv::Error& e) {
     // A bad token file or an unsatisfiable --rdzv-auth is the user's input: usage exit code.
     if (e.kind() == rdzv::Error::Kind::usage) throw core::Error(e.what());
     throw;
   }
   ::unsetenv("DDPRUN_TOKEN");
-  // An advice about the site's set-up, repeated by every job: --quiet hides it (the JSON event stays).
-  if (master && cfg.mode == rdzv::auth::Mode::none && r.rdzv_auth == "auto" && (!quiet || ev.json())) {
-    ev.warn(
-        "the rendezvous store is unauthenticated (no munged, no DDPRUN_TOKEN): anyone who can "
-        "reach its port can join or abort this job; see docs/security.md");
+  if (cfg.mode != rdzv::auth::Mode::none || r.rdzv_auth != "auto") return cfg;
+  switch (open_store_policy(r.context, r.mode, r.nagents)) {
+    case OpenStore::allow:
+      // An advice about the site's set-up, repeated by every job: --quiet hides it (the JSON event stays).
+      if (master && (!quiet || ev.json())) {
+        ev.warn(
+            "the rendezvous store is unauthenticated (no munged, no DDPRUN_TOKEN): anyone who can "
+            "reach its port can join or abort this job; see docs/security.md");
+      }
+      break;
+    case OpenStore::private_token:
+      cfg.mode = rdzv::auth::Mode::token;
+      cfg.token = rdzv::auth::random_token();
+      break;
+    case OpenStore::refuse:
+      throw core::Error(fmt::format(
+          "--rdzv-auth auto found no MUNGE ({}) and no token, and under Slurm ddprun never leaves the "
+          "rendezvous store open to other users: start munged or set DDPRUN_MUNGE_SOCKET, export one "
+          "DDPRUN_TOKEN for every node before srun (or start ddprun from the batch script, which makes "
+          "one), or pass --rdzv-auth none to run unauthenticated",
+          !rdzv::auth::munge_built() ? std::string("this ddprun was built without it")
+          : socket.empty()           ? std::string("munged does not answer on its default socket")
+                                     : fmt::format("munged does not answer on {}", socket)));
   }
   return cfg;
 }
 
-}  // namespace
-
 rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,
                                             rdzv::auth::Config auth, agent::Events& ev) {
   rdzv::RendezvousOptions ro;
-  ro.run_id = r.job.run_id;
+  ro.run_id = r.rdzv_run_id.empty() ? r.job.run_id : r.rdzv_run_id;
   ro.auth = std::move(auth);
   ro.log = [&ev](const std::string& line) {
     if (ev.json()) {
@@ -107,13 +128,18 @@ rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::
   };
   ro.join_timeout = to_ms(r.rdzv_timeout);
   ro.last_call = to_ms(r.last_call);
-  // Every 10 s of waiting, say who is still missing.
-  ro.on_progress = [&ev, quiet = o.quiet](const std::string& m) {
+  // Another agent could not start: this one leaves with its exit code, which srun --kill-on-bad-exit's
+  // SIGTERM (sent once the first agent exits) must not turn into 143.
+  ro.on_start_failure = [] { agent::hold_stop_signals(); };
+  // Every 10 s of waiting, say who is still missing; in an interactive srun --pty step, once, why.
+  ro.on_progress = [&ev, quiet = o.quiet,
+                    hint = pty_step_hint(snapshot_environ(), r)](const std::string& m) mutable {
     if (ev.json()) {
       ev.emit("rendezvous_waiting", {{"message", m}});
     } else if (!quiet) {
       fmt::print(stderr, "ddprun: {}\n", m);
     }
+    if (hint) ev.warn(*std::exchange(hint, std::nullopt));
   };
   return ro;
 }
@@ -266,12 +292,11 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
                                          : run_round(session, round, ao, attempt, max_restarts);
     agent::AttemptDecision d = end.decision;
     attempts.push_back({attempt, round.table->job.world_size, d.exit_code, end.root ? end.root->reason : ""});
-    // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md).
-    if (d.restart) {
-      if (const auto why = session.prepare_restart(end.root)) {
-        fail_line(ev, *why, d.exit_code);
-        return finished_attempts(ev, o, round, d.exit_code, attempts);
-      }
+    // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md);
+    // a fail-fast job says so, restarts left or not.
+    if (const auto why = session.prepare_restart(end.root, d.restart)) {
+      fail_line(ev, *why, d.exit_code);
+      return finished_attempts(ev, o, round, d.exit_code, attempts);
     }
     // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
     if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());

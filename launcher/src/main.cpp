@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -85,9 +86,26 @@ int main(int argc, char** argv) {
     if (cli.exit_now) return *cli.exit_now;
     if (cli.hostlist) return hostlist_main(*cli.hostlist);
     const core::Options& o = cli.options;
-    auto resolved = core::resolve(o, launcher::snapshot_environ(), launcher::probe_system());
+    const auto env = launcher::snapshot_environ();
+    const auto sys = launcher::probe_system();
+    ::unsetenv(core::kSelfLaunchJobVar);  // read into `env`: for this agent's step only, never a worker's
+    auto resolved = core::resolve_job(o, env, sys);
     agent::AgentOptions agent_opts;
-    if (const auto dry_run_code = validate_or_dry_run(o, resolved, agent_opts)) return *dry_run_code;
+    // What only this node can check fails here alone: the other agents learn of it through the store
+    // (docs/rendezvous.md, "Start-up errors") instead of waiting --rdzv-timeout for this node.
+    const auto start_error = [&](const std::string& what, int code) {
+      fail(what, code);
+      launcher::publish_start_error(o, resolved, what, code);
+      return code;
+    };
+    try {
+      core::resolve_node(o, env, sys, resolved);
+      if (const auto dry_run_code = validate_or_dry_run(o, resolved, agent_opts)) return *dry_run_code;
+    } catch (const core::Error& e) {
+      return start_error(e.what(), e.exit_code());
+    } catch (const agent::Error& e) {
+      return start_error(e.what(), e.exit_code());
+    }
     if (resolved.context == core::SlurmContext::batch) launcher::exec_self_launch(resolved, argc, argv);
     const int code = launcher::run_job(o, std::move(resolved), std::move(agent_opts));
     launcher::record_self_launch_result(code);  // for an elastic self-launch on this host, if any

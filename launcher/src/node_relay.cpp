@@ -130,36 +130,61 @@ core::Failure PerTaskCoordinator::job_root_or(const core::Failure& local, millis
 
 // ---- the exit barrier: the node's tasks arrive at the relay, then the relay meets the job
 
-bool PerTaskCoordinator::exit_barrier(milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+agent::BarrierOutcome PerTaskCoordinator::exit_barrier() {
   if (!relay()) {
     try {
       auto c = s_.connect_local();
       c->set(key(fmt::format("exit/{}", s_.local)), "1");
       c->flush();
-    } catch (const rdzv::Error&) {
-      return false;  // the relay is gone: the watch says so
+    } catch (const rdzv::Error& e) {
+      // The relay could not be told, so it would wait for this task: the node's failure, which the relay
+      // (if it is there at all) takes up to the job.
+      core::Failure f;
+      f.reason = fmt::format("local task {} could not reach its node's relay at the exit barrier: {}",
+                             s_.local, e.what());
+      f.exit_code = 1;
+      f.time = core::failure_now();
+      return {job_root_or(s_.down->abort(f), kRootWait), false};
     }
-    return s_.down->barrier("exit", left_until(deadline));
+    auto local = s_.down->exit_barrier();
+    if (!local.root) return {};
+    // A lost relay is this task's own judgement; an abort the relay holds comes with the job's root.
+    if (!local.from_store) return {std::move(local.root), false};
+    return {job_root_or(*local.root, kRootWait), true};
   }
-  if (s_.down && !wait_local_arrivals(deadline)) return false;
-  if (!s_.up->barrier("exit", left_until(deadline))) return false;
+  if (s_.down) {
+    if (auto root = wait_local_arrivals(); root.root) return root;
+  }
+  auto end = s_.up->exit_barrier();
+  if (end.root) {
+    tell_node(*end.root);
+    return {std::move(end.root), end.from_store};
+  }
   // Every task of the job is through: release ours (they are waiting already).
-  return !s_.down || s_.down->barrier("exit", std::max(left_until(deadline), milliseconds{2000}));
+  if (s_.down && !s_.down->barrier("exit", milliseconds{10000})) {
+    if (auto local = s_.down->aborted()) return {std::move(local), true};
+  }
+  return {};
 }
 
-// True once every other task of the node reached the exit barrier; false on abort or timeout.
-bool PerTaskCoordinator::wait_local_arrivals(Clock::time_point deadline) {
+// No root once every other task of the node reached the exit barrier; else the node's failure (the
+// job's root cause as far as known) that ended the wait.
+agent::BarrierOutcome PerTaskCoordinator::wait_local_arrivals() {
   std::vector<std::string> keys;
   for (int i = 1; i < s_.local_tasks; ++i) keys.push_back(key(fmt::format("exit/{}", i)));
   try {
     auto c = s_.connect_local();
-    while (!c->wait(keys, std::min(left_until(deadline), kPoll))) {
-      if (left_until(deadline) == milliseconds{0} || s_.down->aborted()) return false;
+    while (!c->wait(keys, kPoll)) {
+      if (auto local = s_.down->aborted()) return {s_.up->abort(*local), true};
     }
-    return true;
-  } catch (const rdzv::Error&) {
-    return false;
+    return {};
+  } catch (const rdzv::Error& e) {
+    core::Failure f;
+    f.reason =
+        fmt::format("the node's relay lost its own node-local store at the exit barrier: {}", e.what());
+    f.exit_code = 1;
+    f.time = core::failure_now();
+    return {s_.up->abort(f), true};
   }
 }
 

@@ -46,7 +46,7 @@ class PerTaskCoordinator final : public agent::Coordinator {
 
   agent::PublishOutcome publish_failure(const core::Failure& f, std::chrono::milliseconds bound) override;
   void set_remote_abort_handler(agent::AbortHandler h) override;
-  bool exit_barrier(std::chrono::milliseconds timeout) override;
+  agent::BarrierOutcome exit_barrier() override;
   bool publish_result(const std::string& record) override;
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
                                                 std::optional<int> lost) override;
@@ -63,7 +63,7 @@ class PerTaskCoordinator final : public agent::Coordinator {
   void tell_node(const core::Failure& root);
   void deliver(const core::Failure& root, bool from_store);
   core::Failure job_root_or(const core::Failure& local, std::chrono::milliseconds wait);
-  bool wait_local_arrivals(std::chrono::steady_clock::time_point deadline);
+  agent::BarrierOutcome wait_local_arrivals();
 
   RelaySetup s_;
   std::mutex life_mu_;  // held by a running watch callback; close() takes it

@@ -82,6 +82,7 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
     rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth, ev);
     ro.host = r.rdzv_host;
     ro.port = r.rdzv_port;
+    ro.fallback_ports = r.rdzv_fallback_ports;
     ro.node_rank = place_.node;
     ro.nnodes_min = ro.nnodes_max = static_cast<int>(r.nodes.size());
     for (const auto& n : r.nodes) ro.expected_hosts.push_back(n.host.value_or(""));

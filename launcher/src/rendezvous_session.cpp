@@ -2,8 +2,10 @@
 // (docs/elastic.md) go on without a lost node, promote a standby, or move the store to a survivor.
 #include <fmt/format.h>
 
+#include "agent/signals.hpp"
 #include "core/elastic.hpp"
 #include "core/node_count.hpp"
+#include "launcher/job.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
 #include "session.hpp"
@@ -35,7 +37,7 @@ class RendezvousSession final : public Session {
  public:
   RendezvousSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
                     agent::Events& ev)
-      : r_(r), ev_(ev), quiet_(o.quiet), rz_(options(o, r, std::move(auth), ev)), coord_(rz_) {
+      : r_(r), ev_(ev), quiet_(o.quiet), rz_(agent_rdzv_options(o, r, std::move(auth), ev)), coord_(rz_) {
     me_.node_rank = r.job.node_rank;
     me_.hostname = r.self.host.value_or("localhost");
     me_.addr = me_.hostname;
@@ -46,9 +48,16 @@ class RendezvousSession final : public Session {
   Round join(int attempt) override {
     // The master publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
     // every agent derives its own node's workers from them.
-    rdzv::Joined joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
-      return core::encode_plan_table(master_table(nodes, attempt));
-    });
+    rdzv::Joined joined;
+    try {
+      joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
+        return core::encode_plan_table(master_table(nodes, attempt));
+      });
+    } catch (const rdzv::Error& e) {
+      // Another agent could not start: its error, and its exit code, on every node.
+      if (const auto& f = rz_.start_failure()) throw core::Error(e.what(), f->exit_code);
+      throw;
+    }
     Round round;
     round.table = std::make_shared<const core::PlanTable>(parse_published_plan(joined.plan, rz_.endpoint()));
     joined.plan = std::string();
@@ -69,7 +78,8 @@ class RendezvousSession final : public Session {
     return rz_.standby(stop);
   }
 
-  std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root) override {
+  std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root,
+                                             bool restart_due) override {
     lost_.clear();
     if (!root || !root->lost) return std::nullopt;
     lost_.push_back(root->node_rank);
@@ -77,9 +87,7 @@ class RendezvousSession final : public Session {
     const bool elastic =
         r_.elastic || core::is_elastic(r_.nnodes_min, r_.nnodes_max, static_cast<int>(previous_.size()),
                                        r_.job.max_restarts);
-    const auto d = core::after_loss(previous_, lost_, r_.nnodes_min, elastic);
-    if (!d.go_on) return d.message;
-    return std::nullopt;
+    return core::loss_ends_job(previous_, lost_, r_.nnodes_min, elastic, restart_due);
   }
 
   void next_attempt() override {
@@ -95,9 +103,6 @@ class RendezvousSession final : public Session {
   }
 
  private:
-  static rdzv::RendezvousOptions options(const core::Options& o, const core::Resolved& r,
-                                         rdzv::auth::Config auth, agent::Events& ev);
-
   // On the master: the table from the nodes that joined, with MASTER_PORT checked by binding it
   // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
   core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
@@ -125,11 +130,14 @@ class RendezvousSession final : public Session {
   std::vector<int> lost_;  // node ranks of the last round known to be gone
 };
 
-rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const core::Resolved& r,
-                                                   rdzv::auth::Config auth, agent::Events& ev) {
+}  // namespace
+
+rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::Resolved& r,
+                                           rdzv::auth::Config auth, agent::Events& ev) {
   rdzv::RendezvousOptions ro = common_rdzv_options(o, r, std::move(auth), ev);
   ro.host = r.rdzv_host;
   ro.port = r.rdzv_port;
+  ro.fallback_ports = r.rdzv_fallback_ports;
   ro.node_rank = r.job.node_rank;
   ro.nnodes_min = r.nnodes_min;
   ro.nnodes_max = r.nnodes_max;
@@ -145,7 +153,38 @@ rdzv::RendezvousOptions RendezvousSession::options(const core::Options& o, const
   return ro;
 }
 
+namespace {
+
+// Whom a start-up error concerns besides this node: the other agents of a run (not a dry run) that
+// meet at a store.
+bool shares_start_errors(const core::Options& o, const core::Resolved& r) {
+  return !o.dry_run && r.mode == core::Mode::agent && r.nagents > 1 && r.rdzv_port != 0;
+}
+
 }  // namespace
+
+void publish_start_error(const core::Options& o, const core::Resolved& r, const std::string& what, int code) {
+  if (!shares_start_errors(o, r)) return;
+  agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
+  ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
+  core::Failure f;
+  f.host = r.self.host.value_or("");
+  f.node_rank = r.job.node_rank;
+  f.exit_code = code;
+  f.reason = what;
+  f.fatal = true;  // input that cannot start: no restart helps
+  try {
+    rdzv::RendezvousOptions ro = agent_rdzv_options(o, r, resolve_auth(r, o.quiet, ev), ev);
+    ro.on_progress = nullptr;  // this agent waits for nobody's plan
+    // This agent leaves with its own code, which srun's SIGTERM (sent once an agent exits) must not change.
+    agent::hold_stop_signals();
+    rdzv::Rendezvous rz(std::move(ro));
+    rz.fail_start(f);
+  } catch (const std::exception&) {
+    // The error is this node's own and already printed; the others cannot be told (no store, no
+    // credential), and end as before: at their --rdzv-timeout.
+  }
+}
 
 std::unique_ptr<Session> make_rendezvous_session(const core::Options& o, const core::Resolved& r,
                                                  rdzv::auth::Config auth, agent::Events& ev) {

@@ -18,7 +18,9 @@
 #include "agent/io.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
+#include "launcher/auth_setup.hpp"
 #include "launcher/system.hpp"
+#include "store/auth.hpp"
 
 namespace ddprun::launcher {
 
@@ -51,9 +53,16 @@ GpuRequest self_launch_gpus(const core::EnvSnapshot& env) {
 
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
                                           const std::vector<std::string>& self_argv,
-                                          std::optional<int> gpus_per_node, bool elastic) {
-  std::vector<std::string> out = {srun, fmt::format("--nodes={}", nnodes), fmt::format("--ntasks={}", nnodes),
-                                  "--ntasks-per-node=1"};
+                                          std::optional<int> gpus_per_node, bool elastic,
+                                          int het_components) {
+  // A heterogeneous job: srun alone would run on component 0 (its default), and --nodes would count per
+  // component; every node of every component, one task each.
+  std::vector<std::string> out =
+      het_components >= 2
+          ? std::vector<std::string>{srun, fmt::format("--het-group=0-{}", het_components - 1),
+                                     "--ntasks-per-node=1"}
+          : std::vector<std::string>{srun, fmt::format("--nodes={}", nnodes),
+                                     fmt::format("--ntasks={}", nnodes), "--ntasks-per-node=1"};
   if (elastic) {
     // The survivors go on without a lost node: Slurm must keep the step when a node fails (--no-kill) or
     // an agent dies (=0 also beats a site's KillOnBadExit=1).
@@ -67,6 +76,18 @@ std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
   if (gpus_per_node) out.push_back(fmt::format("--gpus-per-node={}", *gpus_per_node));
   out.insert(out.end(), self_argv.begin(), self_argv.end());
   return out;
+}
+
+std::optional<std::string> pty_step_hint(const core::EnvSnapshot& env, const core::Resolved& r) {
+  const auto pty = env.find("SLURM_PTY_PORT");
+  if (pty == env.end() || pty->second.empty() || r.context != core::SlurmContext::step || r.nagents < 2)
+    return std::nullopt;
+  return fmt::format(
+      "this is an interactive srun --pty step over {} nodes: a shell in it ran on every node, but only this "
+      "one has the terminal and the others ended at once, so no agent comes from them. Stop this ddprun "
+      "(Ctrl-C) and start one agent per node from this shell: srun --overlap --ntasks-per-node=1 ddprun ...; "
+      "or run ddprun in an salloc shell instead",
+      r.nagents);
 }
 
 int elastic_exit_code(int srun_code, std::optional<int> local_agent_code) {
@@ -162,17 +183,29 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   std::vector<std::string> self_argv = {self};
   for (int i = 1; i < argc; ++i) self_argv.emplace_back(argv[i]);
   const std::string srun = "srun";
-  const GpuRequest gpus = self_launch_gpus(snapshot_environ());
+  // A heterogeneous job's SLURM_GPUS_PER_TASK and tasks per node are component 0's: not asked for.
+  const GpuRequest gpus = r.het_components >= 2 ? GpuRequest{} : self_launch_gpus(snapshot_environ());
   if (!gpus.warning.empty()) fmt::print(stderr, "ddprun: warning: {}\n", gpus.warning);
   // srun reads SLURM_GPUS_PER_TASK as --gpus-per-task: one task per node would get one task's GPUs.
   if (gpus.per_node) ::unsetenv("SLURM_GPUS_PER_TASK");
   auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv, gpus.per_node,
-                               r.elastic);
+                               r.elastic, r.het_components);
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   // The step's own variables must describe the step, not the batch shell.
   ::unsetenv("SLURM_CPU_BIND");
+  // Without MUNGE the agents still authenticate: a per-job secret, in srun's environment only (each agent
+  // takes it out of its own before any worker starts).
+  const auto env = snapshot_environ();
+  const char* token = std::getenv("DDPRUN_TOKEN");
+  const bool have_token = (token != nullptr && *token != '\0') || r.rdzv_token_file.has_value();
+  if (self_launch_needs_token(r.rdzv_auth, have_token, rdzv::auth::munge_usable(munge_socket(env)))) {
+    ::setenv("DDPRUN_TOKEN", rdzv::auth::random_token().c_str(), 1);
+  }
+  // The step plans with the job id, as this batch context did (its dry run shows the run's run id and ports).
+  const auto job = env.find("SLURM_JOB_ID") != env.end() ? env.find("SLURM_JOB_ID") : env.find("SLURM_JOBID");
+  if (job != env.end()) ::setenv(core::kSelfLaunchJobVar, job->second.c_str(), 1);
   if (r.elastic) run_elastic(cargv);
   ::execvp(cargv[0], cargv.data());
   throw core::Error(

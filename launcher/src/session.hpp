@@ -38,13 +38,20 @@ class Session {
     (void)stop;
     return std::nullopt;
   }
-  // Before a restart after `root`: nullopt when the next round may run; else why the job ends here
-  // (a lost node in a fail-fast job, fewer than MIN left, no strict majority).
-  virtual std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root) {
+  // After an attempt that ended with `root` (`restart_due`: after_attempt would restart): nullopt when
+  // the next round may run, or the job ends for another reason; else why a lost node ends the job
+  // here (core::loss_ends_job: the job is not elastic, fewer than MIN left, no strict majority).
+  virtual std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root,
+                                                     bool restart_due) {
     (void)root;
+    (void)restart_due;
     return std::nullopt;
   }
 };
+
+// Agent mode's rendezvous options: the common ones, the store's endpoint, the node counts.
+rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::Resolved& r,
+                                           rdzv::auth::Config auth, agent::Events& ev);
 
 std::unique_ptr<Session> make_rendezvous_session(const core::Options& o, const core::Resolved& r,
                                                  rdzv::auth::Config auth, agent::Events& ev);
@@ -52,6 +59,11 @@ std::unique_ptr<Session> make_rendezvous_session(const core::Options& o, const c
 inline std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000.0));
 }
+
+// Who may talk to the store (docs/security.md): the token (then removed from the environment, so that
+// no worker inherits it) or MUNGE, or none (`quiet`: no warning about an open store in text mode).
+// Throws core::Error on a bad set-up.
+rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Events& ev);
 
 // The settings every rendezvous of this agent shares: run id, auth, timeouts, where its messages go.
 rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/coordinator.hpp"
@@ -21,7 +22,10 @@ class StoreCoordinator final : public agent::Coordinator {
 
   agent::PublishOutcome publish_failure(const core::Failure& f, std::chrono::milliseconds bound) override;
   void set_remote_abort_handler(agent::AbortHandler h) override;
-  bool exit_barrier(std::chrono::milliseconds timeout) override { return rz_.barrier("exit", timeout); }
+  agent::BarrierOutcome exit_barrier() override {
+    auto end = rz_.exit_barrier();
+    return {std::move(end.root), end.from_store};
+  }
   bool publish_result(const std::string& record) override { return rz_.publish_result(record); }
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
                                                 std::optional<int> lost) override;

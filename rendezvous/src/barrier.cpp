@@ -1,13 +1,21 @@
-// The bounded barrier over the nodes of the plan (the exit barrier on success).
+// The barrier over the nodes of the plan: bounded, or the exit barrier, which waits for the job's outcome.
+#include <fmt/core.h>
+
 #include "deadline.hpp"
 #include "keys.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "store/client.hpp"
+#include "store/server.hpp"
 #include "store/store.hpp"
 
 namespace ddprun::rdzv {
 
 using detail::Clock;
 using detail::left_until;
+
+namespace {
+constexpr Millis kBesideTimeout{5000};  // an abort beside a waiting barrier: connect and answer, each
+}  // namespace
 
 // This node is at barrier `name` of `n` nodes, and leaving: its disconnection is no failure from now on.
 void Rendezvous::arrive_at_barrier(PrefixStore& s, const std::string& name, int n) {
@@ -27,19 +35,38 @@ void Rendezvous::ack_barrier(PrefixStore& s, const std::string& name) {
   }
 }
 
-bool Rendezvous::barrier(const std::string& name, Millis timeout) {
-  const auto deadline = Clock::now() + timeout;
+Rendezvous::BarrierEnd Rendezvous::wait_barrier(const std::string& name, Clock::time_point deadline,
+                                                std::string& error) {
   const int n = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
-  bool ok = false;
+  BarrierEnd end = BarrierEnd::failed;
   try {
     ensure_connected();
     PrefixStore s = store();
     arrive_at_barrier(s, name, n);
-    const auto got = s.wait_any({keys::barrier_done(name), keys::kAbort}, left_until(deadline));
-    ok = got && *got == 0;
-    if (ok && !server_) {
+    std::optional<std::size_t> got;
+    {
+      // From here the wait holds the connection: an abort() of another thread goes around it.
+      std::lock_guard lk(barrier_mu_);
+      barrier_waiting_ = true;
+    }
+    try {
+      // A master the watch declared lost before this wait began would never answer it (the watch
+      // closes the connection only under a waiting barrier).
+      if (master_lost_) throw Error(Error::Kind::io, "the rendezvous master is lost", "barrier", endpoint());
+      got = s.wait_any({keys::barrier_done(name), keys::kAbort}, left_until(deadline));
+    } catch (const Error&) {
+      std::lock_guard lk(barrier_mu_);
+      barrier_waiting_ = false;
+      throw;
+    }
+    {
+      std::lock_guard lk(barrier_mu_);
+      barrier_waiting_ = false;
+    }
+    end = !got ? BarrierEnd::timed_out : *got == 0 ? BarrierEnd::passed : BarrierEnd::aborted;
+    if (end == BarrierEnd::passed && !server_) {
       ack_barrier(s, name);
-    } else if (ok) {
+    } else if (end == BarrierEnd::passed) {
       watching_ = false;  // the others leaving now is expected
       // Keep serving until every other node has seen the barrier pass (bounded). Every node arrived,
       // so the barrier has passed even when some acks do not come in time.
@@ -52,14 +79,70 @@ bool Rendezvous::barrier(const std::string& name, Millis timeout) {
       } catch (const Error&) {
       }
     }
-  } catch (const Error&) {
-    ok = false;
+  } catch (const Error& e) {
+    error = e.what();
+    end = BarrierEnd::failed;
   }
-  if (ok) {
+  if (end == BarrierEnd::passed) {
     barrier_passed_ = true;
     stop_watch();
   }
-  return ok;
+  return end;
+}
+
+bool Rendezvous::barrier(const std::string& name, Millis timeout) {
+  std::string error;
+  return wait_barrier(name, Clock::now() + timeout, error) == BarrierEnd::passed;
+}
+
+ExitBarrierEnd Rendezvous::exit_barrier() {
+  std::string error;
+  const BarrierEnd end = wait_barrier("exit", Clock::now() + kMaxWait, error);
+  if (end == BarrierEnd::passed) return {};
+  if (end == BarrierEnd::aborted) {
+    try {
+      if (auto v = store().get(keys::kAbort, Millis{0})) return {core::decode_failure(*v), true};
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  {
+    std::lock_guard lk(cb_mu_);
+    if (lost_master_) return {*lost_master_, false};  // the watch's reason: no answer, or the connection gone
+  }
+  if (end == BarrierEnd::timed_out) error = "the exit barrier did not pass";
+  if (server_) {
+    core::Failure info;
+    info.reason = fmt::format("the exit barrier failed on the rendezvous master {}: {}", endpoint(), error);
+    info.host = opts_.host;
+    info.node_rank = 0;
+    info.exit_code = 1;
+    info.time = core::failure_now();
+    return {info, false};
+  }
+  return {lost_master_failure(error), false};
+}
+
+// This node could not publish its root cause beside its waiting exit barrier: the other nodes cannot
+// end that wait for it, so it ends here (its connection closed, the barrier returns this node's master
+// as lost), and the node goes on with its own failure.
+void Rendezvous::end_barrier_wait() {
+  std::lock_guard lk(barrier_mu_);
+  if (barrier_waiting_ && client_) client_->close();
+}
+
+// The root cause, published beside a waiting barrier's connection: in-process on the master, on a short
+// connection of its own elsewhere. The abort key wakes every node's barrier, this one's too.
+core::Failure Rendezvous::abort_beside_barrier(const std::string& encoded) {
+  std::shared_ptr<Store> target;
+  if (server_) {
+    target = std::make_shared<ServerStore>(*server_);
+  } else {
+    target = connect_client(labels::abort(opts_.node_rank), Millis{0}, kBesideTimeout, kBesideTimeout);
+  }
+  PrefixStore s(key_prefix(), target);
+  const std::string winner = s.compare_set(keys::kAbort, "", encoded);
+  return core::decode_failure(winner);
 }
 
 }  // namespace ddprun::rdzv

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
 #include "core/json.hpp"
 #include "deadline.hpp"
 #include "keys.hpp"
@@ -96,22 +97,78 @@ void Rendezvous::claim_node_rank(PrefixStore& s, int node_rank) {
 bool Rendezvous::wait_for_plan(PrefixStore& s, Clock::time_point start) {
   const auto deadline = start + opts_.join_timeout;
   std::optional<std::size_t> got;
+  // The first round also ends when an agent could not start (fail_start).
+  std::vector<std::string> watched = {keys::kPlan, keys::kJoinError};
+  if (opts_.attempt == 0) watched.emplace_back(keys::kAbort);
   for (;;) {
     const Millis left = left_until(deadline);
     const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
-    got = s.wait_any({keys::kPlan, keys::kJoinError}, slice);
+    got = s.wait_any(watched, slice);
     if (got || slice >= left || Clock::now() >= deadline) break;
     opts_.on_progress(
         fmt::format("rendezvous {} waiting {:.0f} s for the master (node rank 0) to "
                     "publish the plan",
                     endpoint(), std::chrono::duration<double>(Clock::now() - start).count()));
   }
+  if (got && *got == 2) leave_after_start_failure(s);
   if (got && *got == 1) {
     auto msg = s.get(keys::kJoinError, Millis{0});
     throw Error(Error::Kind::join, msg.value_or("the rendezvous round failed on the master"), "join",
                 endpoint());
   }
   return got.has_value();
+}
+
+// ---- start-up errors: an agent that could not start publishes why, and every agent leaves with it
+
+core::Failure Rendezvous::fail_start(const core::Failure& cause_in) {
+  core::Failure cause = cause_in;
+  if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
+  ensure_connected();
+  PrefixStore s = store();
+  // The round closed without this node (elastic, MIN met): the job runs on, as for a late node.
+  if (s.check({keys::kPlan})) return cause;
+  const std::string mine = core::encode_failure(cause);
+  const std::string winner = s.compare_set(keys::kAbort, "", mine);
+  core::Failure won = cause;
+  if (winner != mine) {
+    try {
+      won = core::decode_failure(winner);
+    } catch (const core::Error&) {
+    }
+  }
+  start_failure_ = won;
+  if (opts_.on_start_failure) opts_.on_start_failure();
+  await_start_failure_read(s);
+  return won;
+}
+
+// Every agent has read the start-up error, or the join deadline passed. The master serves its store
+// until then; the others may see it close once the last one has read it, which ends their wait too.
+void Rendezvous::await_start_failure_read(PrefixStore& s) {
+  const int agents = opts_.nagents > 0 ? opts_.nagents : opts_.nnodes_max;
+  try {
+    s.set(keys::start_read(s.add(keys::kStartRead, 1)), std::to_string(opts_.node_rank));
+    s.wait({keys::start_read(agents)}, opts_.join_timeout);
+  } catch (const Error&) {
+  }
+}
+
+void Rendezvous::leave_after_start_failure(PrefixStore& s) {
+  core::Failure f;
+  try {
+    f = core::decode_failure(s.get(keys::kAbort, Millis{0}).value_or(""));
+  } catch (const core::Error& e) {
+    throw Error(Error::Kind::protocol,
+                fmt::format("rendezvous {}: the published root cause is malformed: {}", endpoint(), e.what()),
+                "join", endpoint());
+  }
+  start_failure_ = f;
+  if (opts_.on_start_failure) opts_.on_start_failure();
+  await_start_failure_read(s);
+  const std::string who = f.host.empty() ? fmt::format("node rank {}", f.node_rank)
+                                         : fmt::format("{} (node rank {})", f.host, f.node_rank);
+  throw Error(Error::Kind::join, fmt::format("{} could not start: {}", who, f.reason), "join", endpoint());
 }
 
 void Rendezvous::fail_join(const std::string& message) {
@@ -138,7 +195,16 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
     std::vector<std::string> all = {keys::arrived(actives)};
     if (opts_.elastic && opts_.nagents > opts_.nnodes_max)
       all.push_back(keys::standby_arrived(opts_.nagents - opts_.nnodes_max));
-    if (opts_.nnodes_min < actives || all.size() > 1) s.wait(all, opts_.last_call);
+    if (opts_.nnodes_min < actives || all.size() > 1) {
+      const auto deadline = Clock::now() + opts_.last_call;
+      for (const auto& key : all) {
+        std::vector<std::string> watched = {key};
+        if (opts_.attempt == 0) watched.emplace_back(keys::kAbort);
+        if (s.wait_any(watched, left_until(deadline)) == std::size_t{1}) break;
+      }
+    }
+    // An agent that could not start ends the first round before any plan.
+    if (opts_.attempt == 0 && s.check({keys::kAbort})) leave_after_start_failure(s);
     in = joined_ranks(s);
   }
   std::vector<JoinInfo> joined = read_join_records(s, in);
@@ -234,11 +300,13 @@ void Rendezvous::wait_for_arrivals(PrefixStore& s) {
   const auto deadline = start + opts_.join_timeout;
   // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
   // only to say, now and then, who is still missing.
-  const std::string enough = keys::arrived(opts_.nnodes_min);
+  // The first round also ends when an agent could not start (fail_start): the caller looks.
+  std::vector<std::string> watched = {keys::arrived(opts_.nnodes_min)};
+  if (opts_.attempt == 0) watched.emplace_back(keys::kAbort);
   for (;;) {
     const Millis left = left_until(deadline);
     const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
-    if (s.wait({enough}, slice)) return;
+    if (s.wait_any(watched, slice)) return;
     if (slice >= left || Clock::now() >= deadline) break;
     const auto ranks = joined_ranks(s);
     opts_.on_progress(fmt::format("rendezvous {} waiting {:.0f} s: {} of {} node(s) joined; missing: {}",

@@ -21,6 +21,12 @@ inline constexpr const char* kJoinError = "join_error";  // why the round failed
 inline constexpr const char* kAbort = "abort";           // the root cause (core::Failure); first write wins
 inline constexpr const char* kArrivals = "arrivals";     // counter: agents that published their record
 inline constexpr const char* kStandbys = "standbys";     // counter: the same for standbys (node rank >= MAX)
+// Counter: agents that have read a start-up error under kAbort (Rendezvous::fail_start); "start_read/<n>"
+// marks the n-th, and everyone leaves once all agents of the job have.
+inline constexpr const char* kStartRead = "start_read";
+inline std::string start_read(std::int64_t n) {
+  return fmt::format("start_read/{}", n);
+}
 
 // Counter: claims on a node rank; the second claimant is refused.
 inline std::string rank_claim(int node_rank) {
@@ -112,6 +118,10 @@ inline std::optional<int> agent_node_rank(const std::string& label, int attempt)
 // connection is doing).
 inline std::string result(int node_rank) {
   return fmt::format("result/{}", node_rank);
+}
+// The short connection an agent publishes its root cause on while its exit barrier holds the main one.
+inline std::string abort(int node_rank) {
+  return fmt::format("abort/{}", node_rank);
 }
 // The master's connection that publishes lost agents.
 inline std::string monitor(int attempt) {

@@ -94,36 +94,52 @@ void Rendezvous::start_monitor() {
 }
 
 // Heartbeats every interval, the abort as a pushed event, and a lost master: the connection
-// closed, or nothing heard for master_timeout. Until one fires or the watch stops.
+// closed, or nothing heard for master_timeout. Until the watch stops: after the abort too, since
+// this agent's teardown may take the whole grace (a trainer that checkpoints on SIGTERM) and a
+// node is lost only when its agent is (the master would drop a silent one, and an elastic job's
+// next round would go on without a healthy node).
 void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t) {
   auto next_beat = Clock::now();
   std::uint64_t beats = 0;
+  bool fired = false;  // this attempt's cause went out: from here on only the heartbeats matter
   try {
     while (watching_.load()) {
       if (Clock::now() >= next_beat) {
         // A pong every kPongEvery heartbeats, and at every one once the master has been quiet
         // that long: the master answers a third of them, and a silent master still shows.
         const bool quiet = Clock::now() - conn->last_heard() >= kPongEvery * t.interval;
-        if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0))
-          return fire_lost_master("the connection is gone");
+        if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0)) {
+          if (!fired) fire_lost_master("the connection is gone", conn.get());
+          return;
+        }
         next_beat = Clock::now() + t.interval;
       }
       auto events = conn->poll_events(detail::left_until(next_beat), wake_fd_);
       if (!watching_.load()) return;
-      if (!events.empty()) return fire_event(events.front().value);
+      if (fired) continue;
+      if (!events.empty()) {
+        fire_event(events.front().value);
+        fired = true;
+        continue;
+      }
       // On the master the store runs in this very process: a silent store is a busy one (fanning
       // out a plan to thousands of nodes), never a lost one.
       if (!server_ && Clock::now() - conn->last_heard() > t.master_timeout) {
         // This agent may itself have been stopped: read what came meanwhile before judging.
         events = conn->poll_events(Millis{0});
-        if (!events.empty()) return fire_event(events.front().value);
+        if (!events.empty()) {
+          fire_event(events.front().value);
+          fired = true;
+          continue;
+        }
         if (Clock::now() - conn->last_heard() > t.master_timeout) {
-          return fire_lost_master(fmt::format("no answer to heartbeats for {} ms", t.master_timeout.count()));
+          return fire_lost_master(fmt::format("no answer to heartbeats for {} ms", t.master_timeout.count()),
+                                  conn.get());
         }
       }
     }
   } catch (const Error& e) {
-    if (watching_.load()) fire_lost_master(e.what());
+    if (watching_.load() && !fired) fire_lost_master(e.what(), conn.get());
   }
 }
 
@@ -139,8 +155,7 @@ void Rendezvous::fire_event(const std::string& value) {
   fire(info);
 }
 
-void Rendezvous::fire_lost_master(const std::string& why) {
-  master_lost_ = true;
+core::Failure Rendezvous::lost_master_failure(const std::string& why) {
   core::Failure info;
   info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), why);
   {
@@ -151,6 +166,18 @@ void Rendezvous::fire_lost_master(const std::string& why) {
   info.exit_code = 1;
   info.lost = true;
   info.time = core::failure_now();
+  return info;
+}
+
+void Rendezvous::fire_lost_master(const std::string& why, TcpStore* conn) {
+  const core::Failure info = lost_master_failure(why);
+  {
+    std::lock_guard lk(cb_mu_);
+    lost_master_ = info;
+  }
+  master_lost_ = true;
+  // An exit barrier waiting on this connection would never hear from this master again.
+  if (conn != nullptr && barrier_waiting_.load()) conn->close();
   fire(info);
 }
 

@@ -15,6 +15,7 @@
 
 #include "deadline.hpp"
 #include "keys.hpp"
+#include "store/backoff.hpp"
 #include "store/client.hpp"
 #include "store/server.hpp"
 #include "store/store.hpp"
@@ -61,14 +62,37 @@ Rendezvous::Rendezvous(RendezvousOptions o) : opts_(std::move(o)) {
                 "rendezvous");
   }
   port_ = opts_.port;
-  if (opts_.node_rank == 0) start_server();
+  if (opts_.node_rank == 0) serve_first_free();
 }
 
-void Rendezvous::start_server() {
+// The store's port, else its first fallback that this node can bind (docs/rendezvous.md, "Ports").
+void Rendezvous::serve_first_free() {
+  std::vector<std::string> busy;
+  for (std::size_t i = 0; i <= opts_.fallback_ports.size(); ++i) {
+    const std::uint16_t port = i == 0 ? opts_.port : opts_.fallback_ports[i - 1];
+    try {
+      start_server(port);
+      return;
+    } catch (const Error& e) {
+      if (opts_.fallback_ports.empty()) throw;
+      if (e.op() != "listen") throw;
+      busy.push_back(e.what());
+    }
+  }
+  throw Error(
+      Error::Kind::io,
+      fmt::format("cannot serve the rendezvous store on port {} nor on its {} fallback ports ({}): {}; "
+                  "free one of them or choose a port (--rdzv-endpoint HOST:PORT)",
+                  opts_.port, opts_.fallback_ports.size(), fmt::join(opts_.fallback_ports, ", "),
+                  busy.back()),
+      "listen", endpoint());
+}
+
+void Rendezvous::start_server(std::uint16_t port) {
   {
     ServerOptions so;
     so.host = opts_.listen_host;
-    so.port = opts_.port;
+    so.port = port;
     so.run_id = opts_.run_id;
     so.auth = opts_.auth;
     so.log = opts_.log;
@@ -90,7 +114,7 @@ void Rendezvous::fail_over(int host_rank, const std::string& addr, std::uint16_t
   const auto deadline = Clock::now() + Millis{3000};
   for (;;) {
     try {
-      start_server();
+      start_server(port);
       return;
     } catch (const Error&) {
       if (Clock::now() >= deadline) throw;
@@ -197,8 +221,65 @@ void Rendezvous::ensure_connected() {
   // Non-master agents keep retrying while the master starts, up to the join timeout.
   // The handshake is pipelined with the first call, so a peer that never answers (not our store)
   // is noticed by that call: bound it by the join timeout too (--rdzv-timeout).
+  if (!server_ && !opts_.fallback_ports.empty() && failovers_ == 0) {
+    client_ = find_store();
+    return;
+  }
   client_ = connect_client(labels::main_conn(opts_.node_rank), Millis{0}, opts_.join_timeout,
                            std::min(std::max(opts_.heartbeat_timeout, Millis{30000}), opts_.join_timeout));
+}
+
+// The master serves on the store's port or, when that was busy on its node, on a fallback: try each in
+// turn, round after round, until one answers for this run. Nothing listening (our master may not be up
+// yet) or another run's store (it refuses us by run id) sends us to the next; any other refusal is ours
+// (authentication, version) and final. Only one store serves this run id, so every agent finds the same.
+std::shared_ptr<TcpStore> Rendezvous::find_store() {
+  std::vector<std::uint16_t> ports = {opts_.port};
+  ports.insert(ports.end(), opts_.fallback_ports.begin(), opts_.fallback_ports.end());
+  const auto start = Clock::now();
+  const auto deadline = start + opts_.join_timeout;
+  Backoff backoff(Millis{50}, Millis{1000}, Backoff::cheap_seed());
+  std::vector<std::string> last(ports.size());
+  // A port where another run's store answered is asked again only after a while: each asking costs that
+  // store's master a "rejected peer" line. It is asked again at all because that store may end, and ours
+  // start there.
+  std::vector<Clock::time_point> not_before(ports.size());
+  for (;;) {
+    for (std::size_t i = 0; i < ports.size(); ++i) {
+      if (Clock::now() < not_before[i]) continue;
+      ClientOptions co;
+      co.host = opts_.host;
+      co.port = ports[i];
+      co.run_id = opts_.run_id;
+      co.auth = opts_.auth;
+      co.label = labels::main_conn(opts_.node_rank);
+      co.one_round = true;
+      co.wait_for_handshake = true;  // whose store it is, before it counts as ours
+      co.op_timeout = std::min(std::max(opts_.heartbeat_timeout, Millis{30000}), opts_.join_timeout);
+      co.connect_timeout = co.op_timeout;  // for the hello; one round either way
+      try {
+        auto c = std::make_shared<TcpStore>(std::move(co));
+        port_ = ports[i];
+        return c;
+      } catch (const Error& e) {
+        if (e.kind() == Error::Kind::rejected) throw;
+        if (e.kind() == Error::Kind::other_run) not_before[i] = Clock::now() + Millis{10000};
+        last[i] =
+            fmt::format("{}: {}", ports[i],
+                        e.kind() == Error::Kind::other_run ? "a store of another run" : "no store answered");
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, backoff.next()));
+  }
+  throw Error(
+      Error::Kind::timeout,
+      fmt::format("cannot reach the rendezvous store at {} on port {} or its fallback ports after {:.1f} s "
+                  "({}); is the master agent (node rank 0) running, and is the endpoint right?",
+                  opts_.host, opts_.port, std::chrono::duration<double>(Clock::now() - start).count(),
+                  fmt::join(last, "; ")),
+      "connect", endpoint());
 }
 
 std::string Rendezvous::host_of(int orig_rank) const {
@@ -216,8 +297,14 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in) {
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   try {
-    ensure_connected();
     const std::string mine = core::encode_failure(cause);
+    std::unique_lock lk(barrier_mu_);
+    if (barrier_waiting_) {
+      lk.unlock();
+      return abort_beside_barrier(mine);
+    }
+    // Held until the abort is in: a barrier starting meanwhile waits for it, never the other way round.
+    ensure_connected();
     const std::string winner = store().compare_set(keys::kAbort, "", mine);
     if (winner == mine) return cause;
     return core::decode_failure(winner);
@@ -227,11 +314,28 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in) {
 }
 
 core::Failure Rendezvous::abort(const core::Failure& cause_in, Millis bound) {
+  const auto deadline = Clock::now() + bound;
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
-  ensure_connected();
-  const std::shared_ptr<TcpStore> conn = client_;
   const std::string mine = core::encode_failure(cause);
+  std::shared_ptr<TcpStore> conn;
+  std::unique_lock lk(barrier_mu_);
+  const bool beside = barrier_waiting_;
+  if (beside) {
+    // The exit barrier holds the main connection (a stopping signal while this node waits there).
+    lk.unlock();
+    if (server_) return abort_beside_barrier(mine);  // in this process: answers at once
+    try {
+      conn = connect_client(labels::abort(opts_.node_rank), Millis{0}, bound, bound);
+    } catch (const Error&) {
+      end_barrier_wait();
+      throw;
+    }
+  } else {
+    // Held until the abort is in (or the bound is past): a barrier starting meanwhile waits for it.
+    ensure_connected();
+    conn = client_;
+  }
   // The call runs beside this thread's wait; a store that has not answered by the bound gets its
   // connection closed, which ends the call at once.
   std::promise<std::string> answer;
@@ -243,17 +347,22 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in, Millis bound) {
       answer.set_exception(std::current_exception());
     }
   });
-  const bool in_time = winner.wait_for(bound) == std::future_status::ready;
+  const bool in_time = winner.wait_for(detail::left_until(deadline)) == std::future_status::ready;
   if (!in_time) conn->close();
   call.join();
-  if (!in_time) {
-    throw Error(
-        Error::Kind::timeout,
-        fmt::format("the rendezvous store at {} did not answer within {} ms", endpoint(), bound.count()),
-        "abort", endpoint(), keys::kAbort);
+  try {
+    if (!in_time) {
+      throw Error(
+          Error::Kind::timeout,
+          fmt::format("the rendezvous store at {} did not answer within {} ms", endpoint(), bound.count()),
+          "abort", endpoint(), keys::kAbort);
+    }
+    const std::string won = winner.get();  // throws the call's Error
+    return won == mine ? cause : core::decode_failure(won);
+  } catch (const Error&) {
+    if (beside) end_barrier_wait();
+    throw;
   }
-  const std::string won = winner.get();  // throws the call's Error
-  return won == mine ? cause : core::decode_failure(won);
 }
 
 std::optional<core::Failure> Rendezvous::aborted() {
@@ -291,6 +400,10 @@ void Rendezvous::next_attempt(const std::vector<int>& lost) {
   barrier_passed_ = false;
   fired_ = false;
   master_lost_ = false;
+  {
+    std::lock_guard lk(cb_mu_);
+    lost_master_.reset();
+  }
   std::lock_guard lk(lost_mu_);
   lost_labels_.clear();
 }

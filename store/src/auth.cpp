@@ -216,6 +216,19 @@ std::string random_nonce() {
   return n;
 }
 
+std::string random_token() {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 2; ++i) {
+    for (const char c : random_nonce()) {
+      const auto b = static_cast<unsigned char>(c);
+      out.push_back(kHex[b >> 4]);
+      out.push_back(kHex[b & 15]);
+    }
+  }
+  return out;
+}
+
 std::string token_credential(std::string_view token, std::string_view run_id, std::string_view label,
                              std::string_view nonce) {
   std::string data;

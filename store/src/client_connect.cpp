@@ -133,7 +133,7 @@ void TcpStore::Impl::connect() {
   for (;;) {
     if (connect_round(deadline, attempts)) return;
     const auto now = Clock::now();
-    if (now >= deadline) break;
+    if (now >= deadline || opts.one_round) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, backoff.next()));
   }
   const auto waited = std::chrono::duration<double>(Clock::now() - start).count();
@@ -172,7 +172,7 @@ bool TcpStore::Impl::try_address(const Address& a, Clock::time_point deadline, s
     handshake(deadline);
     return true;
   } catch (const Error& e) {
-    if (e.kind() == Error::Kind::rejected) throw;
+    if (e.kind() == Error::Kind::rejected || e.kind() == Error::Kind::other_run) throw;
     // The server closed on us (e.g. its connection cap): count it as a failed attempt.
     err = broken.empty() ? std::string(e.what()) : broken;
     return false;
@@ -207,7 +207,7 @@ void TcpStore::Impl::check_hello(Clock::time_point deadline, const std::string& 
   hello_pending = false;
   if (r.status != proto::Status::ok) {
     drop(r.value);
-    throw Error(Error::Kind::rejected,
+    throw Error(r.number == proto::kRefusedOtherRun ? Error::Kind::other_run : Error::Kind::rejected,
                 fmt::format("the rendezvous store at {} refused this agent: {}", where, r.value), "connect",
                 where);
   }

@@ -44,7 +44,9 @@ void StoreServer::Impl::handshake(const ConnPtr& c, const std::string& payload) 
     log_rejection(*c, h.label, *why);
     c->close_after_write = true;
     c->close_reason = *why;
-    send(c, proto::encode_response({proto::Status::error, 0, std::move(*why)}));
+    const bool other_run = !c->over_cap && h.version == proto::kVersion && h.run_id != opts.run_id;
+    send(c, proto::encode_response(
+                {proto::Status::error, other_run ? proto::kRefusedOtherRun : 0, std::move(*why)}));
     return;
   }
   c->hello_done = true;

@@ -133,7 +133,8 @@ TEST_CASE("help and version flags exit 0", "[cli]") {
   CHECK(usages == 1);
   // Options as users type them, and defaults as ddprun derives them (from the step, not the job).
   CHECK_THAT(h.out, Catch::Contains("--tee [LEVEL]") && !Catch::Contains("{1}"));
-  CHECK_THAT(h.out, Catch::Contains("(default: the Slurm step's JOBID.STEPID, else none)") &&
+  CHECK_THAT(h.out, Catch::Contains("(default: the Slurm step's JOBID.STEPID; for a self-launch from a batch "
+                                    "script or salloc shell, the job id; else none)") &&
                         !Catch::Contains("SLURM_JOB_ID") && !Catch::Contains("derived from the job id"));
   auto v = run_process(cmdline({"--version"}));
   CHECK(v.code == 0);

@@ -185,3 +185,39 @@ TEST_CASE("elastic: a fixed-size job still fails fast when a node is lost, resta
   }
   CHECK(leftovers_after(job.token, 10s).empty());
 }
+
+TEST_CASE("elastic: a node whose workers take longer than the heartbeat timeout to stop stays in the job",
+          "[e2e][elastic]") {
+  // Rank 0 (node 0) fails once rank 1 runs; rank 1 (node 1) checkpoints for 8 s on SIGTERM, more than
+  // the heartbeat timeout (5 s), well inside --term-timeout. Its agent heartbeats through that
+  // teardown, so the next round has both nodes; had it been declared lost, 1 of 2 would be left, no
+  // strict majority, and the job would end.
+  TempDir dir;
+  const std::string token =
+      "ddprun-elastic-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
+  const int port = free_port();
+  const std::string script =
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then "
+      "  if [ \"$RANK\" = 1 ]; then exec " +
+      std::string(FAKE_WORKER) +
+      " exit-on 15 8000 0 touch \"$DIR/ready_1\" hang; fi; "
+      "  for i in $(seq 1 3000); do [ -e \"$DIR/ready_1\" ] && break; sleep 0.01; done; exit 3; "
+      "fi; echo \"$WORLD_SIZE\" > \"$DIR/world_$RANK\"";
+  std::vector<Proc> agents;
+  for (int n = 0; n < 2; ++n) {
+    agents.push_back(
+        start({DDPRUN_EXE, "--nnodes", "1:2", "--node-rank", std::to_string(n), "--rdzv-endpoint",
+               "127.0.0.1:" + std::to_string(port), "--max-restarts", "2", "--term-timeout", "20",
+               "--rdzv-timeout", "120", "--nproc-per-node", "1", "--", "/bin/sh", "-c", script},
+              {{"DIR", dir.path()}, {"DDPRUN_TEST_TOKEN", token}}, dir.path(), "agent" + std::to_string(n)));
+  }
+  for (auto& a : agents) {
+    REQUIRE(wait_for(a, 180s));
+    INFO(a.err());
+    CHECK(a.code == 0);
+    CHECK_THAT(a.err(), !Catch::Contains("lost the agent"));
+  }
+  CHECK(read_file(dir / "world_0") == "2\n");  // the restart ran with both nodes
+  CHECK(read_file(dir / "world_1") == "2\n");
+  CHECK(leftovers_after(token, 10s).empty());
+}

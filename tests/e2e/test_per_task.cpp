@@ -44,6 +44,8 @@ struct PerTaskJob {
         argv.insert(argv.end(), command.begin(), command.end());
         const std::map<std::string, std::string> env = {
             {"DDPRUN_TEST_TOKEN", token},
+            // Under Slurm the store is never open: one shared secret, as a user exports it before srun.
+            {"DDPRUN_TOKEN", "e2e-per-task-" + token},
             {"DIR", dir.path()},
             {"SLURM_JOB_ID", std::to_string(port)},  // the node-local ports follow it: unique per test
             {"SLURM_STEP_ID", "0"},

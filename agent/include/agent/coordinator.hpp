@@ -34,11 +34,19 @@ struct PublishOutcome {
 // it; false for one only this node saw (its master lost), which never replaces this node's own failure.
 using AbortHandler = std::function<void(const Failure& root, bool from_store)>;
 
+// How the exit barrier ended: without a root, every node got there (the job succeeded); else the
+// cause that ended the wait, `from_store` as for the AbortHandler.
+struct BarrierOutcome {
+  std::optional<Failure> root;
+  bool from_store = true;
+};
+
 class Coordinator {
  public:
   virtual ~Coordinator() = default;
-  // Called at most once a run, off the supervisor's loop (its own thread), with this node's first
-  // failure (a worker's, a hang, the agent stopped by a signal). Must return within `bound` (plus a
+  // Called at most once a run, off the supervisor's loop (its own thread, or the one that reads the
+  // signals at the exit barrier), with this node's first failure (a worker's, a hang, the agent
+  // stopped by a signal). Must return within `bound` (plus a
   // little) whatever the other nodes or the store do: the node's teardown and exit never wait for
   // more. The first failure published in the job is the job's root cause.
   virtual PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) = 0;
@@ -49,9 +57,14 @@ class Coordinator {
   // which keeps it: the implementation keeps no copy. It calls the handler under its own lock, so
   // once set_remote_abort_handler returns, the previous handler is neither running nor called again.
   virtual void set_remote_abort_handler(AbortHandler h) = 0;
-  // Called only after every local worker exited 0. Returns true once every node got there, false
-  // on timeout or abort. Must return within `timeout` (plus a little).
-  virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+  // Called only after every local worker exited 0: waits until the job's outcome is known. No root
+  // once every node got there (the job succeeded); otherwise the job's root cause that ended the
+  // wait (another node's failure, a lost node or master, a node stopped by a signal), which this
+  // node then reports as the job's outcome; `from_store` as the abort handler's. No time bound: the
+  // implementation's liveness ends the wait for a node that neither finishes nor fails.
+  // publish_failure() from another thread meanwhile must not wait for it, and ends it (the agent
+  // stopped by a signal at the barrier); when that publication fails, the wait ends too.
+  virtual BarrierOutcome exit_barrier() = 0;
   // The job-wide summary (docs/agent.md). Every agent of a multi-agent job publishes its compact
   // record when its run has ended; false when the lead (node rank 0) could not take it, so that
   // this agent prints its full report itself. Bounded (a few seconds) whatever the lead's state.
@@ -92,7 +105,7 @@ class LocalCoordinator : public Coordinator {
  public:
   PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds) override { return {f, {}}; }
   void set_remote_abort_handler(AbortHandler) override {}
-  bool exit_barrier(std::chrono::milliseconds) override { return true; }
+  BarrierOutcome exit_barrier() override { return {}; }
 };
 
 }  // namespace ddprun::agent

@@ -2,7 +2,10 @@
 // Signals that reach the agent while workers run. A handler writes each signal's number into a
 // pipe that the supervisor's io_context reads, so all decisions happen in normal code. Around the
 // runs, the stopping signals can be held: caught and recorded, never fatal.
+#include <atomic>
 #include <csignal>
+#include <functional>
+#include <thread>
 #include <vector>
 
 namespace ddprun::agent {
@@ -32,6 +35,28 @@ class SignalWatcher {
   int read_fd_ = -1;
   int write_fd_ = -1;
   std::vector<Saved> saved_;
+};
+
+// While the supervisor blocks in the exit barrier (its event loop is not running), a thread of its own
+// reads the watcher's pipe: the first stopping signal (scancel, a time limit) calls `on_stop` at once,
+// from that thread, so the agent can end the wait instead of sitting out KillWait. Checkpoint signals
+// have no worker left to reach here and are dropped.
+class StopDuringWait {
+ public:
+  StopDuringWait(int signal_fd, std::function<void(int sig)> on_stop);
+  ~StopDuringWait();
+  StopDuringWait(const StopDuringWait&) = delete;
+  StopDuringWait& operator=(const StopDuringWait&) = delete;
+  // Stops and joins the thread (once `on_stop` has returned); the stopping signal taken, 0 if none.
+  int finish();
+
+ private:
+  void run();
+  int signal_fd_;
+  int wake_fd_ = -1;
+  std::function<void(int)> on_stop_;
+  std::atomic<int> taken_{0};
+  std::thread thread_;
 };
 
 // Once a run's outcome is decided, no signal may change it, up to the exit itself: srun

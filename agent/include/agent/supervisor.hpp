@@ -20,8 +20,6 @@ class Events;
 // default KillWait (30 s): a time limit or scancel TERMs the agent, which forwards it, waits this
 // long, kills, and still has time to report before slurmstepd's own SIGKILL.
 inline constexpr std::chrono::milliseconds kDefaultTermTimeout{10000};
-// Bound on the exit barrier (a node whose workers finished waits here for the others).
-inline constexpr std::chrono::milliseconds kDefaultExitBarrierTimeout{300000};
 
 struct AgentOptions {
   std::vector<std::string> command;  // COMMAND [ARGS...], or MODULE [ARGS...] with module
@@ -30,7 +28,6 @@ struct AgentOptions {
   std::string python = "python3";
   core::LocalRankArg local_rank_arg = core::LocalRankArg::none;  // --local-rank-arg
   std::chrono::milliseconds term_timeout = kDefaultTermTimeout;
-  std::chrono::milliseconds exit_barrier_timeout = kDefaultExitBarrierTimeout;
   // A rank without output or heartbeat for this long is hung (hang_watch.hpp); null: never.
   std::optional<std::chrono::milliseconds> hang_timeout;
   std::optional<std::string> prefix_template;  // default "[{rank}]: "; set = prefix on

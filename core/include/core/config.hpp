@@ -75,7 +75,11 @@ struct Resolved {
   SlurmContext context = SlurmContext::none;
   JobSpec job;
   std::vector<NodeSpec> nodes;  // assumed layout of every agent (dry-run); real one comes from rendezvous
-  NodeSpec self;                // this node
+  NodeSpec self;                // this node (resolve_job: its node rank and host only)
+  // resolve_job: the hosts by node rank (empty outside Slurm) and, in per-task mode, the tasks per node;
+  // resolve_node moves the hosts into `nodes`.
+  std::vector<std::string> hosts;
+  std::vector<int> tasks_per_node;
   // --nnodes MIN:MAX as the rendezvous uses it; fail-fast inside Slurm: both the nodes that run.
   int nnodes_min = 1;
   int nnodes_max = 1;
@@ -85,15 +89,22 @@ struct Resolved {
   int nagents = 1;
   bool elastic = false;  // is_elastic(nnodes_min, nnodes_max, nagents, max_restarts) (core/node_count.hpp)
   std::string rdzv_host;
-  std::uint16_t rdzv_port = 0;     // 0: no store (standalone)
+  std::uint16_t rdzv_port = 0;  // 0: no store (standalone)
+  // A derived store port's fallbacks (store_port_fallbacks): where the master serves when rdzv_port is
+  // busy on its node, and where the others look for it. Empty when the port was given.
+  std::vector<std::uint16_t> rdzv_fallback_ports;
+  // The run id the store's handshake checks: job.run_id, with the Slurm step added when --rdzv-id names
+  // another, so that two steps given one --rdzv-id never meet at one store.
+  std::string rdzv_run_id;
   bool master_port_given = false;  // --master-port (or DDPRUN_MASTER_PORT): busy at start is an error
   double rdzv_timeout = 900.0;
   double last_call = 30.0;
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
   std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
-  bool gpus_on_nodes = false;        // batch context without GPU variables: GPU counts come from the nodes
-  CommandSpec command_spec;          // command_spec(options)
+  int het_components = 0;      // batch context of a heterogeneous job: self-launch runs on every component
+  bool gpus_on_nodes = false;  // batch context without GPU variables: GPU counts come from the nodes
+  CommandSpec command_spec;    // command_spec(options)
   std::vector<std::string> command;  // final argv: build_argv(command_spec); per worker: worker_argv
   std::optional<std::set<int>> local_ranks_filter;
   CpuBind cpu_bind = CpuBind::none;  // applied by each agent to its own workers (agent/topology.hpp)
@@ -107,6 +118,16 @@ struct DerivedPorts {
   std::uint16_t master;
 };
 DerivedPorts derive_ports(const std::string& job_id);
+// Where the store goes when derive_ports(job_id).store is busy on the master's node (another step's
+// store that derived the same port, any program): kStorePortFallbacks distinct even ports of the same
+// range, none of them the first, the same on every node.
+inline constexpr std::size_t kStorePortFallbacks = 7;
+std::vector<std::uint16_t> store_port_fallbacks(const std::string& job_id);
+
+// Set by a self-launch in srun's environment to the job id: the step then plans with the job id as its run
+// id and the source of its ports, as the batch script's dry run did, instead of JOBID.STEPID. Each agent
+// removes it from its environment before any worker starts.
+inline constexpr const char* kSelfLaunchJobVar = "DDPRUN_SELF_LAUNCH_JOB";
 
 inline constexpr std::uint16_t kDefaultStorePort = 29400;
 inline constexpr std::uint16_t kDefaultMasterPort = 29500;
@@ -121,6 +142,12 @@ std::set<int> parse_rank_filter(const std::string& v);
 // How COMMAND runs (the user's words); build_argv(command_spec(o)) is what the workers execute.
 CommandSpec command_spec(const Options& o);
 
+// resolve_job, then resolve_node. resolve_job decides what every node of the job shares (mode, node
+// counts, this node's rank, run id, ports, the store's endpoint); resolve_node what this node alone can
+// check (its GPUs and workers, --gpus-per-proc) and the assumed layout. An error of resolve_node is
+// this node's, which the others can learn of through the store (docs/rendezvous.md, "Start-up errors").
 Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
+Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
+void resolve_node(const Options& o, const EnvSnapshot& env, const SystemInfo& sys, Resolved& r);
 
 }  // namespace ddprun::core

@@ -31,6 +31,13 @@ struct AfterLoss {
 AfterLoss after_loss(const std::vector<Member>& members, const std::vector<int>& lost, int nnodes_min,
                      bool elastic);
 
+// Why the job ends after an attempt that lost `lost`, if it ends for that: a fail-fast job always
+// says so (the job is not elastic), restarts left or not, so a lost node is never left unexplained;
+// an elastic job only when a restart was due and after_loss stops it (without a restart due, the job
+// ends for another reason: --max-restarts used up, a signal).
+std::optional<std::string> loss_ends_job(const std::vector<Member>& members, const std::vector<int>& lost,
+                                         int nnodes_min, bool elastic, bool restart_due);
+
 // True when `present` of `previous` members form a strict majority.
 bool has_majority(int present, int previous);
 

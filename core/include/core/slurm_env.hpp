@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.hpp"
@@ -41,9 +42,12 @@ struct SlurmEnv {
   std::optional<int> cpus_per_task;                    // SLURM_CPUS_PER_TASK
   std::optional<int> cpus_on_node;                     // SLURM_CPUS_ON_NODE: the job's CPUs here
   std::optional<std::string> het_size;                 // SLURM_HET_SIZE: a heterogeneous job's components
-  std::optional<FromVar<std::string>> gpus;            // SLURM_STEP_GPUS, else SLURM_JOB_GPUS
-  std::optional<std::string> cuda_visible_devices;     // CUDA_VISIBLE_DEVICES; set and empty: no GPUs
-  std::optional<int> restart_count;                    // SLURM_RESTART_COUNT
+  // A heterogeneous job (SLURM_HET_SIZE >= 2): each component's nodes, SLURM_JOB_NODELIST_HET_GROUP_<i>
+  // (empty when not every one is set). A batch shell's own variables describe component 0 alone.
+  std::vector<std::string> het_nodelists;
+  std::optional<FromVar<std::string>> gpus;         // SLURM_STEP_GPUS, else SLURM_JOB_GPUS
+  std::optional<std::string> cuda_visible_devices;  // CUDA_VISIBLE_DEVICES; set and empty: no GPUs
+  std::optional<int> restart_count;                 // SLURM_RESTART_COUNT
 };
 
 // Reads the variables; throws Error naming the variable when a number is malformed.
@@ -57,8 +61,17 @@ struct SlurmLayout {
 };
 
 // Expands the nodelist and tasks-per-node and checks that the counts agree with each other and that
-// SLURM_NODEID lies inside the step. Throws Error naming the disagreeing variables.
+// SLURM_NODEID lies inside the step. Throws Error naming the disagreeing variables. A heterogeneous job
+// (het_nodelists): a batch shell's allocation is every component's nodes, component after component; a
+// step over several components numbers its nodes (SLURM_NODEID) the same way, component after component,
+// although its SLURM_STEP_NODELIST is sorted: the hosts come in that order (het_node_order).
 SlurmLayout slurm_layout(const SlurmEnv& s);
+
+// A step's hosts in SLURM_NODEID order when it spans several components of a heterogeneous job:
+// component after component, each in its own order; nullopt when the step lies within one component (its
+// own order holds) or has a host of no component. Pure.
+std::optional<std::vector<std::string>> het_node_order(
+    const std::vector<std::string>& step_hosts, const std::vector<std::vector<std::string>>& components);
 
 // GPU ids visible to this node/task: CUDA_VISIBLE_DEVICES, else Slurm's GPU list, else `probed`.
 std::vector<std::string> visible_gpus(const SlurmEnv& s, const std::vector<std::string>& probed);
@@ -68,5 +81,10 @@ int parse_int(const std::string& name, const std::string& value, int min_value);
 
 // Comma-separated list, empty items dropped.
 std::vector<std::string> split_list(const std::string& s, char sep = ',');
+
+// The munged socket Slurm itself uses, from the text of a slurm.conf: `socket=PATH` in `AuthInfo=...`
+// (the last AuthInfo wins, as in Slurm); nullopt when none is named (Slurm then uses munged's default).
+// Keys are case-insensitive, `#` starts a comment, a line may hold several KEY=VALUE, a value may be quoted.
+std::optional<std::string> slurm_conf_munge_socket(std::string_view conf);
 
 }  // namespace ddprun::core

@@ -21,10 +21,12 @@ GpuRequest self_launch_gpus(const core::EnvSnapshot& env);
 // The srun command line that re-launches `self_argv` (ddprun's own argv, argv[0] resolved) on `nnodes`.
 // Fail-fast: --kill-on-bad-exit=1, so Slurm ends the step once one agent fails. `elastic` (issue 14):
 // --no-kill and --kill-on-bad-exit=0, so the step outlives a lost node or agent and the survivors go on.
+// `het_components` >= 2 (a heterogeneous job): one step over every component, --het-group=0-(K-1),
+// one agent on each node of each.
 std::vector<std::string> self_launch_argv(const std::string& srun, int nnodes,
                                           const std::vector<std::string>& self_argv,
                                           std::optional<int> gpus_per_node = std::nullopt,
-                                          bool elastic = false);
+                                          bool elastic = false, int het_components = 0);
 
 // Elastic self-launch (issue 14): srun exits with the highest of its tasks' codes, so a lost node's agent
 // (137, killed) would fail a job that the others finished. ddprun therefore stays srun's parent, and
@@ -39,6 +41,11 @@ int elastic_exit_code(int srun_code, std::optional<int> local_agent_code);
 inline constexpr const char* kSelfLaunchResultVar = "DDPRUN_SELF_LAUNCH_RESULT";
 inline constexpr const char* kSelfLaunchHostVar = "DDPRUN_SELF_LAUNCH_HOST";
 void record_self_launch_result(int code);
+
+// An interactive `srun --pty` step over several nodes (SLURM_PTY_PORT): a shell there runs on every node,
+// but only node 0's has the terminal, and the others' end at once; ddprun typed into it waits for agents
+// that never come. The hint the rendezvous adds to its first "waiting" line there; nullopt elsewhere. Pure.
+std::optional<std::string> pty_step_hint(const core::EnvSnapshot& env, const core::Resolved& r);
 
 // Fail-fast: replaces this process with srun (so signals and the exit code pass straight through).
 // Elastic: runs srun as a child, passes on TERM, HUP, QUIT, USR1 and USR2 (Ctrl-C reaches srun from the

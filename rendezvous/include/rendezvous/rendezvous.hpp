@@ -6,7 +6,7 @@
 //   Joined j = r.join(me, make_plan);     // blocks until the plan (opaque bytes) is published
 //   r.watch(on_abort);                    // liveness + abort push, from now on
 //   ... run workers; on failure r.abort(cause) ...
-//   r.barrier("exit", 30s);               // on success, before leaving
+//   r.exit_barrier();                     // on success, before leaving
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -56,9 +56,22 @@ struct ResultRecord {
   std::optional<std::string> record;
 };
 
+// How the exit barrier ended (Rendezvous::exit_barrier).
+struct ExitBarrierEnd {
+  std::optional<core::Failure> root;  // nullopt: every node arrived, the job succeeded
+  // The root is the abort the store holds (the job's root cause); false: this node's own judgement
+  // (its master lost, the barrier failed here), as master_lost() says of the watch's cause.
+  bool from_store = false;
+};
+
 struct RendezvousOptions {
   std::string host;        // the master's address as the other agents reach it
   std::uint16_t port = 0;  // store port; on the master 0 = ephemeral (then port() tells)
+  // Where the store may be when `port` is not free on the master's node (another step's store, any
+  // program): the master serves on the first of these it can bind; the other agents try `port` and
+  // these in turn until a store of this run answers (a store of another run refuses them by run id,
+  // so an agent never joins another run's store). Empty: `port` only.
+  std::vector<std::uint16_t> fallback_ports;
   std::string run_id;
   int node_rank = 0;
   int nnodes_min = 1;
@@ -86,6 +99,11 @@ struct RendezvousOptions {
   bool elastic = false;
   int nagents = 0;  // agents the master waits for in the first round, standbys included (0: nnodes_max)
   std::chrono::milliseconds rejoin_timeout{60000};
+  // Called when this agent learns that another agent could not start (fail_start, before the round
+  // closed), before it says it has read that, and on the agent that failed before it publishes: each
+  // then leaves with that agent's exit code, which a signal from srun --kill-on-bad-exit, sent once the
+  // first of them exits, must not change (the launcher holds the stopping signals here).
+  std::function<void()> on_start_failure;
 };
 
 // The master builds the plan from the nodes that joined (sorted by their node rank); the plan is
@@ -145,7 +163,9 @@ class Rendezvous {
   core::Failure abort(const core::Failure& cause);
   // The same, bounded: the store's answer is awaited at most `bound`, whatever the master does
   // (stopped, unreachable, slow). Past it this connection is closed (the watch then calls the master
-  // lost) and Error(timeout) thrown; Error too when the store cannot be reached at all.
+  // lost) and Error(timeout) thrown; Error too when the store cannot be reached at all. Beside a
+  // waiting exit barrier it goes on a short connection of its own, and a failure closes the barrier's
+  // connection too: a node that could not tell the others does not wait on for them.
   core::Failure abort(const core::Failure& cause, std::chrono::milliseconds bound);
   // Whether this attempt's watch called the master lost (the cause it handed over is then no
   // store's, but this node's own judgement).
@@ -154,11 +174,31 @@ class Rendezvous {
   // The published root cause, if any (a quick check; no waiting).
   std::optional<core::Failure> aborted();
 
+  // Start-up errors (docs/rendezvous.md): this agent cannot start (its own input, found before it could
+  // join: no GPUs here for --nproc-per-node gpu, too few cores for --cpu-bind). Publishes `cause` as the
+  // first attempt's root cause, unless another agent's came first or the round closed without this
+  // node, and returns once every agent of the job has read it (at most join_timeout), so that nobody
+  // waits for this node; the cause that won. The master serves its store for that long. Throws Error
+  // when the store cannot be reached (connect, up to join_timeout).
+  core::Failure fail_start(const core::Failure& cause);
+  // Set when join() failed because an agent could not start (fail_start): that agent's cause, whose
+  // exit_code every agent exits with. join() threw Error(join) naming it, after every agent read it.
+  const std::optional<core::Failure>& start_failure() const { return start_failure_; }
+
   // Bounded barrier over the nodes of the plan. True when every node arrived; false on timeout or
   // abort. A node that arrives is leaving: its disconnection is no longer an error, and after a
   // successful barrier this node's watch stops. The master returns only after the other nodes
   // have seen the barrier pass (bounded too), so it keeps serving until then.
   bool barrier(const std::string& name, std::chrono::milliseconds timeout);
+
+  // The exit barrier (this node's workers all succeeded): the barrier "exit" without a time bound,
+  // since the job's outcome is known only once every node got there or one of them failed. No root:
+  // every node arrived, the job succeeded. Otherwise the job's root cause that ended the wait: the
+  // published abort (a worker's failure, a lost agent, an agent stopped by a signal; from_store) or,
+  // on an agent, its lost master. Liveness bounds it: a node that neither arrives nor fails is lost.
+  // abort() from another thread meanwhile does not wait for this call's connection, and ends the
+  // wait on every node (a stopping signal reaching the agent here). Never throws.
+  ExitBarrierEnd exit_barrier();
 
   // Bytes this agent has received from the master on its connection so far.
   std::uint64_t bytes_received() const;
@@ -204,6 +244,9 @@ class Rendezvous {
   };
 
   // rendezvous.cpp: connections and the attempt's namespace
+  void start_server(std::uint16_t port);
+  void serve_first_free();
+  std::shared_ptr<TcpStore> find_store();
   std::shared_ptr<TcpStore> connect_client(const std::string& label, std::chrono::milliseconds liveness,
                                            std::chrono::milliseconds connect_timeout,
                                            std::chrono::milliseconds op_timeout) const;
@@ -221,21 +264,28 @@ class Rendezvous {
   void wait_for_arrivals(PrefixStore& s);
   std::vector<int> wait_for_survivors(PrefixStore& s);  // the node ranks that joined
   bool elastic_round() const;
-  void start_server();
   std::vector<int> joined_ranks(PrefixStore& s) const;
   std::vector<JoinInfo> read_join_records(PrefixStore& s, const std::vector<int>& ranks);
   [[noreturn]] void fail_join(const std::string& message);
+  [[noreturn]] void leave_after_start_failure(PrefixStore& s);
+  void await_start_failure_read(PrefixStore& s);
   Joined read_plan(const std::string& published);
 
   // barrier.cpp
+  enum class BarrierEnd { passed, aborted, timed_out, failed };
+  BarrierEnd wait_barrier(const std::string& name, std::chrono::steady_clock::time_point deadline,
+                          std::string& error);
   void arrive_at_barrier(PrefixStore& s, const std::string& name, int n);
   void ack_barrier(PrefixStore& s, const std::string& name);
+  core::Failure abort_beside_barrier(const std::string& encoded);
+  void end_barrier_wait();
+  core::Failure lost_master_failure(const std::string& why);
 
   // liveness.cpp
   void start_liveness();
   void start_monitor();
   void watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t);
-  void fire_lost_master(const std::string& why);
+  void fire_lost_master(const std::string& why, TcpStore* conn = nullptr);
   void fire_event(const std::string& value);
   void stop_watch();
   void fire(const core::Failure& info);
@@ -255,17 +305,23 @@ class Rendezvous {
   std::chrono::steady_clock::time_point plan_published_{};  // master: when the plan went out
   bool joined_ = false;
   bool barrier_passed_ = false;
+  // A barrier's wait holds the main connection: abort() then goes around it (abort_beside_barrier).
+  // Set and read under barrier_mu_ by abort(); the watch reads it to end a wait on a lost master.
+  std::mutex barrier_mu_;
+  std::atomic<bool> barrier_waiting_{false};
   // Elastic: the last round's members, and who of them is known to be gone (node ranks there).
   std::vector<core::Member> previous_;
   std::set<int> previous_lost_;
   std::set<int> dropped_;  // master: orig ranks lost during this attempt
   int failovers_ = 0;
+  std::optional<core::Failure> start_failure_;
 
   // Watch state.
   std::mutex cb_mu_;
   std::function<void(const core::Failure&)> on_abort_;
-  std::optional<core::Failure> pending_;  // fired before watch() installed a callback
-  std::string master_host_;               // for the lost-master cause, once the plan named it
+  std::optional<core::Failure> pending_;      // fired before watch() installed a callback
+  std::string master_host_;                   // for the lost-master cause, once the plan named it
+  std::optional<core::Failure> lost_master_;  // the lost-master cause this attempt's watch fired
   std::atomic<bool> fired_{false};
   std::atomic<bool> master_lost_{false};  // this attempt's watch declared the master lost
   std::atomic<bool> watching_{false};

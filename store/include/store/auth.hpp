@@ -59,6 +59,9 @@ std::string hmac_sha256(std::string_view key, std::string_view data);
 std::string token_credential(std::string_view token, std::string_view run_id, std::string_view label,
                              std::string_view nonce);
 std::string random_nonce();  // 16 bytes from the kernel CSPRNG (getrandom)
+// A fresh shared secret for token mode: 32 bytes from the kernel CSPRNG, as 64 hex digits (it travels in
+// an environment variable).
+std::string random_token();
 
 // MUNGE support was compiled in (libmunge-dev at build time). Without it munge_usable is false
 // and the other two fail with a message that says so.

@@ -42,6 +42,9 @@ struct ClientOptions {
   // connection; a refusal (run id, version) then surfaces from the first call, as Kind::rejected.
   // true: the constructor waits for the server's answer and throws a refusal itself.
   bool wait_for_handshake = false;
+  // true: one round of connect attempts (every address of the endpoint once, no retry), for a caller
+  // that tries several endpoints in turn; each attempt still has up to connect_timeout for the hello.
+  bool one_round = false;
   proto::Limits limits;
   auth::Config auth;  // must match the server's mode (rendezvous/auth.hpp)
 };
@@ -50,8 +53,8 @@ class TcpStore final : public Store {
  public:
   // Connects now, retrying refused/unreachable endpoints until connect_timeout, and sends the
   // hello. Throws Error of Kind::timeout listing every attempt (host, port, errno text) when the
-  // endpoint never accepted. A refusal by the server (run id, version) is Kind::rejected, thrown
-  // by the first call (or here with wait_for_handshake).
+  // endpoint never accepted. A refusal by the server (version, credential) is Kind::rejected, by a
+  // store of another run Kind::other_run, thrown by the first call (or here with wait_for_handshake).
   explicit TcpStore(ClientOptions options);
   ~TcpStore() override;
   TcpStore(const TcpStore&) = delete;

@@ -69,6 +69,10 @@ struct Request {
   std::vector<std::string> keys;  // check / wait / wait_any; watch: the subscribed keys (may be empty)
 };
 
+// The number of a refused hello's answer when the store serves another run (its run id differs): the
+// client may look for its own store elsewhere (a fallback port), where any other refusal is final.
+inline constexpr std::int64_t kRefusedOtherRun = 1;
+
 struct Response {
   Status status = Status::ok;
   std::int64_t number = 0;  // add: new value; check/del: 0/1; num_keys; wait_any, event: index

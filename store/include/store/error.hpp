@@ -9,12 +9,13 @@ namespace ddprun::rdzv {
 class Error : public std::runtime_error {
  public:
   enum class Kind {
-    io,        // connect/read/write failed, connection lost
-    timeout,   // a deadline passed
-    protocol,  // malformed or unexpected bytes
-    rejected,  // the peer refused us (run id, version, duplicate node rank, ...)
-    usage,     // bad argument (key too long, ...)
-    join,      // the rendezvous round failed (missing nodes, round closed, ...)
+    io,         // connect/read/write failed, connection lost
+    timeout,    // a deadline passed
+    protocol,   // malformed or unexpected bytes
+    rejected,   // the peer refused us (run id, version, duplicate node rank, ...)
+    usage,      // bad argument (key too long, ...)
+    join,       // the rendezvous round failed (missing nodes, round closed, ...)
+    other_run,  // the endpoint is a store of another run (its run id differs): refused, like rejected
   };
 
   Error(Kind kind, std::string message, std::string op = {}, std::string endpoint = {}, std::string key = {})

@@ -1,11 +1,14 @@
 // The supervisor and the rest of the job: publishing failures, remote aborts, exit barrier, reruns.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <csignal>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "agent/signals.hpp"
 #include "agent_test_util.hpp"
 
 using namespace agent_test;
@@ -26,9 +29,9 @@ class RecordingCoordinator : public Coordinator {
     handler = std::move(h);
     ++handler_sets;
   }
-  bool exit_barrier(std::chrono::milliseconds) override {
+  BarrierOutcome exit_barrier() override {
     ++barriers;
-    return true;
+    return {};
   }
   // Like the store's watch thread; under the lock, as the Coordinator interface requires.
   void abort(const Failure& f, bool from_store = true) {
@@ -133,28 +136,127 @@ TEST_CASE("a command that cannot start is published as fatal and not restarted")
   CHECK(c.published[0].reason.find("no such file") != std::string::npos);
 }
 
+namespace {
+Failure other_node_failed() {
+  Failure f;
+  f.host = "othernode";
+  f.node_rank = 1;
+  f.rank = 3;
+  f.exit_code = 9;
+  f.time = ddprun::core::failure_now();
+  return f;
+}
+}  // namespace
+
 TEST_CASE("another node failing while this one waits at the exit barrier fails this node too") {
-  class FailingBarrier : public RecordingCoordinator {
+  // The barrier names the root cause; the watch's push of it may come before, or only after the run.
+  for (const bool pushed : {true, false}) {
+    class FailingBarrier : public RecordingCoordinator {
+     public:
+      explicit FailingBarrier(bool push) : push_(push) {}
+      BarrierOutcome exit_barrier() override {
+        ++barriers;
+        if (push_) abort(other_node_failed());  // what the store's watch thread does
+        return {other_node_failed(), true};
+      }
+      bool push_;
+    } c(pushed);
+    INFO("pushed before the barrier returned: " << pushed);
+    const auto r = run_workers(make_workers({"exit 0"}), 2, quiet_options(), c);
+    CHECK(c.barriers == 1);
+    CHECK_FALSE(r.success);
+    CHECK(r.exit_code == 9);
+    CHECK(r.remote_abort);
+    REQUIRE(r.root_cause);
+    CHECK(r.root_cause->rank == 3);
+    CHECK(after_attempt(r, 0, 1).restart);  // this node comes back for the restart
+  }
+}
+
+namespace {
+// A barrier that waits until this node publishes (the other nodes run on), after sending the agent a
+// TERM as scancel would while it waits: the signal thread must end the wait.
+class WaitingBarrier : public RecordingCoordinator {
+ public:
+  PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) override {
+    RecordingCoordinator::publish_failure(f, bound);
+    const PublishOutcome o = answer(f);
+    std::lock_guard lk(wait_m);
+    ended = true;
+    cv.notify_all();
+    return o;
+  }
+  BarrierOutcome exit_barrier() override {
+    ++barriers;
+    ::kill(::getpid(), SIGTERM);  // scancel while this node waits for the others
+    std::unique_lock lk(wait_m);
+    cv.wait_for(lk, std::chrono::seconds(60), [&] { return ended; });
+    return end();
+  }
+  // What the store answered the publication, and how the barrier then ended.
+  virtual PublishOutcome answer(const Failure& f) { return {f, {}}; }
+  virtual BarrierOutcome end() { return {published.front(), true}; }
+  std::mutex wait_m;
+  std::condition_variable cv;
+  bool ended = false;
+};
+}  // namespace
+
+TEST_CASE("a stopping signal at the exit barrier is published at once, bounded, and stops this node") {
+  WaitingBarrier c;
+  auto opts = quiet_options();
+  opts.term_timeout = std::chrono::milliseconds(700);
+  ddprun::agent::hold_stop_signals();  // as the attempts loop does around every run
+  const auto r = run_workers(make_workers({"exit 0"}), 2, opts, c);
+  CHECK(ddprun::agent::release_stop_signals() == 0);  // the run took the signal, not the hold
+  CHECK(c.barriers == 1);
+  REQUIRE(c.published.size() == 1);
+  CHECK(c.published[0].rank == -1);  // the agent itself was stopped
+  CHECK(c.published[0].signal == SIGTERM);
+  REQUIRE(c.bounds.size() == 1);
+  CHECK(c.bounds[0] == std::chrono::milliseconds(1700));  // as every publication: --term-timeout + 1 s
+  CHECK_FALSE(r.success);
+  CHECK(r.stopped_by_signal);
+  REQUIRE(r.root_cause);
+  CHECK(r.root_cause->signal == SIGTERM);
+  CHECK_FALSE(r.remote_abort);
+  CHECK(r.not_told.empty());
+  CHECK(r.exit_code == 143);
+  CHECK_FALSE(after_attempt(r, 0, 3).restart);
+}
+
+TEST_CASE("a stop at the exit barrier that the others cannot be told of stays this node's root cause") {
+  // The store does not answer; the failed publication ends this node's wait with its master lost.
+  class Unreachable : public WaitingBarrier {
    public:
-    bool exit_barrier(std::chrono::milliseconds) override {
-      ++barriers;
-      Failure f;
-      f.host = "othernode";
-      f.node_rank = 1;
-      f.rank = 3;
-      f.exit_code = 9;
-      f.time = ddprun::core::failure_now();
-      abort(f);  // what the store's watch thread does
-      return false;
+    PublishOutcome answer(const Failure&) override {
+      return {std::nullopt, "the rendezvous store at master:1 did not answer within 1700 ms"};
+    }
+    BarrierOutcome end() override {
+      Failure lost;
+      lost.host = "master";
+      lost.node_rank = 0;
+      lost.exit_code = 1;
+      lost.lost = true;
+      lost.reason = "lost the rendezvous master at master:1: the connection is gone";
+      lost.time = ddprun::core::failure_now();
+      abort(lost, false);  // what the watch hands over too
+      return {lost, false};
     }
   } c;
+  ddprun::agent::hold_stop_signals();
   const auto r = run_workers(make_workers({"exit 0"}), 2, quiet_options(), c);
-  CHECK(c.barriers == 1);
-  CHECK_FALSE(r.success);
-  CHECK(r.exit_code == 9);
-  CHECK(r.remote_abort);
+  CHECK(ddprun::agent::release_stop_signals() == 0);
+  REQUIRE(c.published.size() == 1);
   REQUIRE(r.root_cause);
-  CHECK(r.root_cause->rank == 3);
+  CHECK(r.root_cause->rank == -1);  // the signal, not the master it could not reach
+  CHECK(r.root_cause->signal == SIGTERM);
+  CHECK_FALSE(r.root_cause->lost);
+  CHECK(r.exit_code == 143);
+  CHECK(r.stopped_by_signal);
+  CHECK_FALSE(r.remote_abort);
+  CHECK_THAT(r.not_told, Catch::Contains("did not answer within 1700 ms"));
+  CHECK_FALSE(after_attempt(r, 0, 3).restart);
 }
 
 namespace {

@@ -80,7 +80,7 @@ class QuietCoordinator : public Coordinator {
     std::lock_guard lk(m);
     handler = std::move(h);
   }
-  bool exit_barrier(std::chrono::milliseconds) override { return true; }
+  BarrierOutcome exit_barrier() override { return {}; }
   void abort(const Failure& f) {
     AbortHandler h;
     {

@@ -241,6 +241,29 @@ TEST_CASE("job summary: a missing or lost node, a stopped agent", "[summary]") {
   CHECK_THAT(s, Catch::Contains("ddprun got SIGTERM <- root cause"));
 }
 
+TEST_CASE("job summary: a node whose ranks exited 0 before another node failed says so", "[summary]") {
+  RunResult early = ok_node(0);
+  early.success = false;  // the job failed later, on node 1
+  early.exit_code = 7;
+  early.root_cause = cause(1, 3, 7, "host-b");
+  const std::string t = format_job_summary(early, {peer(early), peer(failed_node(1))}, false);
+  CHECK_THAT(t, Catch::Contains("FAILED, exit code 7, root cause rank 3 on host-b"));
+  CHECK_THAT(t, Catch::Contains("      0  h0      0-1    exited 0 "));
+}
+
+TEST_CASE("job summary after a checkpoint signal: the ranks stopped on request, not a failure", "[summary]") {
+  RunResult lead = failed_node(0);
+  lead.exit_code = 140;
+  lead.root_cause = cause(1, 3, 140, "host-b");
+  lead.root_cause->after_signal = 10;
+  lead.root_cause->reason = "exited with code 140";
+  const std::string t = format_job_summary(lead, {peer(failed_node(0)), peer(failed_node(1))}, false);
+  CHECK_THAT(t,
+             Catch::StartsWith("ddprun: job summary (attempt 0): stopped after SIGUSR1 with exit code 140, "
+                               "root cause rank 3 on host-b (exited with code 140)\n"));
+  CHECK_THAT(t, !Catch::Contains("FAILED"));
+}
+
 TEST_CASE("job summary of a big job stays short: failures first, the rest counted", "[summary]") {
   std::vector<PeerRecord> peers;
   for (int n = 0; n < 40; ++n) peers.push_back(peer(n == 1 ? failed_node(1) : failed_node(n)));

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "core/config.hpp"
 #include "support/config_inputs.hpp"
@@ -102,6 +103,70 @@ TEST_CASE("derived ports are deterministic, distinct and in range", "[config]") 
     seen.insert(p.store);
   }
   CHECK(seen.size() > 150);  // two jobs rarely collide
+}
+
+TEST_CASE("a derived store port has fallbacks: distinct, even, in range, the same on every node",
+          "[config]") {
+  for (const std::string id : {"1234.0", "1234.1", "77", "4294967294.4294967294"}) {
+    INFO(id);
+    const auto first = derive_ports(id).store;
+    const auto f = store_port_fallbacks(id);
+    CHECK(f == store_port_fallbacks(id));
+    CHECK(f.size() == kStorePortFallbacks);
+    CHECK(std::set<std::uint16_t>(f.begin(), f.end()).size() == f.size());
+    for (const auto p : f) {
+      CHECK(p != first);
+      CHECK(p % 2 == 0);  // never a derived MASTER_PORT (store + 1, odd)
+      CHECK(p >= 20000);
+      CHECK(p <= 32766);
+    }
+  }
+  CHECK(store_port_fallbacks("1234.0") != store_port_fallbacks("1234.1"));
+  // A step's agents look for the store on the step's ports; a port given by the user has none.
+  const auto r = resolve(cmd(), step_env(1), sys());
+  CHECK(r.rdzv_fallback_ports == store_port_fallbacks("1234.0"));
+  auto o = cmd();
+  o.rdzv_endpoint = "node1:29400";
+  CHECK(resolve(o, step_env(1), sys()).rdzv_fallback_ports.empty());
+  o.rdzv_endpoint = "node1";  // a host alone keeps the derived port, and its fallbacks
+  CHECK(resolve(o, step_env(1), sys()).rdzv_fallback_ports == store_port_fallbacks("1234.0"));
+  CHECK(resolve(cmd(), {}, sys()).rdzv_fallback_ports.empty());
+}
+
+TEST_CASE("the store's run id names the step, also when --rdzv-id names another", "[config][slurm]") {
+  auto env_b = step_env(0);
+  env_b["SLURM_STEP_ID"] = "1";
+  CHECK(resolve(cmd(), step_env(0), sys()).rdzv_run_id == "1234.0");
+  auto o = cmd();
+  o.rdzv_id = "sweep";
+  const auto a = resolve(o, step_env(0), sys());
+  const auto b = resolve(o, env_b, sys());
+  CHECK(a.job.run_id == "sweep");  // TORCHELASTIC_RUN_ID as given
+  CHECK(a.rdzv_run_id != b.rdzv_run_id);
+  CHECK(a.rdzv_run_id == resolve(o, step_env(1), sys()).rdzv_run_id);
+  CHECK(resolve(o, {}, sys()).rdzv_run_id == "sweep");
+}
+
+TEST_CASE("a self-launched step plans with the job id, as its batch script's dry run did",
+          "[config][slurm]") {
+  // The batch script of job 1234 on node[1-2]; its self-launch is step 0 of the job.
+  const EnvSnapshot batch = {
+      {"SLURM_JOB_ID", "1234"}, {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_JOB_NUM_NODES", "2"}};
+  auto env = step_env(1);
+  env["SLURM_STEP_NODELIST"] = "node[1-2]";
+  env[kSelfLaunchJobVar] = "1234";
+  const auto planned = resolve(cmd(), batch, sys());
+  const auto run = resolve(cmd(), env, sys());
+  CHECK(planned.job.run_id == "1234");
+  CHECK(run.job.run_id == planned.job.run_id);
+  CHECK(run.rdzv_port == planned.rdzv_port);
+  CHECK(run.job.master_port == planned.job.master_port);
+  CHECK(run.rdzv_fallback_ports == planned.rdzv_fallback_ports);
+  // Any other step keeps JOBID.STEPID: a stale or foreign value changes nothing.
+  env[kSelfLaunchJobVar] = "99";
+  CHECK(resolve(cmd(), env, sys()).job.run_id == "1234.0");
+  env.erase(kSelfLaunchJobVar);
+  CHECK(resolve(cmd(), env, sys()).job.run_id == "1234.0");
 }
 
 TEST_CASE("per-task mode: more tasks than nodes", "[config][slurm]") {
@@ -420,18 +485,78 @@ TEST_CASE("salloc shell: GPU checks wait for the nodes instead of failing here",
   CHECK(rg.self.local_world_size == 2);
 }
 
-TEST_CASE("a heterogeneous job's shell is told to pick a component with srun --het-group",
-          "[config][slurm][error]") {
-  // What sbatch gives a heterogeneous job's batch shell: per-component lists, no plain SLURM_JOB_NODELIST.
+TEST_CASE("a heterogeneous job's shell plans one job over every component, component after component",
+          "[config][slurm]") {
+  // What salloc gives a heterogeneous job's shell: per-component lists, no plain SLURM_JOB_NODELIST;
+  // sbatch also sets SLURM_JOB_NODELIST, SLURM_JOB_NUM_NODES and the GPUs, all of component 0 alone.
   EnvSnapshot env = {{"SLURM_JOB_ID", "80"},
                      {"SLURM_HET_SIZE", "2"},
-                     {"SLURM_JOB_NODELIST_HET_GROUP_0", "node1"},
-                     {"SLURM_JOB_NODELIST_HET_GROUP_1", "node[2-3]"}};
-  CHECK_THROWS_WITH(resolve(cmd(), env, sys()),
+                     {"SLURM_JOB_NODELIST_HET_GROUP_0", "node3"},
+                     {"SLURM_JOB_NODELIST_HET_GROUP_1", "node[1-2]"}};
+  for (const bool sbatch : {false, true}) {
+    auto e = env;
+    if (sbatch) {
+      e["SLURM_JOB_NODELIST"] = "node3";
+      e["SLURM_JOB_NUM_NODES"] = "1";
+      e["SLURM_JOB_GPUS"] = "0,1";
+      e["CUDA_VISIBLE_DEVICES"] = "0,1";
+    }
+    auto o = cmd();
+    o.nproc_per_node = "gpu";
+    auto batch_host = sys();
+    batch_host.probed_gpus = {"0", "1", "2", "3"};  // the batch runs on a node of component 0
+    const auto r = resolve(o, e, batch_host);
+    CHECK(r.context == SlurmContext::batch);
+    CHECK(r.allocation_hosts == std::vector<std::string>{"node3", "node1", "node2"});
+    CHECK(r.het_components == 2);
+    CHECK(r.job.master_addr == "node3");  // node rank 0: component 0's first node
+    CHECK(r.gpus_on_nodes);               // component 0's GPUs are not the others'
+  }
+  auto o = cmd();
+  o.nnodes = "2";
+  CHECK_THROWS_WITH(resolve(o, env, sys()), Catch::Contains("heterogeneous job has 3 nodes in 2 components"));
+  // Without every component's list: one line saying how to start it.
+  EnvSnapshot partial = {
+      {"SLURM_JOB_ID", "80"}, {"SLURM_HET_SIZE", "2"}, {"SLURM_JOB_NODELIST_HET_GROUP_0", "n1"}};
+  CHECK_THROWS_WITH(resolve(cmd(), partial, sys()),
                     Catch::Contains("heterogeneous job") && Catch::Contains("srun --het-group=N ddprun"));
   // Without the het marker the old message stays.
   EnvSnapshot plain = {{"SLURM_JOB_ID", "81"}};
   CHECK_THROWS_WITH(resolve(cmd(), plain, sys()), Catch::Contains("no nodelist"));
+}
+
+TEST_CASE("a step over several components of a heterogeneous job numbers its nodes component after component",
+          "[config][slurm]") {
+  // srun --het-group=0-1 with component 0 on node3: SLURM_STEP_NODELIST is sorted, but SLURM_NODEID 0 is
+  // node3 (seen on Slurm 22.05). Node rank 0 serves the store: every agent must look for it on node3.
+  EnvSnapshot env = {{"SLURM_JOB_ID", "27"},
+                     {"SLURM_STEP_ID", "0"},
+                     {"SLURM_HET_SIZE", "2"},
+                     {"SLURM_JOB_NODELIST_HET_GROUP_0", "node3"},
+                     {"SLURM_JOB_NODELIST_HET_GROUP_1", "node[1-2]"},
+                     {"SLURM_STEP_NODELIST", "node[1-3]"},
+                     {"SLURM_STEP_NUM_NODES", "3"},
+                     {"SLURM_STEP_NUM_TASKS", "3"},
+                     {"SLURM_STEP_TASKS_PER_NODE", "1(x3)"},
+                     {"SLURM_NODEID", "1"},
+                     {"SLURM_PROCID", "1"},
+                     {"SLURM_LOCALID", "0"}};
+  const auto r = resolve(cmd(), env, sys());
+  CHECK(r.job.master_addr == "node3");
+  CHECK(r.rdzv_host == "node3");
+  CHECK(r.self.host == "node1");
+  // A step within one component (plain srun: component 0) keeps its own order.
+  env["SLURM_STEP_NODELIST"] = "node3";
+  env["SLURM_STEP_NUM_NODES"] = "1";
+  env["SLURM_STEP_NUM_TASKS"] = "1";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "1";
+  env["SLURM_NODEID"] = "0";
+  env["SLURM_PROCID"] = "0";
+  CHECK(resolve(cmd(), env, sys()).job.master_addr == "node3");
+  CHECK(het_node_order({"a1", "a2"}, {{"a2", "a1"}}) == std::nullopt);     // one component
+  CHECK(het_node_order({"b", "c", "x"}, {{"c"}, {"b"}}) == std::nullopt);  // a host of none
+  CHECK(het_node_order({"a", "b", "c"}, {{"c"}, {"a", "b"}}) == std::vector<std::string>{"c", "a", "b"});
+  CHECK(het_node_order({"a", "c"}, {{"c"}, {"a", "b"}}) == std::vector<std::string>{"c", "a"});
 }
 
 TEST_CASE("config: a given --master-port travels as master_port_given, the default does not", "[config]") {

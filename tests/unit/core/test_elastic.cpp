@@ -42,6 +42,37 @@ TEST_CASE("after a loss the survivors go on while MIN remain and they hold a maj
   }
 }
 
+TEST_CASE("a lost node in a fail-fast job is always explained, in an elastic one when a restart was due",
+          "[elastic]") {
+  struct Row {
+    std::vector<int> lost;
+    int min;
+    bool elastic;
+    bool restart_due;
+    const char* message;  // the start of the line; null: the loss does not end the job
+  };
+  const Row rows[] = {
+      {{3}, 4, false, true, "lost d (node rank 3); the job is not elastic"},
+      {{3}, 4, false, false, "lost d (node rank 3); the job is not elastic"},  // no --max-restarts
+      {{2}, 3, true, true, nullptr},                                           // goes on without it
+      {{2}, 3, true, false, nullptr},  // restarts used up: the job ends for that, not for the loss
+      {{1, 3}, 3, true, true, "lost b (node rank 1), d (node rank 3); 2 nodes left"},
+      {{1, 3}, 3, true, false, nullptr},
+      {{}, 4, false, false, nullptr},  // nothing lost
+  };
+  for (const auto& row : rows) {
+    INFO("lost " << row.lost.size() << " min " << row.min << " elastic " << row.elastic << " restart due "
+                 << row.restart_due);
+    const auto m = loss_ends_job(four(), row.lost, row.min, row.elastic, row.restart_due);
+    if (row.message == nullptr) {
+      CHECK_FALSE(m.has_value());
+    } else {
+      REQUIRE(m.has_value());
+      CHECK(m->starts_with(row.message));
+    }
+  }
+}
+
 TEST_CASE("majority is strict", "[elastic]") {
   CHECK(has_majority(3, 5));
   CHECK_FALSE(has_majority(2, 4));

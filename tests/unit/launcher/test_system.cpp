@@ -52,6 +52,31 @@ TEST_CASE("self-launch: one agent task per node with the node's whole allocation
   CHECK(argv == want);
 }
 
+TEST_CASE("self-launch in a heterogeneous job: one step over every component", "[config][slurm]") {
+  const auto argv = self_launch_argv("srun", 3, {"/opt/ddprun", "train.py"}, std::nullopt, false, 2);
+  const std::vector<std::string> want = {
+      "srun",        "--het-group=0-1", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--whole",
+      "/opt/ddprun", "train.py"};
+  CHECK(argv == want);
+}
+
+TEST_CASE("an interactive srun --pty step over several nodes gets a hint while it waits", "[config][slurm]") {
+  ddprun::core::Resolved r;
+  r.context = ddprun::core::SlurmContext::step;
+  r.nagents = 2;
+  const ddprun::core::EnvSnapshot pty = {{"SLURM_PTY_PORT", "37567"}};
+  const auto hint = pty_step_hint(pty, r);
+  REQUIRE(hint);
+  CHECK_THAT(*hint, Catch::Contains("srun --pty step over 2 nodes") &&
+                        Catch::Contains("srun --overlap --ntasks-per-node=1 ddprun"));
+  CHECK_FALSE(pty_step_hint({}, r));  // not a pty step
+  r.nagents = 1;
+  CHECK_FALSE(pty_step_hint(pty, r));  // one node: nobody else to wait for
+  r.nagents = 2;
+  r.context = ddprun::core::SlurmContext::batch;
+  CHECK_FALSE(pty_step_hint(pty, r));
+}
+
 TEST_CASE("self-launch in elastic mode: the step outlives a lost node or agent", "[config][slurm][elastic]") {
   // Fail-fast keeps --kill-on-bad-exit=1 (above); elastic mode must not let Slurm end the survivors.
   const auto argv = self_launch_argv("srun", 5, {"/opt/ddprun", "--nnodes", "4:4", "train.py"}, 2, true);

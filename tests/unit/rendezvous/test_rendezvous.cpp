@@ -6,7 +6,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/core.h>
@@ -211,10 +213,53 @@ TEST_CASE("rendezvous: an agent from another run is refused", "[rendezvous]") {
     FAIL("joined a store of another run");
   } catch (const Error& e) {
     const std::string what = e.what();
-    CHECK(e.kind() == Error::Kind::rejected);
+    CHECK(e.kind() == Error::Kind::other_run);
     CHECK(what.find("job-A") != std::string::npos);
     CHECK(what.find("job-B") != std::string::npos);
   }
+}
+
+TEST_CASE(
+    "rendezvous: a store port held by another run's store: the master serves on a fallback, its agents "
+    "find it there, and neither run meets the other",
+    "[rendezvous]") {
+  // Run A serves on port P; run B derived the same port (a colliding JOBID.STEPID).
+  Rendezvous a0(opts_for(0, 2, 2, 0, "run-A"));
+  const std::uint16_t p = a0.port();
+  const std::uint16_t fallback = [] {  // a port that was free a moment ago
+    Rendezvous probe(opts_for(0, 1, 1, 0, "probe"));
+    return probe.port();
+  }();
+  auto b_opts = [&](int r) {
+    RendezvousOptions o = opts_for(r, 2, 2, p, "run-B");
+    o.fallback_ports = {fallback};
+    return o;
+  };
+  Rendezvous b0(b_opts(0));
+  CHECK(b0.port() == fallback);
+  Rendezvous b1(b_opts(1));
+  Rendezvous a1(opts_for(1, 2, 2, p, "run-A"));
+  auto fb0 = std::async(std::launch::async, [&] { return join_plan(b0, me(0), simple_plan()); });
+  auto fb1 = std::async(std::launch::async, [&] { return join_plan(b1, me(1), simple_plan()); });
+  auto fa0 = std::async(std::launch::async, [&] { return join_plan(a0, me(0), simple_plan()); });
+  auto fa1 = std::async(std::launch::async, [&] { return join_plan(a1, me(1), simple_plan()); });
+  for (auto* f : {&fb0, &fb1, &fa0, &fa1}) CHECK(get_bounded(*f).nnodes == 2);
+  CHECK(b1.port() == fallback);
+  CHECK(a1.port() == p);
+}
+
+TEST_CASE(
+    "rendezvous: without fallbacks a busy store port is one error, and with them every port busy is one "
+    "error too",
+    "[rendezvous]") {
+  Rendezvous a0(opts_for(0, 1, 1, 0, "run-A"));
+  Rendezvous c0(opts_for(0, 1, 1, 0, "run-C"));
+  CHECK_THROWS_WITH(Rendezvous(opts_for(0, 1, 1, a0.port(), "run-B")),
+                    Catch::Contains("cannot serve the rendezvous store"));
+  auto o = opts_for(0, 1, 1, a0.port(), "run-B");
+  o.fallback_ports = {c0.port()};
+  CHECK_THROWS_WITH(Rendezvous(o),
+                    Catch::Contains(fmt::format("nor on its 1 fallback ports ({})", c0.port())));
 }
 
 TEST_CASE("rendezvous: a missed join deadline names the endpoint and the missing nodes", "[rendezvous]") {
@@ -385,6 +430,49 @@ TEST_CASE("rendezvous: a lost master is noticed by every agent", "[rendezvous]")
   }
 }
 
+TEST_CASE("rendezvous: an agent that cannot start ends the first round on every agent, with its cause",
+          "[rendezvous]") {
+  const int bad = GENERATE(0, 1);  // the master itself, or another agent
+  std::atomic<int> held{0};
+  auto opts = [&held](int r, std::uint16_t port) {
+    RendezvousOptions o = opts_for(r, 3, 3, port);
+    o.nagents = 3;
+    o.join_timeout = 120s;  // longer than the test waits: every agent must leave because all have read it
+    o.on_start_failure = [&held] { ++held; };
+    return o;
+  };
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  agents.push_back(std::make_unique<Rendezvous>(opts(0, 0)));
+  for (int r = 1; r < 3; ++r) agents.push_back(std::make_unique<Rendezvous>(opts(r, agents[0]->port())));
+  core::Failure cause;
+  cause.host = fmt::format("host-{}", bad);
+  cause.node_rank = bad;
+  cause.exit_code = 2;
+  cause.fatal = true;
+  cause.reason = "--nproc-per-node gpu: no GPUs are visible";
+  std::vector<std::future<int>> codes;
+  for (int r = 0; r < 3; ++r) {
+    codes.push_back(std::async(std::launch::async, [&, r]() -> int {
+      Rendezvous& a = *agents[static_cast<std::size_t>(r)];
+      if (r == bad) return a.fail_start(cause).exit_code;
+      try {
+        join_plan(a, me(r), simple_plan());
+      } catch (const Error& e) {
+        CHECK(e.kind() == Error::Kind::join);
+        CHECK_THAT(e.what(),
+                   Catch::Contains(fmt::format("host-{} (node rank {}) could not start: --nproc-per-node "
+                                               "gpu: no GPUs are visible",
+                                               bad, bad)));
+        return a.start_failure() ? a.start_failure()->exit_code : -1;
+      }
+      return -2;  // joined a round that one agent never came to
+    }));
+  }
+  for (auto& c : codes) CHECK(get_bounded(c, 60s) == 2);
+  CHECK(held == 3);
+  while (!agents.empty()) agents.pop_back();
+}
+
 TEST_CASE("rendezvous: exit barrier passes for all, and is bounded", "[rendezvous]") {
   Job job(3);
   AbortSink sink;
@@ -407,6 +495,82 @@ TEST_CASE("rendezvous: exit barrier passes for all, and is bounded", "[rendezvou
 
   Job partial(2);
   CHECK_FALSE(partial.agents[1]->barrier("exit", 200ms));  // the master never arrives
+}
+
+TEST_CASE("rendezvous: the exit barrier waits for the job's outcome and returns its root cause",
+          "[rendezvous]") {
+  core::Failure cause;
+  cause.host = "host-2";
+  cause.node_rank = 2;
+  cause.rank = 5;
+  cause.exit_code = 3;
+  cause.reason = "exited with code 3";
+  SECTION("passed by every node: no root cause") {
+    Job job(2);
+    std::vector<std::future<ExitBarrierEnd>> fs;
+    for (auto& a : job.agents)
+      fs.push_back(std::async(std::launch::async, [&a] { return a->exit_barrier(); }));
+    for (auto& f : fs) CHECK_FALSE(get_bounded(f).root.has_value());
+  }
+  SECTION("a node that fails later ends the wait of those that finished, with its cause") {
+    Job job(3);
+    std::vector<std::future<ExitBarrierEnd>> fs;
+    for (int r : {0, 1}) {
+      fs.push_back(std::async(std::launch::async,
+                              [&job, r] { return job.agents[static_cast<std::size_t>(r)]->exit_barrier(); }));
+    }
+    CHECK(fs[0].wait_for(300ms) == std::future_status::timeout);  // no bound of its own: it waits
+    job.agents[2]->abort(cause);
+    for (auto& f : fs) {
+      const auto end = get_bounded(f);
+      REQUIRE(end.root.has_value());
+      CHECK(end.from_store);
+      CHECK(end.root->rank == 5);
+      CHECK(end.root->exit_code == 3);
+    }
+  }
+  SECTION("an abort from another thread of a waiting node goes around its wait and ends every wait") {
+    // The master, or an agent, stopped by a signal at the barrier; the bounded abort is the agent's.
+    for (const auto& [stopped, bounded] : {std::pair{0, false}, {1, false}, {0, true}, {1, true}}) {
+      INFO("node " << stopped << " aborts while it waits, bounded: " << bounded);
+      Job job(3);
+      std::vector<std::future<ExitBarrierEnd>> fs;
+      for (int r : {0, 1}) {
+        fs.push_back(std::async(std::launch::async, [&job, r] {
+          return job.agents[static_cast<std::size_t>(r)]->exit_barrier();
+        }));
+      }
+      std::this_thread::sleep_for(100ms);  // both wait (an abort before the wait ends it alike)
+      core::Failure signal_cause;
+      signal_cause.node_rank = stopped;
+      signal_cause.exit_code = 143;
+      signal_cause.signal = 15;
+      signal_cause.reason = "ddprun received SIGTERM";
+      auto published = std::async(std::launch::async, [&job, stopped, bounded, &signal_cause] {
+        auto& a = *job.agents[static_cast<std::size_t>(stopped)];
+        return bounded ? a.abort(signal_cause, 10s) : a.abort(signal_cause);
+      });
+      CHECK(get_bounded(published).exit_code == 143);
+      for (auto& f : fs) {
+        const auto end = get_bounded(f);
+        REQUIRE(end.root.has_value());
+        CHECK(end.from_store);
+        CHECK(end.root->exit_code == 143);
+      }
+    }
+  }
+  SECTION("a lost master ends an agent's wait with the lost master as its cause") {
+    Job job(2);
+    auto waiting = std::async(std::launch::async, [&job] { return job.agents[1]->exit_barrier(); });
+    CHECK(waiting.wait_for(300ms) == std::future_status::timeout);
+    job.agents[0].reset();  // the master's agent is gone, its store with it
+    const auto end = get_bounded(waiting);
+    REQUIRE(end.root.has_value());
+    CHECK_FALSE(end.from_store);  // this agent's own judgement, no store's root cause
+    CHECK(end.root->lost);
+    CHECK(end.root->node_rank == 0);
+    CHECK(end.root->reason.find("lost the rendezvous master") != std::string::npos);
+  }
 }
 
 TEST_CASE("rendezvous: restarts use a fresh namespace", "[rendezvous]") {

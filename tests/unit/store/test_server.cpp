@@ -246,7 +246,7 @@ TEST_CASE("server: another run id is refused with a clear error, without retryin
     FAIL("accepted a client from another run");
   } catch (const Error& e) {
     const std::string what = e.what();
-    CHECK(e.kind() == Error::Kind::rejected);
+    CHECK(e.kind() == Error::Kind::other_run);
     CHECK(what.find("job-1") != std::string::npos);
     CHECK(what.find("job-2") != std::string::npos);
   }
@@ -514,7 +514,7 @@ TEST_CASE("client: a set is pipelined, yet reaches the store and reports failure
     stranger.flush();
     FAIL("flush should report the refusal");
   } catch (const Error& e) {
-    CHECK(e.kind() == Error::Kind::rejected);
+    CHECK(e.kind() == Error::Kind::other_run);
     CHECK_THAT(e.what(), Catch::Contains("run id mismatch"));
   }
   CHECK_FALSE(reader.get("intruder", 0ms).has_value());
