@@ -21,7 +21,7 @@ torch_version=$("$DDPRUN_TORCH2_PYTHON" -c 'import torch; print(torch.__version_
 # CMAKE_LIBRARY_PATH: Torch's config searches the system's directories before its own, where Debian's libtorch 1.13
 # (libtorch-dev) would be found first.
 mkdir -p "$OBJ"
-cmake -S . -B "$OBJ" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON -DDDPRUN_BUILD_TESTS=OFF \
+cmake -S . -B "$OBJ" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_WERROR=ON -DBUILD_TESTING=OFF -DDDPRUN_BUILD_TRAINER=ON \
   -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" -DCMAKE_PREFIX_PATH="$torch_prefix" \
   -DCMAKE_LIBRARY_PATH="$torch_lib" -DCMAKE_CUDA_COMPILER="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" \
   '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$OBJ/configure.log" 2>&1 ||

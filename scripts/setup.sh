@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package ddprun needs. Idempotent: does nothing when all are present,
-# and runs `apt-get update` at most once per invocation.
+# and runs `apt-get update` at most once per invocation. Installing needs root: run it as root, or as a
+# user with sudo; without either it names the missing packages and exits 1.
 set -euo pipefail
 
 PACKAGES=(
@@ -39,7 +40,15 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
 else
   SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  if [ "$(id -u)" -ne 0 ]; then
+    # apt-get needs root: through sudo when there is one, else say what to install and stop.
+    if ! command -v sudo >/dev/null 2>&1; then
+      echo "setup: installing packages needs root, and there is no sudo: as root, run: apt-get install ${missing[*]}" >&2
+      exit 1
+    fi
+    SUDO="sudo"
+    echo "setup: not root: installing through sudo"
+  fi
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq

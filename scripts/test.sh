@@ -16,8 +16,8 @@ if ! git ls-files -z '*.cpp' '*.hpp' | xargs -0 clang-format --dry-run --Werror;
 fi
 
 echo "== plain Release build (as packagers build: no preset, default warnings), without MUNGE"
-cmake -S . -B build-plain-release -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF -DDDPRUN_BUILD_TRAINER=OFF \
-  -DDDPRUN_WITHOUT_MUNGE=ON >/dev/null
+cmake -S . -B build-plain-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DDDPRUN_BUILD_TRAINER=OFF \
+  -DDDPRUN_WITH_MUNGE=OFF >/dev/null
 cmake --build build-plain-release -j"$jobs" --target ddprun
 # Built without MUNGE: asking for it is one clear line and exit 2; token auth still runs a job. Two
 # nodes, so that a store is opened (a one-node run opens none and checks no auth setting).

@@ -14,15 +14,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<char> serialize_checkpoint(Net& net, torch::optim::Optimizer& opt, const Position& pos,
+std::vector<char> archive_bytes(torch::serialize::OutputArchive& ar) {
+  std::ostringstream os;
+  ar.save_to(os);
+  const auto s = os.str();
+  return std::vector<char>(s.begin(), s.end());
+}
+
+// opt_bytes: with a pipeline, every stage's optimizer archive in stage order.
+std::vector<char> serialize_checkpoint(Net& net, torch::optim::Optimizer& opt,
+                                       const std::vector<std::vector<char>>& opt_bytes, const Position& pos,
                                        const Options& o, const DistEnv& env) {
   torch::serialize::OutputArchive ar;
   torch::serialize::OutputArchive model_ar;
   net->save(model_ar);
   ar.write("model", model_ar);
-  torch::serialize::OutputArchive opt_ar;
-  opt.save(opt_ar);
-  ar.write("optimizer", opt_ar);
+  if (env.mp_size == 1) {
+    torch::serialize::OutputArchive opt_ar;
+    opt.save(opt_ar);
+    ar.write("optimizer", opt_ar);
+  } else {
+    for (std::size_t s = 0; s < opt_bytes.size(); ++s) {
+      const auto& b = opt_bytes[s];
+      ar.write("stage_optimizer_" + std::to_string(s),
+               torch::from_blob(const_cast<char*>(b.data()), {static_cast<std::int64_t>(b.size())},
+                                torch::kUInt8));
+    }
+  }
   ar.write("format", torch::tensor(kCheckpointFormat));
   ar.write("epoch", torch::tensor(pos.epoch));
   ar.write("batch", torch::tensor(pos.batch));
@@ -31,13 +49,13 @@ std::vector<char> serialize_checkpoint(Net& net, torch::optim::Optimizer& opt, c
   ar.write("samples", torch::tensor(pos.batch * o.batch_size));
   ar.write("world_size", torch::tensor(static_cast<std::int64_t>(env.world_size)));
   ar.write("dp_size", torch::tensor(static_cast<std::int64_t>(env.dp_size)));
+  // Format 3: the model's depth and the pipeline split.
+  ar.write("layers", torch::tensor(static_cast<std::int64_t>(net->num_layers())));
+  ar.write("stages", torch::tensor(static_cast<std::int64_t>(env.mp_size)));
   ar.write("global_batch", torch::tensor(o.batch_size));
   ar.write("model_kind", c10::IValue(o.model));
   ar.write("rng", at::detail::getDefaultCPUGenerator().get_state());
-  std::ostringstream os;
-  ar.save_to(os);
-  const auto s = os.str();
-  return std::vector<char>(s.begin(), s.end());
+  return archive_bytes(ar);
 }
 
 // read() into a defined tensor resizes it in place; always read into a fresh one.
@@ -47,9 +65,10 @@ std::int64_t read_int(torch::serialize::InputArchive& ar, const char* key) {
   return t.item<std::int64_t>();
 }
 
-// The format must be known, and the model kind and global batch match this run, before
-// anything is loaded. Returns the format.
-std::int64_t check_compatible(torch::serialize::InputArchive& ar, const Options& o, const std::string& what) {
+// The format must be known, and the model kind and depth, the global batch and the pipeline
+// split match this run, before anything is loaded. Returns the format.
+std::int64_t check_compatible(torch::serialize::InputArchive& ar, const Net& net, const Pipe& pipe,
+                              const Options& o, const std::string& what) {
   const auto format = read_int(ar, "format");
   check_checkpoint_format(format, what);
   c10::IValue kind;
@@ -58,6 +77,13 @@ std::int64_t check_compatible(torch::serialize::InputArchive& ar, const Options&
     throw Error(what + " holds model '" + kind.toStringRef() + "', not --model " + o.model +
                 "; use another --checkpoint-dir");
   }
+  // Formats 1 and 2 knew only the default depths and one stage.
+  const auto layers = format >= 3 ? read_int(ar, "layers") : default_layers(o.model);
+  if (layers != net->num_layers()) {
+    throw Error(what + " holds a " + std::to_string(layers) + "-layer " + o.model + ", not --layers " +
+                std::to_string(net->num_layers()) + "; resume with --layers " + std::to_string(layers));
+  }
+  check_checkpoint_stages(format >= 3 ? static_cast<int>(read_int(ar, "stages")) : 1, pipe.stages(), what);
   const auto global_batch = read_int(ar, "global_batch");
   if (global_batch != o.batch_size) {
     throw Error(what + " was trained with --batch-size " + std::to_string(global_batch) +
@@ -128,16 +154,24 @@ std::string checkpoint_path(const Options& o) {
 }
 
 Resumed load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
-                        const Options& o, const std::string& what) {
+                        const Pipe& pipe, const Options& o, const std::string& what) {
   try {
     torch::serialize::InputArchive ar;
     ar.load_from(bytes.data(), bytes.size());
-    const auto format = check_compatible(ar, o, what);
+    const auto format = check_compatible(ar, net, pipe, o, what);
     torch::serialize::InputArchive model_ar;
     ar.read("model", model_ar);
-    net->load(model_ar);
+    net->load(model_ar);  // the whole model: every stage then trains its own layers of it
     torch::serialize::InputArchive opt_ar;
-    ar.read("optimizer", opt_ar);
+    if (pipe.stages() == 1) {
+      ar.read("optimizer", opt_ar);
+    } else {
+      torch::Tensor b;
+      ar.read("stage_optimizer_" + std::to_string(pipe.stage()), b);
+      b = b.contiguous();
+      opt_ar.load_from(reinterpret_cast<const char*>(b.data_ptr<std::uint8_t>()),
+                       static_cast<std::size_t>(b.numel()));
+    }
     check_optimizer_keys(opt_ar, what);
     opt.load(opt_ar);
     Resumed r = read_position(ar, format);
@@ -154,12 +188,22 @@ Resumed load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::
   }
 }
 
-void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::optim::Optimizer& opt,
+void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::optim::Optimizer& opt, Pipe& pipe,
                      const Position& pos) {
-  if (o.checkpoint_dir.empty() || env.rank != 0) {
+  if (o.checkpoint_dir.empty() || env.dp_rank != 0) {
     return;
   }
-  const auto bytes = serialize_checkpoint(net, opt, pos, o, env);
+  std::vector<std::vector<char>> opt_bytes;
+  if (pipe.stages() > 1) {
+    gather_layers(pipe, net);
+    torch::serialize::OutputArchive opt_ar;
+    opt.save(opt_ar);
+    opt_bytes = gather_bytes(pipe, archive_bytes(opt_ar));
+  }
+  if (env.rank != 0) {
+    return;
+  }
+  const auto bytes = serialize_checkpoint(net, opt, opt_bytes, pos, o, env);
   write_file_atomic(checkpoint_path(o), bytes, test_pause_hook());
 }
 

@@ -13,6 +13,7 @@
 #include "dist.hpp"
 #include "model.hpp"
 #include "options.hpp"
+#include "pipeline.hpp"
 
 namespace ddprun::train {
 
@@ -33,14 +34,16 @@ struct Resumed {
 // DIR/latest.pt for --checkpoint-dir DIR.
 std::string checkpoint_path(const Options& o);
 
-// Restores model, optimizer and RNG from a checkpoint's bytes and returns where it left off.
-// Refuses another model kind or global batch, or an unknown format; `what` names the file.
+// Restores the model, this stage's optimizer and the RNG from a checkpoint's bytes and returns
+// where it left off. Refuses another model kind, depth, global batch or pipeline split, or an
+// unknown format; `what` names the file.
 Resumed load_checkpoint(const std::vector<char>& bytes, Net& net, torch::optim::Optimizer& opt,
-                        const Options& o, const std::string& what);
+                        const Pipe& pipe, const Options& o, const std::string& what);
 
-// Rank 0 writes the checkpoint, with env's world and DP size (nothing without
-// --checkpoint-dir; other ranks do nothing).
-void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::optim::Optimizer& opt,
+// Rank 0 writes the checkpoint, with env's world and DP size (nothing without --checkpoint-dir).
+// With a pipeline the stages of the first replica first hand their layers and optimizer state
+// to rank 0 (their first stage), so that one file holds the whole model; other ranks do nothing.
+void save_checkpoint(const DistEnv& env, const Options& o, Net& net, torch::optim::Optimizer& opt, Pipe& pipe,
                      const Position& pos);
 
 // Prepares --checkpoint-dir on rank 0 and, with --resume, returns the checkpoint's bytes on

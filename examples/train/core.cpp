@@ -97,6 +97,11 @@ DistEnv parse_dist_env(const EnvLookup& env) {
     throw Error("DDPRUN_DP_RANK=" + std::to_string(d.dp_rank) +
                 " must be below DDPRUN_DP_SIZE=" + std::to_string(d.dp_size));
   }
+  // Rank 0 prints, evaluates and writes the files: it must hold the first stage of the first replica.
+  if (d.rank == 0 && (d.mp_rank != 0 || d.dp_rank != 0)) {
+    throw Error("RANK=0 has DDPRUN_MP_RANK=" + std::to_string(d.mp_rank) + " and DDPRUN_DP_RANK=" +
+                std::to_string(d.dp_rank) + "; rank 0 must be model-parallel rank 0 of data-parallel rank 0");
+  }
   return d;
 }
 
@@ -199,6 +204,92 @@ std::string world_change_line(int old_world, int old_dp, int world, int dp, std:
          std::to_string(global_batch) + " kept, per-rank batch " + per_rank_batch_text(global_batch, dp) +
          " (was " + per_rank_batch_text(global_batch, old_dp) + "), learning rate unchanged; epoch " +
          std::to_string(epoch + 1) + " goes on after its first " + std::to_string(samples) + " samples";
+}
+
+void check_checkpoint_stages(int written_stages, int stages, const std::string& what) {
+  if (written_stages == stages) {
+    return;
+  }
+  const auto count = [](int p) { return std::to_string(p) + (p == 1 ? " stage" : " stages"); };
+  throw Error(
+      what + " was written by a pipeline of " + count(written_stages) + " (ddprun --procs-per-replica " +
+      std::to_string(written_stages) + "), but this run has " + count(stages) +
+      " (DDPRUN_MP_SIZE=" + std::to_string(stages) +
+      "); each stage's optimizer state belongs to its own layers, so resume with --procs-per-replica " +
+      std::to_string(written_stages) + ", or start afresh in another --checkpoint-dir");
+}
+
+int default_layers(const std::string& model) {
+  if (model == "toy") {
+    return 2;
+  }
+  if (model == "mlp") {
+    return 3;
+  }
+  if (model == "ae") {
+    return 4;
+  }
+  throw Error("unknown model '" + model + "'");
+}
+
+std::vector<std::int64_t> layer_widths(const std::string& model, int layers) {
+  const int n = layers == 0 ? default_layers(model) : layers;
+  if (n < 1) {
+    throw Error("--layers " + std::to_string(layers) + " must be at least 1");
+  }
+  default_layers(model);  // rejects an unknown model
+  const std::int64_t in = model == "toy" ? 32 : 784;
+  const std::int64_t out = model == "toy" ? 10 : (model == "ae" ? 784 : 10);
+  std::vector<std::int64_t> w{in};
+  for (int i = 0; i + 1 < n; ++i) {
+    if (model == "mlp") {
+      w.push_back(i == 0 ? 256 : 128);
+    } else {
+      w.push_back(model == "toy" ? 32 : 128);
+    }
+  }
+  w.push_back(out);
+  return w;
+}
+
+StageLayers stage_layers(int layers, int stages, int stage, const std::string& model) {
+  if (stages < 1 || stage < 0 || stage >= stages) {
+    throw Error("stage_layers: stage " + std::to_string(stage) + " of " + std::to_string(stages));
+  }
+  if (layers % stages != 0) {
+    std::vector<int> fit;
+    for (int p = 1; p <= layers; ++p) {
+      if (layers % p == 0) {
+        fit.push_back(p);
+      }
+    }
+    std::string fits;
+    for (std::size_t i = 0; i < fit.size(); ++i) {
+      fits += (i == 0 ? "" : (i + 1 == fit.size() ? " or " : ", ")) + std::to_string(fit[i]);
+    }
+    throw Error("DDPRUN_MP_SIZE=" + std::to_string(stages) + " (ddprun --procs-per-replica " +
+                std::to_string(stages) + ") does not divide the " + std::to_string(layers) +
+                " layers of --model " + model + " into pipeline stages; use --procs-per-replica " + fits +
+                ", or --layers N with N a multiple of " + std::to_string(stages));
+  }
+  const int per = layers / stages;
+  return StageLayers{stage * per, (stage + 1) * per};
+}
+
+std::vector<std::int64_t> micro_batch_sizes(std::int64_t len, int m) {
+  if (m < 1 || len < 0) {
+    throw Error("micro_batch_sizes: " + std::to_string(len) + " samples in " + std::to_string(m) + " parts");
+  }
+  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(m, len));
+  std::vector<std::int64_t> out(static_cast<std::size_t>(parts), len / parts);
+  for (std::int64_t i = 0; i < len % parts; ++i) {
+    ++out[static_cast<std::size_t>(i)];
+  }
+  return out;
+}
+
+double bubble_fraction(int stages, int micro_batches) {
+  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
 }
 
 IdxArray parse_idx(const std::vector<std::uint8_t>& bytes, const std::string& what) {

@@ -81,8 +81,9 @@ RankBatch rank_batch(const std::vector<std::int64_t>& perm, std::int64_t global_
 double rank_loss_weight(std::int64_t rank_len, std::int64_t batch_len, int dp_size);
 
 // Checkpoint formats this trainer reads. 1 lacks the world and DP size it was written at;
-// 2 records them (and the samples of the epoch done) so a resume can say what changed.
-inline constexpr std::int64_t kCheckpointFormat = 2;
+// 2 records them (and the samples of the epoch done) so a resume can say what changed; 3 adds
+// the model's layer count and the pipeline stages, with one optimizer state per stage.
+inline constexpr std::int64_t kCheckpointFormat = 3;
 inline constexpr std::int64_t kOldestCheckpointFormat = 1;
 // Throws, naming `what`, for a format outside [kOldestCheckpointFormat, kCheckpointFormat].
 void check_checkpoint_format(std::int64_t format, const std::string& what);
@@ -92,6 +93,34 @@ void check_checkpoint_format(std::int64_t format, const std::string& what);
 // (0-based) the run was; the global batch is kept, so that position holds at any DP size.
 std::string world_change_line(int old_world, int old_dp, int world, int dp, std::int64_t global_batch,
                               std::int64_t epoch, std::int64_t samples);
+
+// A resume must use the pipeline split it was written with: every stage's optimizer state belongs
+// to its own layers. Throws, naming `what` and both stage counts, when they differ.
+void check_checkpoint_stages(int written_stages, int stages, const std::string& what);
+
+// The models are chains of layers (Linear, then ReLU but after the last). Their widths, input first:
+//   toy: 32, then 32 per hidden layer, 10       (default 2 layers: 32-32-10)
+//   mlp: 784, then 256, 128, 128, ..., 10       (default 3 layers: 784-256-128-10)
+//   ae:  784, then 128 per hidden layer, 784    (default 4 layers: 784-128-128-128-784)
+// `layers` 0 means the model's default. Throws on an unknown model or layers < 0.
+int default_layers(const std::string& model);
+std::vector<std::int64_t> layer_widths(const std::string& model, int layers);
+
+// Pipeline parallelism: DDPRUN_MP_SIZE processes split the layers into that many consecutive
+// stages of equal length; stage s holds layers [first, last). Throws a one-line error when the
+// stage count does not divide the layers.
+struct StageLayers {
+  int first = 0;
+  int last = 0;
+};
+StageLayers stage_layers(int layers, int stages, int stage, const std::string& model);
+
+// One rank's share of a step split into micro-batches: min(m, len) parts (at least one, of zero
+// samples for an empty share), the first len % parts one sample larger.
+std::vector<std::int64_t> micro_batch_sizes(std::int64_t len, int m);
+
+// The idle share of a GPipe schedule with equal stages: (P - 1) / (M + P - 1).
+double bubble_fraction(int stages, int micro_batches);
 
 // An IDX array (the MNIST file format), unsigned bytes only.
 struct IdxArray {

@@ -61,7 +61,7 @@ StorePtr make_store(const DistEnv& env, std::chrono::milliseconds timeout) {
 
 #ifdef DDPRUN_TRAIN_HAVE_NCCL
 void make_nccl_groups(Dist& d, const Options& o, const StorePtr& world_store, const StorePtr& dp_store,
-                      std::chrono::milliseconds timeout) {
+                      const StorePtr& pipe_store, std::chrono::milliseconds timeout) {
   const DistEnv& env = d.env;
   if (!torch::cuda::is_available()) {
     throw Error("--backend nccl needs a CUDA device, but none is visible");
@@ -77,6 +77,9 @@ void make_nccl_groups(Dist& d, const Options& o, const StorePtr& world_store, co
       env.mp_size == 1
           ? d.world
           : GroupPtr(c10::make_intrusive<c10d::ProcessGroupNCCL>(dp_store, env.dp_rank, env.dp_size, nopts));
+  if (env.mp_size > 1) {
+    d.pipe = c10::make_intrusive<c10d::ProcessGroupNCCL>(pipe_store, env.mp_rank, env.mp_size, nopts);
+  }
 }
 #endif
 
@@ -105,15 +108,21 @@ Dist init_dist(const DistEnv& env, const Options& o) {
   auto world_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_train/world", d.store);
   auto dp_store =
       c10::make_intrusive<c10d::PrefixStore>("ddprun_train/dp" + std::to_string(env.mp_rank), d.store);
+  // Activations and their gradients pass between the stages of one replica (the same DP rank).
+  auto pipe_store =
+      c10::make_intrusive<c10d::PrefixStore>("ddprun_train/pipe" + std::to_string(env.dp_rank), d.store);
 #ifdef DDPRUN_TRAIN_HAVE_NCCL
   if (o.backend == "nccl") {
-    make_nccl_groups(d, o, world_store, dp_store, timeout);
+    make_nccl_groups(d, o, world_store, dp_store, pipe_store, timeout);
     return d;
   }
 #endif
   d.world = make_gloo(world_store, env.rank, env.world_size, env.master_addr, timeout);
-  // Gradients are averaged only among replicas of the same model-parallel slice.
+  // Gradients are averaged only among the replicas' copies of the same stage.
   d.dp = env.mp_size == 1 ? d.world : make_gloo(dp_store, env.dp_rank, env.dp_size, env.master_addr, timeout);
+  if (env.mp_size > 1) {
+    d.pipe = make_gloo(pipe_store, env.mp_rank, env.mp_size, env.master_addr, timeout);
+  }
   return d;
 }
 
@@ -155,12 +164,12 @@ int StopVote::result() {
   return static_cast<int>(t_[0].item<double>());
 }
 
-std::vector<double> dp_sum(Dist& d, std::vector<double> v) {
+std::vector<double> world_sum(Dist& d, std::vector<double> v) {
   if (!d.active()) {
     return v;
   }
   std::vector<at::Tensor> t{torch::tensor(v, torch::TensorOptions().dtype(torch::kFloat64)).to(d.comm_dev)};
-  d.dp->allreduce(t)->wait();
+  d.world->allreduce(t)->wait();
   auto c = t[0].cpu();
   for (std::size_t i = 0; i < v.size(); ++i) {
     v[i] = c[static_cast<std::int64_t>(i)].item<double>();

@@ -19,6 +19,7 @@ struct Dist {
   c10::intrusive_ptr<c10d::Store> store;
   GroupPtr world;  // all ranks: broadcast, stop flag
   GroupPtr dp;     // ranks sharing this MP rank: gradients
+  GroupPtr pipe;   // with MP > 1, the stages of this replica (ranked by MP rank): activations, gradients
   torch::Device comm_dev = torch::kCPU;
   // Collectives run with more than one process, and with --backend nccl at any size: a one-rank NCCL
   // communicator, so that a one-GPU machine exercises the NCCL path (scripts/gpu-check.sh).
@@ -31,7 +32,7 @@ void store_set_text(c10d::Store& store, const std::string& key, const std::strin
 std::string store_get_text(c10d::Store& store, const std::string& key);
 
 // Checks --backend, then (more than one process) joins the store hosted by rank 0 and creates
-// the world group and the data-parallel group.
+// the world group, the data-parallel group and (MP > 1) the pipeline group.
 Dist init_dist(const DistEnv& env, const Options& o);
 
 // Rank 0's values of params, on every rank.
@@ -51,8 +52,8 @@ class StopVote {
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
-// Sum of a small vector over the data-parallel group.
-std::vector<double> dp_sum(Dist& d, std::vector<double> v);
+// Sum of a small vector over all ranks.
+std::vector<double> world_sum(Dist& d, std::vector<double> v);
 
 void world_barrier(Dist& d);
 

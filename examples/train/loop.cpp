@@ -20,6 +20,7 @@
 #include "data.hpp"
 #include "dist.hpp"
 #include "model.hpp"
+#include "pipeline.hpp"
 #include "reducer.hpp"
 #include "report.hpp"
 #include "shm_setup.hpp"
@@ -40,6 +41,8 @@ struct Trainer {
   Data data;
   Dist dist;
   Net net{nullptr};
+  std::unique_ptr<Pipe> pipe;         // this rank's stage of the model (all of it with MP 1)
+  std::vector<torch::Tensor> params;  // the stage's parameters: trained, reduced, optimized here
   std::unique_ptr<torch::optim::Optimizer> opt;
   Position pos;
   std::unique_ptr<GradReducer> reducer;
@@ -59,7 +62,7 @@ struct Trainer {
   }
 };
 
-// One epoch's sums on this rank.
+// One epoch's sums on this rank (loss and samples: on the last pipeline stage only).
 struct Tally {
   double loss_sum = 0;
   double samples = 0;
@@ -89,6 +92,9 @@ void resolve_options(Options& o) {
   }
   if (o.bucket_cap_kb <= 0 || o.first_bucket_kb <= 0) {
     throw Error("--bucket-cap-kb and --first-bucket-kb must be positive");
+  }
+  if (o.micro_batches < 1) {
+    throw Error("--micro-batches must be at least 1");
   }
 }
 
@@ -130,7 +136,7 @@ void restore_checkpoint(Trainer& t) {
     return;
   }
   if (auto bytes = fetch_checkpoint(t.dist, t.o)) {
-    const auto r = load_checkpoint(*bytes, t.net, *t.opt, t.o, checkpoint_path(t.o));
+    const auto r = load_checkpoint(*bytes, t.net, *t.opt, *t.pipe, t.o, checkpoint_path(t.o));
     t.pos = r.pos;
     t.log(fmt::format("resumed from {} at epoch {} batch {} (step {})", checkpoint_path(t.o), t.pos.epoch + 1,
                       t.pos.batch, t.pos.step));
@@ -147,7 +153,7 @@ void restore_checkpoint(Trainer& t) {
 
 void make_reducer(Trainer& t) {
   if (t.dist.active() && t.env.dp_size > 1) {
-    t.reducer = std::make_unique<GradReducer>(t.net->parameters(), t.dist.dp, t.o.first_bucket_kb * 1024,
+    t.reducer = std::make_unique<GradReducer>(t.params, t.dist.dp, t.o.first_bucket_kb * 1024,
                                               t.o.bucket_cap_kb * 1024, t.env.mp_size == 1 ? 2 : 0);
     setup_shm_allreduce(t.dist, *t.reducer, t.o);
   }
@@ -165,32 +171,32 @@ void set_up(Trainer& t, Options o) {
   // Data before the process group: a bad --data-dir fails fast on every rank.
   t.classifier = t.o.model == "mlp";
   t.data = t.o.data == "toy" ? make_toy_data(t.o.seed, t.o.toy_samples) : load_fashion_mnist(t.o.data_dir);
+  // A pipeline split that does not fit the model fails here too, before anyone joins.
+  const int layers = static_cast<int>(layer_widths(t.o.model, t.o.layers).size()) - 1;
+  stage_layers(layers, t.env.mp_size, t.env.mp_rank, t.o.model);
   t.dist = init_dist(t.env, t.o);
   torch::manual_seed(t.o.seed);
-  t.net = Net(t.o.model);
+  t.net = Net(t.o.model, t.o.layers);
   place_model(t);
-  t.opt = make_optimizer(t.net, t.o);
+  t.pipe = std::make_unique<Pipe>(t.dist, t.net, t.o.model);
+  t.params = t.net->layer_parameters(t.pipe->first_layer(), t.pipe->last_layer());
+  t.opt = make_optimizer(t.params, t.o);
   restore_checkpoint(t);
   broadcast_params(t.dist, t.net->parameters());
   make_reducer(t);
   t.log(fmt::format(
-      "ddprun-train: model {} data {} world {} (dp {} x mp {}) global batch {} "
+      "ddprun-train: model {} ({} layers) data {} world {} (dp {} x mp {}) global batch {} "
       "per-rank batch {} optimizer {} threads {}",
-      t.o.model, t.o.data, t.env.world_size, t.env.dp_size, t.env.mp_size, t.o.batch_size,
+      t.o.model, layers, t.o.data, t.env.world_size, t.env.dp_size, t.env.mp_size, t.o.batch_size,
       per_rank_batch_text(t.o.batch_size, t.env.dp_size), t.o.optimizer, torch::get_num_threads()));
-  pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_AFTER_SETUP_MS", "set up, pausing before the first step");
-}
-
-// This rank's loss for the step, weighted so that the DP average of the gradients is the mean
-// over the whole global batch even when the ranks' shares differ. A rank with no sample of a
-// short last batch still runs backward (zero gradients), so every rank joins the all-reduce.
-torch::Tensor step_loss(const Trainer& t, const torch::Tensor& out, const torch::Tensor& x,
-                        const torch::Tensor& y, const RankBatch& rb) {
-  const auto len = static_cast<std::int64_t>(rb.indices.size());
-  if (len == 0) {
-    return out.sum() * 0.0;
+  if (t.env.mp_size > 1) {
+    t.log(
+        fmt::format("pipeline: {} stages of {} layers, {} micro-batches per step and replica (GPipe; ideal "
+                    "bubble {:.0f}% of a step)",
+                    t.env.mp_size, layers / t.env.mp_size, t.o.micro_batches,
+                    100 * bubble_fraction(t.env.mp_size, t.o.micro_batches)));
   }
-  return compute_loss(t.o.model, out, x, y) * rank_loss_weight(len, rb.batch_len, t.env.dp_size);
+  pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_AFTER_SETUP_MS", "set up, pausing before the first step");
 }
 
 // One optimizer step on this rank's share rb of global batch b, then the stop vote's outcome and
@@ -205,36 +211,50 @@ void train_step(Trainer& t, const RankBatch& rb, std::int64_t epoch, std::int64_
   const auto bidx = torch::tensor(rb.indices, torch::kInt64);
   auto x = t.data.train_x.index_select(0, bidx);
   auto y = t.data.train_y.index_select(0, bidx);
-  clear_grads(t.net);
-  auto out = t.net->forward(x);
-  auto loss = step_loss(t, out, x, y, rb);
-  loss.backward();
+  clear_grads(t.params);
+  // The loss is weighted so that the DP average of the gradients is the mean over the whole global
+  // batch even when the ranks' shares differ. A rank with no sample of a short last batch still
+  // runs backward (zero gradients), so every rank joins the all-reduce.
+  const auto len = static_cast<std::int64_t>(rb.indices.size());
+  const auto micro = micro_batch_sizes(len, t.o.micro_batches);
+  if (t.reducer) {
+    t.reducer->expect_grads(static_cast<std::int64_t>(micro.size()));
+  }
+  const double weight = len == 0 ? 0.0 : rank_loss_weight(len, rb.batch_len, t.env.dp_size);
+  const double loss = pipeline_step(*t.pipe, t.net, t.o.model, x, y, micro, weight);
   if (t.reducer) {
     t.reducer->finish();
   }
   t.opt->step();
   t.heartbeat.touch();
-  // The weighted loss times batch_len / dp is this rank's sum of sample losses.
-  tally.loss_sum += loss.item<double>() * static_cast<double>(rb.batch_len) / t.env.dp_size;
-  tally.samples += static_cast<double>(rb.indices.size());
+  if (t.pipe->is_last()) {
+    // The weighted loss times batch_len / dp is this rank's sum of sample losses.
+    tally.loss_sum += loss * static_cast<double>(rb.batch_len) / t.env.dp_size;
+    tally.samples += static_cast<double>(len);
+  }
   t.pos = Position{epoch, b + 1, t.pos.step + 1};
   t.stop_signal = vote ? vote->result() : stop_from_flags(t.reducer->extra_sums());
   t.hit_max_steps = t.o.max_steps > 0 && t.pos.step >= t.o.max_steps;
   if (t.o.checkpoint_every > 0 && t.pos.step % t.o.checkpoint_every == 0 && !t.stopping()) {
-    save_checkpoint(t.env, t.o, t.net, *t.opt, t.pos);
+    save_checkpoint(t.env, t.o, t.net, *t.opt, *t.pipe, t.pos);
   }
 }
 
-// Rank 0: evaluates, prints the epoch line and appends the metrics record. `tot` holds the
-// group's sums of loss, samples and CPU seconds.
-void report_epoch(Trainer& t, std::int64_t epoch, const std::vector<double>& tot, double secs) {
+// Rank 0: prints the epoch line and appends the metrics record. `tot` holds the job's sums of
+// loss and samples (counted by the last stages), CPU seconds and pipeline wait seconds.
+void report_epoch(Trainer& t, std::int64_t epoch, const std::vector<double>& tot, double secs,
+                  const EvalResult& ev) {
   const double train_loss = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
-  // Every MP slice trains an identical replica, so global samples/s counts one slice.
   const double sps = secs > 0 ? tot[1] / secs : 0.0;
-  const auto ev = evaluate(t.net, t.data, t.o, t.classifier);
   nlohmann::json rec = {{"epoch", epoch + 1},    {"step", t.pos.step},     {"loss", train_loss},
                         {"test_loss", ev.loss},  {"samples_per_sec", sps}, {"world_size", t.env.world_size},
                         {"epoch_seconds", secs}, {"cpu_seconds", tot[2]}};
+  if (t.env.mp_size > 1) {
+    // The share of the ranks' training time spent waiting for a neighbouring stage: the bubble, measured.
+    rec["stages"] = t.env.mp_size;
+    rec["micro_batches"] = t.o.micro_batches;
+    rec["pipeline_wait_fraction"] = secs > 0 ? tot[3] / (secs * t.env.world_size) : 0.0;
+  }
   std::string acc;
   if (t.classifier) {
     rec["test_accuracy"] = ev.accuracy;
@@ -256,6 +276,7 @@ bool run_epoch(Trainer& t, std::int64_t epoch) {
   Tally tally;
   const auto t0 = Clock::now();
   const double cpu0 = process_cpu_seconds();
+  const double wait0 = t.pipe->wait_seconds();
   for (std::int64_t b = t.pos.batch; b < nb && !t.stopping(); ++b) {
     train_step(t, rank_batch(perm, t.o.batch_size, b, t.env.dp_size, t.env.dp_rank), epoch, b, tally);
   }
@@ -264,12 +285,17 @@ bool run_epoch(Trainer& t, std::int64_t epoch) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const double cpu_secs = process_cpu_seconds() - cpu0;
-  const auto tot = dp_sum(t.dist, {tally.loss_sum, tally.samples, cpu_secs});
+  const double wait_secs = t.pipe->wait_seconds() - wait0;
+  const auto tot = world_sum(t.dist, {tally.loss_sum, tally.samples, cpu_secs, wait_secs});
   t.pos = Position{epoch + 1, 0, t.pos.step};
-  if (t.lead) {
-    report_epoch(t, epoch, tot, secs);
+  // One replica evaluates: rank 0 alone, or every stage of rank 0's pipeline.
+  if (t.env.mp_size > 1 ? t.env.dp_rank == 0 : t.lead) {
+    const auto ev = evaluate(*t.pipe, t.net, t.data, t.o, t.classifier);
+    if (t.lead) {
+      report_epoch(t, epoch, tot, secs, ev);
+    }
   }
-  save_checkpoint(t.env, t.o, t.net, *t.opt, t.pos);
+  save_checkpoint(t.env, t.o, t.net, *t.opt, *t.pipe, t.pos);
   t.hit_max_steps = t.o.max_steps > 0 && t.pos.step >= t.o.max_steps;
   return !t.hit_max_steps;
 }
@@ -277,10 +303,13 @@ bool run_epoch(Trainer& t, std::int64_t epoch) {
 // Final checkpoint and parameters, then everyone waits for them; returns the exit code.
 int finish(Trainer& t) {
   if (t.stopping()) {
-    save_checkpoint(t.env, t.o, t.net, *t.opt, t.pos);
+    save_checkpoint(t.env, t.o, t.net, *t.opt, *t.pipe, t.pos);
   }
-  if (t.lead && !t.o.dump_params.empty()) {
-    dump_params(t.net, t.o.dump_params);
+  if (!t.o.dump_params.empty() && t.env.dp_rank == 0) {
+    gather_layers(*t.pipe, t.net);  // rank 0 dumps the whole model
+    if (t.lead) {
+      dump_params(t.net, t.o.dump_params);
+    }
   }
   // Nobody leaves before rank 0's checkpoint is durable.
   world_barrier(t.dist);

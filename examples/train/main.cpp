@@ -1,4 +1,4 @@
-// ddprun-train: a data-parallel libtorch trainer (PyTorch DDP semantics, in C++).
+// ddprun-train: a data- and pipeline-parallel libtorch trainer (PyTorch DDP semantics, in C++).
 // See docs/trainer.md for usage, checkpoint and preemption semantics. This file is the CLI;
 // the run itself is in loop.cpp.
 #include <c10/util/Exception.h>
@@ -24,6 +24,9 @@ void add_training_options(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "toy | mlp | ae")
       ->check(CLI::IsMember({"toy", "mlp", "ae"}))
       ->capture_default_str();
+  app.add_option("--layers", o.layers,
+                 "layers of the model (default: toy 2, mlp 3, ae 4); pipeline stages must divide it")
+      ->check(CLI::PositiveNumber);
   app.add_option("--data", o.data, "toy | fashion-mnist (default: follows --model)")
       ->check(CLI::IsMember({"toy", "fashion-mnist"}));
   app.add_option("--data-dir", o.data_dir, "directory with MNIST-format IDX files (.gz or plain)")
@@ -58,6 +61,11 @@ void add_run_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--dump-params", o.dump_params, "rank 0 writes final parameters as JSON");
   app.add_flag("--model-parallel", o.model_parallel, "head and tail on the process's two devices");
+  app.add_option("--micro-batches", o.micro_batches,
+                 "micro-batches per step and rank, pipelined through the stages of a model-parallel "
+                 "group (DDPRUN_MP_SIZE > 1; with one stage: gradient accumulation)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--bucket-cap-kb", o.bucket_cap_kb, "gradient bucket size")->capture_default_str();
   app.add_option("--first-bucket-kb", o.first_bucket_kb, "size of the first gradient bucket")
       ->capture_default_str();
@@ -103,7 +111,7 @@ int run_reporting_errors(const Options& o) {
 int main(int argc, char** argv) {
   using namespace ddprun::train;
   Options o;
-  CLI::App app{"ddprun-train: data-parallel libtorch trainer (see docs/trainer.md)"};
+  CLI::App app{"ddprun-train: data- and pipeline-parallel libtorch trainer (see docs/trainer.md)"};
   // A repeated option takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_training_options(app, o);

@@ -8,6 +8,7 @@ namespace ddprun::train {
 
 struct Options {
   std::string model = "mlp";
+  int layers = 0;    // 0: the model's default depth
   std::string data;  // empty: follows the model
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int epochs = 1;
@@ -26,6 +27,7 @@ struct Options {
   std::int64_t max_steps = 0;
   std::string dump_params;
   bool model_parallel = false;
+  int micro_batches = 1;  // per step and rank, pipelined through the stages (DDPRUN_MP_SIZE > 1)
   std::int64_t bucket_cap_kb = 25 * 1024;  // DDP's defaults: 25 MB, first bucket 1 MB
   std::int64_t first_bucket_kb = 1024;
   int timeout_s = 300;

@@ -89,7 +89,7 @@ void GradReducer::finish() {
       // before the next backward, so autograd never accumulates into a bucket in flight.
       auto& p = params_[s.param];
       p.mutable_grad() = b.flat.narrow(0, s.offset, s.numel).view(p.sizes());
-      s.seen = false;
+      s.seen = 0;
     }
     b.pending = b.slots.size();
   }
@@ -99,12 +99,16 @@ void GradReducer::finish() {
 void GradReducer::on_grad(std::size_t bi, std::size_t si, const torch::Tensor& g) {
   auto& b = buckets_[bi];
   auto& s = b.slots[si];
-  if (s.seen) {
-    throw Error("a parameter received two gradients in one backward; not supported");
+  if (s.seen == per_param_) {
+    throw Error("a parameter received more gradients in one step than it has micro-batches; not supported");
   }
-  s.seen = true;
-  b.flat.narrow(0, s.offset, s.numel).copy_(g.reshape({-1}));
-  if (--b.pending == 0) {
+  auto slot = b.flat.narrow(0, s.offset, s.numel);
+  if (s.seen++ == 0) {
+    slot.copy_(g.reshape({-1}));
+  } else {
+    slot.add_(g.reshape({-1}));
+  }
+  if (s.seen == per_param_ && --b.pending == 0) {
     // Launch strictly in bucket order so every rank issues the same collective sequence.
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
       auto& flat = buckets_[next_].flat;

@@ -4,7 +4,8 @@
 // backward continues. finish() waits and writes the averages into .grad before the step.
 // As in DDP the first bucket is kept small so communication starts early. `extra` values
 // ride along in the first bucket (summed, not averaged): the per-step stop vote costs no
-// extra collective.
+// extra collective. With micro-batches each parameter gets one gradient per micro-batch: the
+// bucket sums them and starts its all-reduce after the last one, during the last backward.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,6 +30,9 @@ class GradReducer {
   // From now on buckets are summed through shared memory (same node), in the hook itself.
   void use_shm(std::unique_ptr<ShmAllreduce> shm) { shm_ = std::move(shm); }
 
+  // How many gradients each parameter gets in this step (its micro-batches); call before backward.
+  void expect_grads(std::int64_t per_param) { per_param_ = per_param; }
+
   // Values to sum across the group along with this step's gradients; call before backward.
   void set_extra(const std::vector<double>& v);
   // Their sums, valid after finish().
@@ -42,7 +46,7 @@ class GradReducer {
     std::size_t param;
     std::int64_t offset;
     std::int64_t numel;
-    bool seen = false;
+    std::int64_t seen = 0;  // gradients received in this step
   };
   struct Bucket {
     std::vector<Slot> slots;
@@ -62,6 +66,7 @@ class GradReducer {
   std::vector<Bucket> buckets_;
   std::size_t next_ = 0;
   std::int64_t extra_ = 0;
+  std::int64_t per_param_ = 1;
   std::vector<double> extra_sums_;
   std::unique_ptr<ShmAllreduce> shm_;
 };

@@ -8,6 +8,7 @@
 #include "data.hpp"
 #include "model.hpp"
 #include "options.hpp"
+#include "pipeline.hpp"
 
 namespace ddprun::train {
 
@@ -16,8 +17,9 @@ struct EvalResult {
   double accuracy = -1;  // classifier only
 };
 
-// Loss (and accuracy for the classifier) over the whole test set; leaves net in training mode.
-EvalResult evaluate(Net& net, const Data& data, const Options& o, bool classifier);
+// Loss (and accuracy for the classifier) over the whole test set, through every stage of the
+// pipeline (all stages of one replica call it); the result is stage 0's. Leaves net in training mode.
+EvalResult evaluate(Pipe& pipe, Net& net, const Data& data, const Options& o, bool classifier);
 
 // Appends one JSON line to the --metrics-file.
 void append_metrics(const std::string& path, const nlohmann::json& rec);

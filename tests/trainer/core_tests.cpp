@@ -118,6 +118,15 @@ TEST_CASE("dist env rejects inconsistent values with a message naming the variab
       parse_dist_env(
           env_of({{"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"DDPRUN_MP_SIZE", "3"}})),
       Catch::Contains("DDPRUN_MP_SIZE"));
+  // Rank 0 writes the checkpoint a pipeline's first stage gathers: it must be that stage.
+  CHECK_THROWS_WITH(parse_dist_env(env_of({{"RANK", "0"},
+                                           {"WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "h"},
+                                           {"MASTER_PORT", "1"},
+                                           {"DDPRUN_MP_SIZE", "2"},
+                                           {"DDPRUN_MP_RANK", "1"},
+                                           {"DDPRUN_DP_RANK", "0"}})),
+                    Catch::Contains("rank 0 must be model-parallel rank 0"));
 }
 
 TEST_CASE("the global batch must give every DP rank a sample but need not divide") {
@@ -220,13 +229,82 @@ TEST_CASE("batches per epoch rounds up") {
   CHECK(batches_per_epoch(96, 32) == 3);
 }
 
-TEST_CASE("checkpoint formats 1 and 2 are read, others refused naming the file") {
+TEST_CASE("checkpoint formats 1 to 3 are read, others refused naming the file") {
   CHECK_NOTHROW(check_checkpoint_format(1, "f"));
   CHECK_NOTHROW(check_checkpoint_format(2, "f"));
+  CHECK_NOTHROW(check_checkpoint_format(3, "f"));
   CHECK_THROWS_WITH(
-      check_checkpoint_format(3, "ck/latest.pt"),
-      Catch::Contains("ck/latest.pt has checkpoint format 3") && Catch::Contains("formats 1 to 2"));
+      check_checkpoint_format(4, "ck/latest.pt"),
+      Catch::Contains("ck/latest.pt has checkpoint format 4") && Catch::Contains("formats 1 to 3"));
   CHECK_THROWS(check_checkpoint_format(0, "f"));
+}
+
+TEST_CASE("a checkpoint resumes only with the pipeline split that wrote it, and says so") {
+  CHECK_NOTHROW(check_checkpoint_stages(1, 1, "f"));
+  CHECK_NOTHROW(check_checkpoint_stages(4, 4, "f"));
+  CHECK_THROWS_WITH(check_checkpoint_stages(2, 1, "ck/latest.pt"),
+                    Catch::Contains("ck/latest.pt was written by a pipeline of 2 stages") &&
+                        Catch::Contains("this run has 1 stage (DDPRUN_MP_SIZE=1)") &&
+                        Catch::Contains("resume with --procs-per-replica 2"));
+  CHECK_THROWS_WITH(check_checkpoint_stages(1, 4, "f"),
+                    Catch::Contains("pipeline of 1 stage (") && Catch::Contains("this run has 4 stages"));
+}
+
+TEST_CASE("the models' layer widths, at the default depths and deeper") {
+  using W = std::vector<std::int64_t>;
+  CHECK(layer_widths("toy", 0) == W{32, 32, 10});
+  CHECK(layer_widths("mlp", 0) == W{784, 256, 128, 10});
+  CHECK(layer_widths("ae", 0) == W{784, 128, 128, 128, 784});
+  CHECK(layer_widths("toy", 4) == W{32, 32, 32, 32, 10});
+  CHECK(layer_widths("mlp", 4) == W{784, 256, 128, 128, 10});
+  CHECK(layer_widths("mlp", 2) == W{784, 256, 10});
+  CHECK(layer_widths("mlp", 1) == W{784, 10});
+  CHECK(layer_widths("ae", 2) == W{784, 128, 784});
+  CHECK(default_layers("mlp") == 3);
+  CHECK_THROWS_WITH(layer_widths("resnet", 0), Catch::Contains("unknown model 'resnet'"));
+  CHECK_THROWS_WITH(layer_widths("mlp", -1), Catch::Contains("--layers -1"));
+}
+
+TEST_CASE("pipeline stages split the layers into equal consecutive ranges, or say which P fit") {
+  struct Case {
+    int layers, stages, stage, first, last;
+  };
+  for (const auto& c : std::vector<Case>{{3, 1, 0, 0, 3},
+                                         {4, 2, 0, 0, 2},
+                                         {4, 2, 1, 2, 4},
+                                         {8, 4, 3, 6, 8},
+                                         {3, 3, 1, 1, 2},
+                                         {6, 6, 5, 5, 6}}) {
+    CAPTURE(c.layers, c.stages, c.stage);
+    const auto r = stage_layers(c.layers, c.stages, c.stage, "toy");
+    CHECK(r.first == c.first);
+    CHECK(r.last == c.last);
+  }
+  CHECK_THROWS_WITH(
+      stage_layers(3, 2, 0, "mlp"),
+      Catch::Contains("DDPRUN_MP_SIZE=2 (ddprun --procs-per-replica 2) does not divide the 3 layers "
+                      "of --model mlp") &&
+          Catch::Contains("use --procs-per-replica 1 or 3, or --layers N with N a multiple of 2"));
+  CHECK_THROWS(stage_layers(4, 8, 0, "toy"));  // more stages than layers: 8 does not divide 4
+  CHECK_THROWS(stage_layers(4, 2, 2, "toy"));
+}
+
+TEST_CASE("micro-batches split a rank's share in order, the first ones larger, never more than its samples") {
+  using V = std::vector<std::int64_t>;
+  CHECK(micro_batch_sizes(32, 1) == V{32});
+  CHECK(micro_batch_sizes(32, 4) == V{8, 8, 8, 8});
+  CHECK(micro_batch_sizes(32, 3) == V{11, 11, 10});
+  CHECK(micro_batch_sizes(2, 4) == V{1, 1});
+  CHECK(micro_batch_sizes(0, 4) == V{0});  // an empty share still runs one (empty) pass
+  CHECK_THROWS(micro_batch_sizes(4, 0));
+}
+
+TEST_CASE("the GPipe bubble is (P - 1) / (M + P - 1)") {
+  CHECK(bubble_fraction(1, 1) == 0.0);
+  CHECK(bubble_fraction(2, 1) == Approx(0.5));
+  CHECK(bubble_fraction(4, 1) == Approx(0.75));
+  CHECK(bubble_fraction(2, 4) == Approx(0.2));
+  CHECK(bubble_fraction(4, 8) == Approx(3.0 / 11.0));
 }
 
 TEST_CASE("a resume at another world size says what changed, the same or an unknown world nothing") {

@@ -120,7 +120,7 @@ class Job:
 class Launched:
     """The trainer started by ddprun: one launcher process running NPROC ranks."""
 
-    def __init__(self, name, nproc, args, extra=(), env=None):
+    def __init__(self, name, nproc, args, extra=(), env=None, master_port=None):
         e = {k: v for k, v in os.environ.items() if not k.startswith(("DDPRUN_", "SLURM_"))}
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
             e.pop(k, None)
@@ -128,7 +128,8 @@ class Launched:
         self.name = name
         self.out_f = open(os.path.join(TMP, f"{name}.ddprun.out"), "w+")
         self.err_f = open(os.path.join(TMP, f"{name}.ddprun.err"), "w+")
-        cmd = [ARGS.ddprun, "--nproc-per-node", str(nproc), "--master-port", str(free_port()), *extra, "--",
+        cmd = [ARGS.ddprun, "--nproc-per-node", str(nproc), "--master-port", str(master_port or free_port()), *extra,
+               "--",
                ARGS.trainer, *args]
         self.proc = subprocess.Popen(cmd, env=e, stdout=self.out_f, stderr=self.err_f, start_new_session=True,
                                      cwd=TMP)
@@ -280,8 +281,9 @@ def test_equivalence():
 
 
 def test_equivalence_mp():
-    """World 4 = 2 MP slices x DP 2: gradients are averaged inside each DP group only,
-    and every slice ends equal to the 1-rank run (model-parallel split path enabled)."""
+    """World 4 = 2 pipeline stages x DP 2, with --model-parallel (the head/tail placement, on the CPU
+    here): each stage's gradients are averaged inside its DP group only, and the model ends equal to
+    the 1-rank run."""
     run("one", 1, TOY + ["--epochs", "1", "--dump-params", p("one.json")])
 
     def grid(r):
@@ -293,6 +295,136 @@ def test_equivalence_mp():
     d = max_param_diff(load_params(p("one.json")), load_params(p("grid.json")))
     print(f"max |param(1 rank) - param(2x2 grid)| = {d:.3g}")
     check(d < 1e-5, f"2x2-grid parameters differ from 1-rank by {d}")
+
+
+def grid_env(stages, dp):
+    """The variables ddprun --procs-per-replica exports: P consecutive ranks form one replica."""
+    def env(r):
+        return {"DDPRUN_MP_SIZE": str(stages), "DDPRUN_MP_RANK": str(r % stages),
+                "DDPRUN_DP_SIZE": str(dp), "DDPRUN_DP_RANK": str(r // stages)}
+    return env
+
+
+# (stages, DP size, micro-batches): each pipeline depth with and without data parallelism, and
+# micro-batches that divide the share and that do not (32 in 3: 11/11/10).
+PIPELINE_GRIDS = [(2, 1, 1), (2, 2, 3), (4, 1, 4), (4, 2, 2)]
+
+
+def pipeline_equivalence(name, args):
+    """Each grid of PIPELINE_GRIDS ends with the 1-process parameters after 40 Adam steps."""
+    run(f"{name}_one", 1, args + ["--dump-params", p(f"{name}_one.json")])
+    one = load_params(p(f"{name}_one.json"))
+    for stages, dp, micro in PIPELINE_GRIDS:
+        tag = f"{name}_p{stages}_dp{dp}_m{micro}"
+        job = run(tag, stages * dp, args + ["--micro-batches", str(micro), "--dump-params", p(f"{tag}.json")],
+                  rank_env=grid_env(stages, dp))
+        check(f"pipeline: {stages} stages of" in job.out(0), f"{tag}: no pipeline line\n" + job.logs())
+        d = max_param_diff(one, load_params(p(f"{tag}.json")))
+        print(f"max |param(1 process) - param({stages} stages x dp {dp}, {micro} micro-batches)| = {d:.3g}")
+        check(d < 1e-5, f"{tag}: parameters differ from 1 process by {d}")
+    # One stage with micro-batches accumulates their gradients: the same step.
+    run(f"{name}_accum", 2, args + ["--micro-batches", "4", "--dump-params", p(f"{name}_accum.json")])
+    d = max_param_diff(one, load_params(p(f"{name}_accum.json")))
+    check(d < 1e-5, f"{name}: 2 ranks with 4 micro-batches differ from 1 process by {d}")
+    # Guard against a vacuous pass: training must have moved the parameters.
+    run(f"{name}_zero", 1, args + ["--max-steps", "1", "--dump-params", p(f"{name}_zero.json")])
+    check(max_param_diff(one, load_params(p(f"{name}_zero.json"))) > 1e-3, "training did not move params")
+
+
+def test_pipeline():
+    """A deeper toy model (8 layers) split into 2 and 4 pipeline stages, alone and with 2 data-parallel
+    replicas, with micro-batches: the same parameters as 1 process after 40 Adam steps. A split that
+    does not divide the layers is a one-line error on every rank."""
+    deep = ["--model", "toy", "--layers", "8", "--optimizer", "adam", "--lr", "0.001", "--batch-size", "64",
+            "--toy-samples", "1024", "--seed", "7", "--epochs", "3", "--max-steps", "40"]
+    pipeline_equivalence("deep", deep)
+    job = run("three", 3, deep, rank_env=grid_env(3, 1), expect=1)
+    for i in range(3):
+        err = job.err(i).strip()
+        check(len(err.splitlines()) == 1 and "does not divide the 8 layers of --model toy" in err
+              and "--procs-per-replica 1, 2, 4 or 8" in err, f"rank {i}: no one-line split error\n" + job.logs())
+
+
+def test_pipeline_mlp():
+    """The Fashion-MNIST MLP, 4 layers deep (784-256-128-128-10), in 2 and 4 stages: the same parameters
+    as 1 process after 40 Adam steps."""
+    if not os.path.isdir(ARGS.data_dir):
+        print(f"SKIP: {ARGS.data_dir} missing (install dataset-fashion-mnist)")
+        sys.exit(SKIP)
+    pipeline_equivalence("mlp", ["--model", "mlp", "--layers", "4", "--data-dir", ARGS.data_dir,
+                                 "--max-steps", "40"])
+
+
+def test_pipeline_resume():
+    """A 2-stage x 2-replica pipeline stopped mid-epoch and resumed ends where an uninterrupted one
+    ends (the checkpoint holds both stages' layers and optimizer state); resuming it with another
+    split is refused in one line naming both; SIGTERM to one stage stops every rank after the same
+    step, with a checkpoint to resume from."""
+    args = ["--model", "toy", "--layers", "4", "--momentum", "0.9", "--batch-size", "64",
+            "--toy-samples", "1024", "--seed", "7", "--epochs", "3", "--micro-batches", "2"]
+    grid = grid_env(2, 2)
+    run("straight", 4, args + ["--dump-params", p("straight.json")], rank_env=grid)
+    ck = p("ck")
+    run("first", 4, args + ["--checkpoint-dir", ck, "--max-steps", "20"], rank_env=grid)
+    job = run("second", 4, args + ["--checkpoint-dir", ck, "--resume", "--dump-params", p("resumed.json")],
+              rank_env=grid)
+    check("epoch 2 batch 4 (step 20)" in job.out(), "did not resume at step 20:\n" + job.logs())
+    d = max_param_diff(load_params(p("straight.json")), load_params(p("resumed.json")))
+    print(f"max |param(straight) - param(resumed)| = {d:.3g}, 2 stages x 2 replicas")
+    check(d < 1e-6, f"resumed pipeline differs from the uninterrupted one by {d}")
+    # The same checkpoint with another split: refused, saying what changed and what to do.
+    for name, n, env in (("unsplit", 2, None), ("four", 4, grid_env(4, 1))):
+        job = run(name, n, args + ["--checkpoint-dir", ck, "--resume"], rank_env=env, expect=1)
+        err = job.err(0).strip()
+        check(len(err.splitlines()) == 1 and "was written by a pipeline of 2 stages" in err
+              and "resume with --procs-per-replica 2" in err, f"{name}: no one-line refusal\n" + job.logs())
+    # SIGTERM to the last stage of the second replica.
+    ck2 = p("ck2")
+    job = Job("term", 4, args + ["--epochs", "100000", "--checkpoint-dir", ck2], rank_env=grid)
+    JOBS.append(job)
+    wait_for(lambda: "pipeline: 2 stages" in job.out(0), 120, "training to start")
+    time.sleep(1.0)
+    job.signal(3, signal.SIGTERM)
+    rcs = job.wait(timeout=60)
+    check(rcs == [143] * 4, f"exit codes {rcs}, expected 143\n" + job.logs())
+    step = int(job.out(0).split("after step ")[1].split()[0])
+    job = run("term_resume", 4, args + ["--epochs", "100000", "--checkpoint-dir", ck2, "--resume",
+                                        "--max-steps", str(step + 3)], rank_env=grid)
+    check(f"(step {step})" in job.out() and f"stopped at --max-steps {step + 3}" in job.out(),
+          f"the pipeline did not resume from step {step}\n" + job.logs())
+
+
+def test_pipeline_accuracy():
+    """Fashion-MNIST through ddprun on two agents with --procs-per-replica 2: each node's two workers
+    are one replica split into 2 stages, the two nodes its data-parallel copies. The 4-layer MLP
+    reaches the test accuracy of the data-parallel run of the same model (2 ranks, one agent)."""
+    if not os.path.isdir(ARGS.data_dir):
+        print(f"SKIP: {ARGS.data_dir} missing (install dataset-fashion-mnist)")
+        sys.exit(SKIP)
+    train = ["--model", "mlp", "--layers", "4", "--epochs", "2", "--data-dir", ARGS.data_dir]
+    dp_metrics = p("dp.jsonl")
+    job = Launched("dp", 2, train + ["--metrics-file", dp_metrics])
+    rc = job.wait(900)
+    check(rc == 0, f"data-parallel run: ddprun exited {rc}\n" + job.logs())
+    pp_metrics = p("pp.jsonl")
+    port, master_port = free_port(), free_port()
+    agents = [Launched(f"node{n}", 2, train + ["--metrics-file", pp_metrics], master_port=master_port,
+                       extra=["--nnodes", "2", "--node-rank", str(n), "--rdzv-endpoint", f"127.0.0.1:{port}",
+                              "--rdzv-auth", "none", "--procs-per-replica", "2"])
+              for n in range(2)]
+    for a in agents:
+        rc = a.wait(900)
+        check(rc == 0, f"{a.name}: ddprun exited {rc}\n" + "".join(x.logs() for x in agents))
+    dp, pp = read_metrics(dp_metrics), read_metrics(pp_metrics)
+    print("\n".join(json.dumps(r) for r in dp + pp))
+    check([r["epoch"] for r in pp] == [1, 2], f"expected 2 records from the pipeline, got {pp}")
+    check(all(r["world_size"] == 4 and r["stages"] == 2 for r in pp), "the pipeline's records: not 4 ranks in 2 stages")
+    a_dp, a_pp = dp[-1]["test_accuracy"], pp[-1]["test_accuracy"]
+    check(a_pp >= 0.85, f"pipeline test accuracy {a_pp} < 0.85")
+    # The same samples, steps and arithmetic: the same model, up to float rounding.
+    check(abs(a_pp - a_dp) <= 0.002, f"pipeline accuracy {a_pp} vs data-parallel {a_dp}")
+    check(agents[0].out().count("test_accuracy") == 2, "accuracy not reported once per epoch\n" + agents[0].logs())
+    check("test_accuracy" not in agents[1].out(), "the second node reported accuracy too\n" + agents[1].logs())
 
 
 def test_resume():
