@@ -187,7 +187,8 @@ void add_store_options(CLI::App& app, core::Options& o) {
       ->group(g);
   app.add_option("--master-port,--master_port", o.master_port,
                  "MASTER_PORT for the workers' own store (default: derived from the Slurm step's "
-                 "JOBID.STEPID, a self-launch's from the job id, else 29500; checked by binding)")
+                 "JOBID.STEPID, a self-launch's from the job id, else 29500; checked by binding and held "
+                 "against other ddprun jobs on this machine)")
       ->envname(env("MASTER_PORT"))
       ->group(g);
   ignored<std::string>(app, "--rdzv-backend,--rdzv_backend", "Accepted for torchrun compatibility; ignored",

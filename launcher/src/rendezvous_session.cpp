@@ -114,7 +114,10 @@ class RendezvousSession final : public Session {
     // After a failover this agent hosts the store, and worker rank 0 runs here.
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
     core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
-    table.job.master_port = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given);
+    auto chosen =
+        choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given, std::move(master_hold_));
+    table.job.master_port = chosen.port;
+    master_hold_ = std::move(chosen.hold);
     return table;
   }
 
@@ -128,6 +131,7 @@ class RendezvousSession final : public Session {
   std::vector<core::Member> previous_;
   std::shared_ptr<const core::PlanTable> last_table_;
   std::vector<int> lost_;  // node ranks of the last round known to be gone
+  PortHold master_hold_;   // on the master: other ddprun jobs here stay off MASTER_PORT
 };
 
 }  // namespace

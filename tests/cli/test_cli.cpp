@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "run_process.hpp"
@@ -385,6 +386,47 @@ TEST_CASE("a busy --master-port is an error naming it, not replaced", "[cli][por
   // The dry run cannot bind: it says the port is checked when the job starts.
   r = run_process(cmdline({"--dry-run", "--master-port", port, "true"}));
   CHECK_THAT(r.out, Catch::Contains("master port " + port + " is checked when the job starts"));
+}
+
+TEST_CASE("8 one-node jobs started at once on one machine get 8 distinct MASTER_PORTs", "[cli][ports]") {
+  // Each worker first waits until all 8 jobs' workers run (so every ddprun has chosen its port before
+  // any worker binds), then binds MASTER_PORT as PyTorch's store does (SO_REUSEADDR, listen) and holds
+  // it until all 8 have tried. Two jobs given one port: one worker's bind fails and its job exits 1.
+  constexpr int kJobs = 8;
+  ddprun::test::TempDir dir("ddprun-ports");
+  const std::string worker =
+      "import os, socket, sys, time\n"
+      "d = os.environ['D']\n"
+      "def wait(prefix):\n"
+      "    end = time.time() + 40\n"
+      "    while len([f for f in os.listdir(d) if f.startswith(prefix)]) < 8 and time.time() < end:\n"
+      "        time.sleep(0.01)\n"
+      "open(os.path.join(d, 'started.%d' % os.getpid()), 'w').close()\n"
+      "wait('started.')\n"
+      "s = socket.socket()\n"
+      "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+      "try:\n"
+      "    s.bind(('0.0.0.0', int(os.environ['MASTER_PORT'])))\n"
+      "    s.listen()\n"
+      "except OSError as e:\n"
+      "    open(os.path.join(d, 'tried.%d' % os.getpid()), 'w').close()\n"
+      "    sys.exit('bind MASTER_PORT=%s: %s' % (os.environ['MASTER_PORT'], e))\n"
+      "open(os.path.join(d, 'tried.%d' % os.getpid()), 'w').close()\n"
+      "print(os.environ['MASTER_PORT'])\n"
+      "wait('tried.')\n";
+  std::vector<ddprun::test::Proc> jobs;
+  for (int i = 0; i < kJobs; ++i) {
+    jobs.push_back(ddprun::test::start(cmdline({"-q", "/usr/bin/python3", "-c", worker}), {{"D", dir.str()}},
+                                       dir.str(), "job" + std::to_string(i), false));
+  }
+  std::set<std::string> ports;
+  for (auto& j : jobs) {
+    REQUIRE(ddprun::test::wait_for(j, std::chrono::seconds(120)));
+    INFO("stdout: " << j.out() << "stderr: " << j.err());
+    CHECK(j.code == 0);
+    ports.insert(j.out());
+  }
+  CHECK(ports.size() == kJobs);
 }
 
 TEST_CASE("MASTER_ADDR/MASTER_PORT from the environment: replaced with one warning naming both",
