@@ -43,6 +43,7 @@ class RendezvousSession final : public Session {
     me_.addr = me_.hostname;
     me_.local_world_size = r.self.local_world_size;
     me_.gpus = r.self.gpus;
+    if (r.rdzv_port == 0) announce_store();
   }
 
   Round join(int attempt) override {
@@ -103,6 +104,22 @@ class RendezvousSession final : public Session {
   }
 
  private:
+  // --rdzv-endpoint HOST:0 (only the master, core::resolve): the port the store got, which the other
+  // agents need, so said even under --quiet.
+  void announce_store() {
+    const bool v6 = r_.rdzv_host.find(':') != std::string::npos;
+    const std::string endpoint = v6 ? fmt::format("[{}]:{}", r_.rdzv_host, rz_.port())
+                                    : fmt::format("{}:{}", r_.rdzv_host, rz_.port());
+    const std::string message =
+        fmt::format("rendezvous store listening on {}; start the other agents with --rdzv-endpoint {}",
+                    endpoint, endpoint);
+    if (ev_.json()) {
+      ev_.emit("rendezvous_listening", {{"endpoint", endpoint}, {"port", rz_.port()}, {"message", message}});
+    } else {
+      fmt::print(stderr, "ddprun: {}\n", message);
+    }
+  }
+
   // On the master: the table from the nodes that joined, with MASTER_PORT checked by binding it
   // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
   core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
