@@ -46,7 +46,9 @@ class LocalSession final : public Session {
   Round join(int attempt) override {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    job.master_port = choose_master_port(job.master_port, 0, r_.master_port_given);
+    auto chosen = choose_master_port(job.master_port, 0, r_.master_port_given, std::move(master_hold_));
+    job.master_port = chosen.port;
+    master_hold_ = std::move(chosen.hold);
     Round round;
     round.table = std::make_shared<const core::PlanTable>(core::make_plan_table(job, r_.nodes));
     round.local = core::derive_workers(*round.table, job.node_rank, core::task_slot(job));
@@ -59,6 +61,7 @@ class LocalSession final : public Session {
  private:
   const core::Resolved& r_;
   agent::LocalCoordinator coord_;
+  PortHold master_hold_;  // other ddprun jobs here stay off MASTER_PORT while this one runs
 };
 
 }  // namespace

@@ -43,6 +43,7 @@ class RendezvousSession final : public Session {
     me_.addr = me_.hostname;
     me_.local_world_size = r.self.local_world_size;
     me_.gpus = r.self.gpus;
+    if (r.rdzv_port == 0) announce_store();
   }
 
   Round join(int attempt) override {
@@ -103,6 +104,22 @@ class RendezvousSession final : public Session {
   }
 
  private:
+  // --rdzv-endpoint HOST:0 (only the master, core::resolve): the port the store got, which the other
+  // agents need, so said even under --quiet.
+  void announce_store() {
+    const bool v6 = r_.rdzv_host.find(':') != std::string::npos;
+    const std::string endpoint = v6 ? fmt::format("[{}]:{}", r_.rdzv_host, rz_.port())
+                                    : fmt::format("{}:{}", r_.rdzv_host, rz_.port());
+    const std::string message =
+        fmt::format("rendezvous store listening on {}; start the other agents with --rdzv-endpoint {}",
+                    endpoint, endpoint);
+    if (ev_.json()) {
+      ev_.emit("rendezvous_listening", {{"endpoint", endpoint}, {"port", rz_.port()}, {"message", message}});
+    } else {
+      fmt::print(stderr, "ddprun: {}\n", message);
+    }
+  }
+
   // On the master: the table from the nodes that joined, with MASTER_PORT checked by binding it
   // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
   core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
@@ -114,7 +131,10 @@ class RendezvousSession final : public Session {
     // After a failover this agent hosts the store, and worker rank 0 runs here.
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
     core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
-    table.job.master_port = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given);
+    auto chosen =
+        choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given, std::move(master_hold_));
+    table.job.master_port = chosen.port;
+    master_hold_ = std::move(chosen.hold);
     return table;
   }
 
@@ -128,6 +148,7 @@ class RendezvousSession final : public Session {
   std::vector<core::Member> previous_;
   std::shared_ptr<const core::PlanTable> last_table_;
   std::vector<int> lost_;  // node ranks of the last round known to be gone
+  PortHold master_hold_;   // on the master: other ddprun jobs here stay off MASTER_PORT
 };
 
 }  // namespace
