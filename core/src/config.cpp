@@ -41,11 +41,12 @@ std::vector<std::uint16_t> store_port_fallbacks(const std::string& job_id) {
   return out;
 }
 
-std::uint16_t parse_port(const std::string& opt, const std::string& v) {
+std::uint16_t parse_port(const std::string& opt, const std::string& v, int lowest) {
   int port = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), port);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || port < 1 || port > 65535) {
-    throw Error(fmt::format("{} '{}' is not a port number; give an integer from 1 to 65535", opt, v));
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || port < lowest || port > 65535) {
+    throw Error(
+        fmt::format("{} '{}' is not a port number; give an integer from {} to 65535", opt, v, lowest));
   }
   return static_cast<std::uint16_t>(port);
 }
@@ -71,7 +72,7 @@ std::pair<std::string, std::optional<std::uint16_t>> parse_endpoint(const std::s
   }
   if (host.empty()) throw Error(fmt::format("{} '{}' has no host; use HOST:PORT", opt, v));
   if (rest.empty()) return {host, std::nullopt};
-  return {host, parse_port(opt, rest.substr(1))};
+  return {host, parse_port(opt, rest.substr(1), 0)};
 }
 
 std::pair<int, int> parse_nnodes(const std::string& v) {
@@ -295,6 +296,24 @@ Layout resolve_outside(const Options& o, const std::optional<Endpoint>& endpoint
   return {};
 }
 
+// --rdzv-endpoint HOST:0: the master binds a free port and prints it (launcher), so only an agent
+// started by hand as node rank 0 can take it; every other agent must be given the printed port, and
+// agents that start together (an srun step, a self-launch) could not learn it. One agent opens no store.
+void check_free_store_port(const std::optional<Endpoint>& endpoint, const Resolved& r) {
+  if (!endpoint || endpoint->second != 0 || r.mode == Mode::standalone) return;
+  if (r.context != SlurmContext::none || r.mode != Mode::agent) {
+    throw Error(
+        "--rdzv-endpoint HOST:0 (a free port the master prints) is for agents started by hand: under Slurm "
+        "they start together and could not learn it; give a port, or drop the port to use the step's");
+  }
+  if (r.job.node_rank != 0) {
+    throw Error(fmt::format(
+        "--rdzv-endpoint {}:0 lets only the master (node rank 0) pick a free port; give node rank {} the "
+        "port the master printed ('rendezvous store listening on HOST:PORT')",
+        endpoint->first, r.job.node_rank));
+  }
+}
+
 // MASTER_ADDR, the store's endpoint and MASTER_PORT.
 void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint, const Layout& l,
                        Resolved& r) {
@@ -323,6 +342,7 @@ void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint
   } else {
     r.rdzv_port = kDefaultStorePort;
   }
+  check_free_store_port(endpoint, r);
   r.master_port_given = master_port_flag.has_value();
   if (master_port_flag) {
     job.master_port = *master_port_flag;

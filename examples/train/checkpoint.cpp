@@ -227,6 +227,8 @@ std::optional<std::vector<char>> fetch_checkpoint(Dist& d, const Options& o) {
     d.store->set(key, pack_for_store(bytes));
     return bytes;
   }
+  // Test hook (0 ms: a notice): a test stops this rank while it waits in the store.
+  pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_BEFORE_FETCH_MS", "waiting in the store for rank 0's checkpoint");
   const auto v = d.store->get(key);
   if (v.empty() || v[0] == 0) {
     return std::nullopt;

@@ -355,6 +355,8 @@ int run(Options o) {
   Trainer t;
   set_up(t, std::move(o));
   defer_stop_signals();  // from here on the ranks vote, stop after the same step and checkpoint
+  // Test hook (0 ms: a notice): a test signals a rank only once it is past its set-up.
+  pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_AFTER_DEFER_MS", "stop signals deferred, the first step is next");
   const std::int64_t first_step = t.pos.step;
   try {
     train_epochs(t);

@@ -97,7 +97,10 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
     }
   }
   if (job.mode != core::Mode::standalone) {
-    out += fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
+    out += r.rdzv_port == 0
+               ? fmt::format("rendezvous store: {}, on a free port that node rank 0 prints when it starts\n",
+                             r.rdzv_host)
+               : fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
   }
   return out + elastic_line(r) + cpu_bind_line(r);
 }

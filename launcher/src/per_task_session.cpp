@@ -59,6 +59,7 @@ class PerTaskSession final : public Session {
   rdzv::auth::Config auth_;
   std::string local_run_id_;
   std::uint16_t local_port_ = 0;
+  PortHold master_hold_;  // on task 0: other ddprun jobs here stay off MASTER_PORT
   // Declared first, so it outlives the rendezvous whose watch threads call it.
   std::unique_ptr<PerTaskCoordinator> coord_;
   std::unique_ptr<rdzv::Rendezvous> up_;    // relay: the node's place in the job
@@ -145,7 +146,10 @@ std::string PerTaskSession::master_plan(int attempt) {
   job.restart_count = attempt;
   core::PlanTable table = core::make_plan_table(job, r_.nodes);
   if (table.job.worker_store == core::WorkerStore::rank0) {
-    table.job.master_port = choose_master_port(table.job.master_port, up_->port(), r_.master_port_given);
+    auto chosen =
+        choose_master_port(table.job.master_port, up_->port(), r_.master_port_given, std::move(master_hold_));
+    table.job.master_port = chosen.port;
+    master_hold_ = std::move(chosen.hold);
   } else {
     table.job.master_port = store_.serve(table.job.master_addr, table.job.master_port, up_->port(),
                                          r_.master_port_given, table.nodes.size() > 1, up_->peer_hosts());

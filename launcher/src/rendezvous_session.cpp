@@ -49,6 +49,7 @@ class RendezvousSession final : public Session {
     me_.addr = me_.hostname;
     me_.local_world_size = r.self.local_world_size;
     me_.gpus = r.self.gpus;
+    if (r.rdzv_port == 0) announce_store();
   }
 
   Round join(int attempt) override {
@@ -111,6 +112,22 @@ class RendezvousSession final : public Session {
   }
 
  private:
+  // --rdzv-endpoint HOST:0 (only the master, core::resolve): the port the store got, which the other
+  // agents need, so said even under --quiet.
+  void announce_store() {
+    const bool v6 = r_.rdzv_host.find(':') != std::string::npos;
+    const std::string endpoint = v6 ? fmt::format("[{}]:{}", r_.rdzv_host, rz_.port())
+                                    : fmt::format("{}:{}", r_.rdzv_host, rz_.port());
+    const std::string message =
+        fmt::format("rendezvous store listening on {}; start the other agents with --rdzv-endpoint {}",
+                    endpoint, endpoint);
+    if (ev_.json()) {
+      ev_.emit("rendezvous_listening", {{"endpoint", endpoint}, {"port", rz_.port()}, {"message", message}});
+    } else {
+      fmt::print(stderr, "ddprun: {}\n", message);
+    }
+  }
+
   // On the master: the table from the nodes that joined, with MASTER_PORT: served here for the attempt
   // (the workers' store, --worker-store agent|relay), or checked by binding it for worker rank 0's own;
   // never the rendezvous store's port.
@@ -124,7 +141,10 @@ class RendezvousSession final : public Session {
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
     core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
     if (table.job.worker_store == core::WorkerStore::rank0) {
-      table.job.master_port = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given);
+      auto chosen = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given,
+                                       std::move(master_hold_));
+      table.job.master_port = chosen.port;
+      master_hold_ = std::move(chosen.hold);
     } else {
       table.job.master_port = store_.serve(table.job.master_addr, table.job.master_port, rz_.port(),
                                            r_.master_port_given, nodes.size() > 1, rz_.peer_hosts());
@@ -143,6 +163,7 @@ class RendezvousSession final : public Session {
   std::shared_ptr<const core::PlanTable> last_table_;
   std::vector<int> lost_;  // node ranks of the last round known to be gone
   WorkerStoreHost store_;  // the workers' store, while this agent is the master
+  PortHold master_hold_;   // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
 };
 
 }  // namespace

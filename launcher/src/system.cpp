@@ -5,11 +5,16 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
+#include <utility>
 
 #include "agent/io.hpp"
 #include "core/error.hpp"
@@ -45,21 +50,73 @@ bool port_is_free(std::uint16_t port) {
   return port != 0 && try_bind(port) == port;
 }
 
-std::uint16_t choose_master_port(int planned, std::uint16_t avoid, bool given) {
-  if (planned > 0 && planned <= 65535) {
-    const auto p = static_cast<std::uint16_t>(planned);
-    if (p != avoid && port_is_free(p)) return p;
-    if (given) {
-      throw core::Error(
-          fmt::format("--master-port {} is already in use on this node; free it, give another port, or drop "
-                      "--master-port (and DDPRUN_MASTER_PORT) to let ddprun pick a free one",
-                      p),
-          1);
+std::optional<PortHold> PortHold::take(std::uint16_t port) {
+  PortHold h;
+  h.port_ = port;
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    h.port_ = 0;
+    return h;
+  }
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  // Abstract namespace: sun_path starts with a NUL byte; the name's length is part of the address.
+  const std::string name = fmt::format("ddprun/master-port/{}", port);
+  std::memcpy(sa.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&sa), len) == 0) {
+    h.fd_ = fd;
+    return h;
+  }
+  const int err = errno;
+  ::close(fd);
+  if (err == EADDRINUSE) return std::nullopt;
+  h.port_ = 0;
+  return h;
+}
+
+PortHold::PortHold(PortHold&& o) noexcept : fd_(std::exchange(o.fd_, -1)), port_(std::exchange(o.port_, 0)) {}
+
+PortHold& PortHold::operator=(PortHold&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(o.fd_, -1);
+    port_ = std::exchange(o.port_, 0);
+  }
+  return *this;
+}
+
+PortHold::~PortHold() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+MasterPort choose_master_port(int planned, std::uint16_t avoid, bool given, PortHold held) {
+  // Claim first, then check by binding: the claim decides between two ddprun jobs, the bind check
+  // catches every other program.
+  const auto claim = [&](std::uint16_t p) -> std::optional<MasterPort> {
+    std::optional<PortHold> hold;
+    if (held.port() == p) {
+      hold = std::move(held);
+    } else {
+      hold = PortHold::take(p);
     }
+    if (!hold || !port_is_free(p)) return std::nullopt;
+    return MasterPort{p, std::move(*hold)};
+  };
+  if (planned > 0 && planned <= 65535 && planned != avoid) {
+    if (auto m = claim(static_cast<std::uint16_t>(planned))) return std::move(*m);
+  }
+  if (given && planned > 0 && planned <= 65535) {
+    throw core::Error(
+        fmt::format("--master-port {} is already in use on this node; free it, give another port, or drop "
+                    "--master-port (and DDPRUN_MASTER_PORT) to let ddprun pick a free one",
+                    planned),
+        1);
   }
   for (int i = 0; i < 100; ++i) {
     const std::uint16_t p = try_bind(0);
-    if (p != 0 && p != avoid) return p;
+    if (p == 0 || p == avoid) continue;
+    if (auto m = claim(p)) return std::move(*m);
   }
   throw core::Error("cannot find a free TCP port for MASTER_PORT on this node", 1);
 }

@@ -66,24 +66,28 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
     return server_->port();
   }
   server_.reset();
+  hold_ = PortHold{};
   const auto hosts =
       core::worker_store_hosts(resolve_numeric(master_addr), rdzv::local_addresses(), several_nodes);
   const bool filter = several_nodes;
   const auto port = planned > 0 && planned <= 65535 ? static_cast<std::uint16_t>(planned) : std::uint16_t{0};
   if (port != 0 && port != avoid) {
-    try {
-      server_ = open_server(hosts, port, filter, log_);
-    } catch (const rdzv::Error& e) {
-      if (given) {
-        const std::string why = std::string(e.what()).find(std::strerror(EADDRINUSE)) != std::string::npos
-                                    ? "is already in use on this node"
-                                    : fmt::format("cannot be served: {}", e.what());
-        throw core::Error(
-            fmt::format("--master-port {} {}; free it, give another port, or drop --master-port "
-                        "(and DDPRUN_MASTER_PORT) to let ddprun pick a free one",
-                        port, why),
-            1);
+    std::string why = "is already in use on this node";  // or claimed by another ddprun job here
+    if (auto hold = PortHold::take(port)) {
+      try {
+        server_ = open_server(hosts, port, filter, log_);
+        hold_ = std::move(*hold);
+      } catch (const rdzv::Error& e) {
+        if (std::string(e.what()).find(std::strerror(EADDRINUSE)) == std::string::npos) {
+          why = fmt::format("cannot be served: {}", e.what());
+        }
       }
+    }
+    if (!server_ && given) {
+      throw core::Error(fmt::format("--master-port {} {}; free it, give another port, or drop --master-port "
+                                    "(and DDPRUN_MASTER_PORT) to let ddprun pick a free one",
+                                    port, why),
+                        1);
     }
   } else if (given && port == avoid) {
     throw core::Error(fmt::format("--master-port {} is the rendezvous store's port", port), 1);
@@ -92,11 +96,16 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
   for (int i = 0; !server_ && i < 20; ++i) {
     try {
       auto s = open_server(hosts, 0, filter, log_);
-      if (s->port() != avoid) server_ = std::move(s);
+      if (s->port() == avoid) continue;
+      auto hold = PortHold::take(s->port());
+      if (!hold) continue;
+      hold_ = std::move(*hold);
+      server_ = std::move(s);
     } catch (const rdzv::Error& e) {
       if (i == 19) throw core::Error(e.what(), 1);
     }
   }
+  if (!server_) throw core::Error("cannot find a free TCP port for MASTER_PORT on this node", 1);
   addr_ = master_addr;
   server_->allow_peers(peers);
   return server_->port();

@@ -10,6 +10,7 @@
 
 #include "core/plan.hpp"
 #include "core/plan_table.hpp"
+#include "launcher/system.hpp"
 #include "store/c10d_server.hpp"
 
 namespace ddprun::launcher {
@@ -23,7 +24,8 @@ class WorkerStoreHost {
   // first call binds MASTER_ADDR's own addresses (core::worker_store_hosts) on `planned`, or on a
   // free port when that is busy or `avoid` and was not `given` (given and busy: core::Error, exit 1).
   // A later call for the same address keeps its port and drops every key and connection of the last
-  // attempt. `peers`: the other nodes' addresses, the only remote peers admitted when `several_nodes`.
+  // attempt. A port another ddprun job here claims counts as busy. `peers`: the other nodes' addresses, the
+  // only remote peers admitted when `several_nodes`.
   std::uint16_t serve(const std::string& master_addr, int planned, std::uint16_t avoid, bool given,
                       bool several_nodes, const std::vector<std::string>& peers);
 
@@ -39,6 +41,7 @@ class WorkerStoreHost {
  private:
   std::function<void(const std::string&)> log_;
   std::unique_ptr<rdzv::C10dServer> server_;
+  PortHold hold_;  // the served port's claim (launcher/system.hpp): a rank0 job here never takes it
   std::unique_ptr<rdzv::C10dRelay> relay_;
   std::string addr_;  // the MASTER_ADDR it serves for
 };

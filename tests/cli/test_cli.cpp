@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "run_process.hpp"
@@ -364,6 +365,27 @@ struct Listener {
   ~Listener() { ::close(fd); }
 };
 
+// A port kept for this test without a fixed number or a bind-close-reuse race: bound with
+// SO_REUSEADDR and never listening, so ddprun's bind check of MASTER_PORT (SO_REUSEADDR, as
+// PyTorch's store) succeeds, while the kernel gives it to no other bind(0) or outgoing connection.
+struct HeldPort {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int port = 0;
+  HeldPort() {
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~HeldPort() { ::close(fd); }
+  std::string str() const { return std::to_string(port); }
+};
+
 std::vector<nlohmann::json> json_lines(const std::string& err) {
   std::vector<nlohmann::json> out;
   std::istringstream in(err);
@@ -387,20 +409,62 @@ TEST_CASE("a busy --master-port is an error naming it, not replaced", "[cli][por
   CHECK_THAT(r.out, Catch::Contains("master port " + port + " is checked when the job starts"));
 }
 
+TEST_CASE("8 one-node jobs started at once on one machine get 8 distinct MASTER_PORTs", "[cli][ports]") {
+  // Each worker first waits until all 8 jobs' workers run (so every ddprun has chosen its port before
+  // any worker binds), then binds MASTER_PORT as PyTorch's store does (SO_REUSEADDR, listen) and holds
+  // it until all 8 have tried. Two jobs given one port: one worker's bind fails and its job exits 1.
+  constexpr int kJobs = 8;
+  ddprun::test::TempDir dir("ddprun-ports");
+  const std::string worker =
+      "import os, socket, sys, time\n"
+      "d = os.environ['D']\n"
+      "def wait(prefix):\n"
+      "    end = time.time() + 40\n"
+      "    while len([f for f in os.listdir(d) if f.startswith(prefix)]) < 8 and time.time() < end:\n"
+      "        time.sleep(0.01)\n"
+      "open(os.path.join(d, 'started.%d' % os.getpid()), 'w').close()\n"
+      "wait('started.')\n"
+      "s = socket.socket()\n"
+      "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+      "try:\n"
+      "    s.bind(('0.0.0.0', int(os.environ['MASTER_PORT'])))\n"
+      "    s.listen()\n"
+      "except OSError as e:\n"
+      "    open(os.path.join(d, 'tried.%d' % os.getpid()), 'w').close()\n"
+      "    sys.exit('bind MASTER_PORT=%s: %s' % (os.environ['MASTER_PORT'], e))\n"
+      "open(os.path.join(d, 'tried.%d' % os.getpid()), 'w').close()\n"
+      "print(os.environ['MASTER_PORT'])\n"
+      "wait('tried.')\n";
+  std::vector<ddprun::test::Proc> jobs;
+  for (int i = 0; i < kJobs; ++i) {
+    jobs.push_back(ddprun::test::start(cmdline({"-q", "/usr/bin/python3", "-c", worker}), {{"D", dir.str()}},
+                                       dir.str(), "job" + std::to_string(i), false));
+  }
+  std::set<std::string> ports;
+  for (auto& j : jobs) {
+    REQUIRE(ddprun::test::wait_for(j, std::chrono::seconds(120)));
+    INFO("stdout: " << j.out() << "stderr: " << j.err());
+    CHECK(j.code == 0);
+    ports.insert(j.out());
+  }
+  CHECK(ports.size() == kJobs);
+}
+
 TEST_CASE("MASTER_ADDR/MASTER_PORT from the environment: replaced with one warning naming both",
           "[cli][ports]") {
+  const HeldPort port;
   auto r =
-      run_process(cmdline({"-q", "--master-port", "29871", "sh", "-c", "echo $MASTER_ADDR:$MASTER_PORT"}),
+      run_process(cmdline({"-q", "--master-port", port.str(), "sh", "-c", "echo $MASTER_ADDR:$MASTER_PORT"}),
                   {{"MASTER_ADDR", "10.9.9.9"}, {"MASTER_PORT", "1234"}});
   INFO("stderr: " << r.err);
   CHECK(r.code == 0);
-  CHECK(r.out == "127.0.0.1:29871\n");
+  CHECK(r.out == "127.0.0.1:" + port.str() + "\n");
   CHECK(r.err ==
         "ddprun: warning: MASTER_ADDR=10.9.9.9 MASTER_PORT=1234 from the environment replaced by "
-        "MASTER_ADDR=127.0.0.1 MASTER_PORT=29871 for the workers; pass --master-addr / --master-port to "
-        "choose them\n");
-  r = run_process(cmdline({"-q", "--master-port", "29871", "true"}),
-                  {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29871"}});
+        "MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+            port.str() + " for the workers; pass --master-addr / --master-port to choose them\n");
+  r = run_process(cmdline({"-q", "--master-port", port.str(), "true"}),
+                  {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port.str()}});
   CHECK(r.err.empty());  // the same values: nothing replaced
 }
 
@@ -479,7 +543,8 @@ TEST_CASE("the dry run's env is exactly what a run exports to each worker", "[cl
          "    json.dump(dict(os.environ), f)\n";
   const std::map<std::string, std::string> base = {{"OUT", dir.str()}, {"TMPDIR", dir.str()}};
   // A port of its own: a busy default would be replaced at the run, as the dry run says it may be.
-  const std::string port = std::to_string(ddprun::test::free_port());
+  const HeldPort held;
+  const std::string port = held.str();
   const std::vector<std::string> args = {"--nproc-per-node",
                                          "2",
                                          "--hang-timeout",
@@ -537,13 +602,9 @@ TEST_CASE("the dry run's env is exactly what a run exports to each worker", "[cl
 TEST_CASE("an elastic job that survives no lost node is told so at start and in the dry run",
           "[cli][elastic]") {
   // --nnodes 1:2: MIN is 1, but 1 node left of 2 is no strict majority, so no loss is survived.
-  const std::vector<std::string> job = {
-      "--nnodes",         "1:2",
-      "--node-rank",      "0",
-      "--rdzv-endpoint",  "127.0.0.1:" + std::to_string(ddprun::test::free_port()),
-      "--max-restarts",   "2",
-      "--rdzv-last-call", "1",
-      "--rdzv-timeout",   "60"};
+  const std::vector<std::string> job = {"--nnodes",         "1:2",         "--node-rank",    "0",
+                                        "--rdzv-endpoint",  "127.0.0.1:0", "--max-restarts", "2",
+                                        "--rdzv-last-call", "1",           "--rdzv-timeout", "60"};
   auto with = [&](std::vector<std::string> front) {
     front.insert(front.end(), job.begin(), job.end());
     front.insert(front.end(), {"--", "true"});
@@ -560,4 +621,56 @@ TEST_CASE("an elastic job that survives no lost node is told so at start and in 
   INFO("stderr: " << run.err);
   CHECK(run.code == 0);
   CHECK_THAT(run.err, Catch::StartsWith("ddprun: warning: " + says));
+}
+
+TEST_CASE("rdzv endpoint HOST:0: the master serves on a free port, says which, and the others join it",
+          "[cli][ports]") {
+  ddprun::test::TempDir dir;
+  auto agent = [&](int node_rank, const std::string& endpoint, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--nnodes",        "2",      "--node-rank",    std::to_string(node_rank),
+                                     "--rdzv-endpoint", endpoint, "--rdzv-timeout", "60"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", "sh", "-c", "echo rank $RANK"});
+    return ddprun::test::start(cmdline(args), {{"DDPRUN_RDZV_AUTH", "none"}}, dir.str(),
+                               "agent" + std::to_string(node_rank), false);
+  };
+  auto master = agent(0, "127.0.0.1:0", {"--log-format", "json"});
+  // The store's port, from the master's rendezvous_listening event (its first line).
+  int port = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (port == 0 && std::chrono::steady_clock::now() < end && !ddprun::test::exited(master)) {
+    std::istringstream in(master.err());
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("event", "") == "rendezvous_listening") port = j.at("port").get<int>();
+    }
+    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  INFO("master: " << master.err());
+  REQUIRE(port > 0);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  CHECK_THAT(master.err(), Catch::Contains("rendezvous store listening on " + endpoint +
+                                           "; start the other agents with --rdzv-endpoint " + endpoint));
+  auto other = agent(1, endpoint);
+  REQUIRE(ddprun::test::wait_for(master, std::chrono::seconds(120)));
+  REQUIRE(ddprun::test::wait_for(other, std::chrono::seconds(120)));
+  INFO("node 1: " << other.err());
+  CHECK(master.code == 0);
+  CHECK(other.code == 0);
+  CHECK(master.out() == "[0]: rank 0\n");
+  CHECK(other.out() == "[1]: rank 1\n");
+  // Text mode says it too, --quiet or not: the other agents need it.
+  const auto quiet = run_process(cmdline({"-q", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint",
+                                          "127.0.0.1:0", "--rdzv-timeout", "1", "true"}),
+                                 {{"DDPRUN_RDZV_AUTH", "none"}});
+  CHECK(quiet.code == 1);  // nobody joined
+  CHECK_THAT(quiet.err, Catch::StartsWith("ddprun: rendezvous store listening on 127.0.0.1:"));
+  // Only the master can pick the port; the dry run says where it will be said.
+  check_bad({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:0", "true"},
+            "lets only the master (node rank 0) pick a free port");
+  auto plan = run_process(
+      cmdline({"--dry-run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:0", "true"}));
+  CHECK_THAT(
+      plan.out,
+      Catch::Contains("rendezvous store: 127.0.0.1, on a free port that node rank 0 prints when it starts"));
 }

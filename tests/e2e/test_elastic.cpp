@@ -22,8 +22,6 @@ struct ElasticJob {
   TempDir dir;
   std::string token = "ddprun-elastic-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
   int port = free_port();
-  // Not the default 29500: the workers of a test running beside this one would race for it.
-  std::string master_port = std::to_string(free_port());
   std::map<int, Proc> agents;  // by node rank
 
   void start(int node_rank, const std::string& nnodes, std::vector<std::string> extra = {}) {
@@ -42,7 +40,6 @@ struct ElasticJob {
                                      "120",
                                      "--python",
                                      python};
-    argv.insert(argv.end(), {"--master-port", master_port});
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back(kWorker);
     agents.emplace(node_rank, ddprun::test::start(argv, {{"DIR", dir.path()}, {"DDPRUN_TEST_TOKEN", token}},
@@ -95,8 +92,16 @@ TEST_CASE("elastic: a standby takes a lost node's place and the world stays at M
   ElasticJob job;
   job.start(0, "4:4", {"--log-format", "json"});
   job.start(4, "4:4");  // node rank 4 >= MAX: a standby
-  REQUIRE(wait_file(job.dir / "agent4.err", 10s));
-  std::this_thread::sleep_for(1500ms);  // the standby joins before the fourth active node closes the round
+  // The standby joins before the fourth active node closes the round: the master's first
+  // rendezvous_waiting event (10 s into the wait) counts it, as nodes 1-3 have not started yet.
+  const auto end = std::chrono::steady_clock::now() + 120s;
+  while (job.agents.at(0).err().find("2 of 4 node(s) joined") == std::string::npos &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(20ms);
+  }
+  INFO("master so far: " << job.agents.at(0).err());
+  REQUIRE_THAT(job.agents.at(0).err(), Catch::Contains("\"event\":\"rendezvous_waiting\"") &&
+                                           Catch::Contains("2 of 4 node(s) joined"));
   for (int n = 1; n < 4; ++n) job.start(n, "4:4");
   REQUIRE(job.ready(4));
   ::kill(job.agents.at(1).pid, SIGKILL);

@@ -14,17 +14,14 @@ TEST_CASE("real PyTorch workers all_reduce across two agents", "[e2e][torch][tor
   const std::string python = torch_python();
   TempDir dir;
   const int port = free_port();
-  // Not the default 29500: a job running beside this one could take it between ddprun's check and rank 0's
-  // bind.
-  const int master_port = free_port();
+  // The default MASTER_PORT: the master claims it, so no job beside this one takes it before rank 0 binds.
   const std::string script = std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/allreduce.py";
   std::vector<Proc> agents;
   for (int n = 0; n < 2; ++n) {
-    agents.push_back(
-        start({DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(n), "--rdzv-endpoint",
-               "127.0.0.1:" + std::to_string(port), "--nproc-per-node", "2", "--master-port",
-               std::to_string(master_port), "--python", python, "--rdzv-timeout", "60", script, dir.path()},
-              {}, dir.path(), "agent" + std::to_string(n)));
+    agents.push_back(start({DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(n), "--rdzv-endpoint",
+                            "127.0.0.1:" + std::to_string(port), "--nproc-per-node", "2", "--python", python,
+                            "--rdzv-timeout", "60", script, dir.path()},
+                           {}, dir.path(), "agent" + std::to_string(n)));
   }
   for (auto& a : agents) {
     REQUIRE(wait_for(a, 240s));
@@ -51,8 +48,7 @@ TEST_CASE("SIGTERM: real PyTorch ranks stop at the same step, rank 0's torch.sav
   Job job;
   // A generous grace: the checkpoint, not the time it takes, is what is tested.
   job.start(2, 1, {std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/checkpoint_worker.py"},
-            {"--python", python, "--term-timeout", "60", "--rdzv-timeout", "120", "--master-port",
-             std::to_string(free_port())});
+            {"--python", python, "--term-timeout", "60", "--rdzv-timeout", "120"});
   REQUIRE(wait_file(job.dir / "ready_0", 180s));
   REQUIRE(wait_file(job.dir / "ready_1", 180s));
   for (auto& a : job.agents) ::kill(a.pid, SIGTERM);  // what Slurm does to every task of the step

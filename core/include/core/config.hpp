@@ -136,7 +136,8 @@ inline constexpr std::uint16_t kDefaultMasterPort = 29500;
 // HOST[:PORT] or [V6]:PORT; throws Error naming the option on a malformed value.
 std::pair<std::string, std::optional<std::uint16_t>> parse_endpoint(const std::string& opt,
                                                                     const std::string& v);
-std::uint16_t parse_port(const std::string& opt, const std::string& v);
+// `lowest` 0 lets HOST:0 through (--rdzv-endpoint: the master binds a free port, check_free_store_port).
+std::uint16_t parse_port(const std::string& opt, const std::string& v, int lowest = 1);
 std::pair<int, int> parse_nnodes(const std::string& v);
 std::set<int> parse_rank_filter(const std::string& v);
 

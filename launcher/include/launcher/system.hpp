@@ -1,6 +1,7 @@
 #pragma once
 // Thin I/O: the facts resolution needs from this process and machine.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/config.hpp"
@@ -13,8 +14,39 @@ core::SystemInfo probe_system();
 
 // Whether a TCP port can be bound on 0.0.0.0 right now (with SO_REUSEADDR, as PyTorch's store does).
 bool port_is_free(std::uint16_t port);
-// The planned port if it is free and not `avoid`, else a free ephemeral port (never `avoid`). A port the
-// user gave (`given`, from --master-port or DDPRUN_MASTER_PORT) is never replaced: busy, it is an error.
-std::uint16_t choose_master_port(int planned, std::uint16_t avoid, bool given = false);
+
+// A claim on a MASTER_PORT that every other ddprun on this machine respects, held from the choice
+// until this agent exits: a bind check alone leaves a window until worker rank 0 binds the port, in
+// which a second job started at the same moment finds it free too. The claim is an abstract Unix
+// socket named after the port: no file to leave behind, freed by the kernel when this process dies
+// however it dies, the same for every user, and per network namespace, exactly like the port.
+class PortHold {
+ public:
+  PortHold() = default;
+  // The claim, or nothing when another live ddprun holds the port. A system where the socket cannot
+  // be made at all gets an empty claim (port() 0): the bind check alone, as before, rather than no job.
+  static std::optional<PortHold> take(std::uint16_t port);
+  PortHold(PortHold&& o) noexcept;
+  PortHold& operator=(PortHold&& o) noexcept;
+  PortHold(const PortHold&) = delete;
+  PortHold& operator=(const PortHold&) = delete;
+  ~PortHold();
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+struct MasterPort {
+  std::uint16_t port = 0;
+  PortHold hold;  // keep it for the job's life
+};
+
+// The planned port if it is free, not `avoid` and no other ddprun here holds it, else a free ephemeral
+// port (never `avoid`), claimed for this job. A port the user gave (`given`, from --master-port or
+// DDPRUN_MASTER_PORT) is never replaced: busy or held by another ddprun job, it is an error. `held`:
+// this job's claim from its previous attempt, kept when the planned port is still that one.
+MasterPort choose_master_port(int planned, std::uint16_t avoid, bool given = false, PortHold held = {});
 
 }  // namespace ddprun::launcher

@@ -165,7 +165,13 @@ TEST_CASE("a failure long after a checkpoint signal is a failure: teardown at on
                            REQUIRE(wait_for_file(dir / "ready0"));
                            REQUIRE(wait_for_file(dir / "ready1"));
                            ::kill(agent, SIGUSR2);
-                           std::this_thread::sleep_for(600ms);  // the grace is over
+                           // Both workers have the signal: the agent forwarded it, so its grace began
+                           // before this. Then twice the grace passes, whatever the load (a lower bound).
+                           for (int i = 0; i < 6000 && read_file(dir / "usr") != "12\n12\n"; ++i) {
+                             std::this_thread::sleep_for(10ms);
+                           }
+                           REQUIRE(read_file(dir / "usr") == "12\n12\n");
+                           std::this_thread::sleep_for(2 * opts.term_timeout);  // the grace is over
                            std::ofstream(dir / "go");
                          });
   REQUIRE(r.result.is_object());

@@ -261,6 +261,36 @@ TEST_CASE("GPUs: an empty CUDA_VISIBLE_DEVICES hides the node's GPUs as CUDA rea
   CHECK_THROWS_WITH(resolve(o, hidden, s), Catch::Contains("no GPUs are visible"));
 }
 
+TEST_CASE("rdzv endpoint HOST:0: a free port on a master started by hand, nowhere else", "[config]") {
+  auto o = cmd();
+  o.nnodes = "2";
+  o.node_rank = 0;
+  o.rdzv_endpoint = "127.0.0.1:0";
+  auto r = resolve(o, {}, sys());
+  CHECK(r.mode == Mode::agent);
+  CHECK(r.rdzv_port == 0);
+  CHECK(r.job.master_port == kDefaultMasterPort);
+  o.nnodes = "1:4";  // elastic: the survivors fail over from the port the master printed
+  CHECK(resolve(o, {}, sys()).rdzv_port == 0);
+  o.node_rank = 1;
+  CHECK_THROWS_WITH(resolve(o, {}, sys()),
+                    Catch::Contains("--rdzv-endpoint 127.0.0.1:0 lets only the master (node rank 0)") &&
+                        Catch::Contains("give node rank 1 the port the master printed"));
+  // Agents that srun starts together could not learn the port.
+  auto step = cmd();
+  step.rdzv_endpoint = "node1:0";
+  CHECK_THROWS_WITH(resolve(step, step_env(0), sys()), Catch::Contains("is for agents started by hand"));
+  // One agent opens no store: the port does not matter.
+  auto one = cmd();
+  one.rdzv_endpoint = "127.0.0.1:0";
+  CHECK(resolve(one, {}, sys()).mode == Mode::standalone);
+  one.rdzv_endpoint = "127.0.0.1:-1";
+  CHECK_THROWS_WITH(resolve(one, {}, sys()), Catch::Contains("give an integer from 0 to 65535"));
+  one.rdzv_endpoint = "127.0.0.1:0";
+  one.master_port = "0";  // MASTER_PORT is chosen by ddprun unless given: 0 is no port
+  CHECK_THROWS_WITH(resolve(one, {}, sys()), Catch::Contains("--master-port '0' is not a port number"));
+}
+
 TEST_CASE("multi-node outside Slurm needs an endpoint and a node rank", "[config]") {
   auto o = cmd();
   o.nnodes = "2";

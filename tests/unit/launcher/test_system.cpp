@@ -19,14 +19,14 @@ using namespace ddprun::launcher;
 TEST_CASE("ports: a busy planned MASTER_PORT is replaced, a free one kept, the store's avoided") {
   testnet::SilentListener busy;
   CHECK_FALSE(port_is_free(busy.port));
-  const auto p = choose_master_port(busy.port, 0);
+  const auto p = choose_master_port(busy.port, 0).port;
   CHECK(p != busy.port);
   CHECK(p != 0);
   const std::uint16_t free_port = testnet::unused_port();
   CHECK(port_is_free(free_port));
-  CHECK(choose_master_port(free_port, 0) == free_port);
-  CHECK(choose_master_port(free_port, free_port) != free_port);
-  CHECK(choose_master_port(free_port, 0, true) == free_port);
+  CHECK(choose_master_port(free_port, 0).port == free_port);
+  CHECK(choose_master_port(free_port, free_port).port != free_port);
+  CHECK(choose_master_port(free_port, 0, true).port == free_port);
 }
 
 TEST_CASE("ports: a busy MASTER_PORT the user gave is an error naming it, never replaced") {
@@ -35,6 +35,25 @@ TEST_CASE("ports: a busy MASTER_PORT the user gave is an error naming it, never 
                     Catch::Contains(fmt::format("--master-port {} is already in use", busy.port)) &&
                         Catch::Contains("drop --master-port"));
   CHECK_FALSE(port_is_free(0));
+}
+
+TEST_CASE("ports: a MASTER_PORT another ddprun job holds is free to bind but never chosen twice") {
+  const std::uint16_t planned = testnet::unused_port();
+  auto first = choose_master_port(planned, 0);
+  CHECK(first.port == planned);
+  CHECK(first.hold.port() == planned);
+  CHECK(port_is_free(planned));  // nothing binds it yet: only the hold keeps the next job off
+  CHECK_FALSE(PortHold::take(planned));
+  auto second = choose_master_port(planned, 0);
+  CHECK(second.port != planned);
+  CHECK(second.port != 0);
+  CHECK_THROWS_WITH(choose_master_port(planned, 0, true),
+                    Catch::Contains(fmt::format("--master-port {} is already in use", planned)));
+  // The job's next attempt keeps its own port; once the job ends, the port is free for the next one.
+  auto again = choose_master_port(planned, 0, false, std::move(first.hold));
+  CHECK(again.port == planned);
+  again = {};
+  CHECK(choose_master_port(planned, 0).port == planned);
 }
 
 TEST_CASE("self-launch: one agent task per node with the node's whole allocation", "[config][slurm]") {
