@@ -450,25 +450,38 @@ TEST_CASE("rendezvous: an agent that cannot start ends the first round on every 
   cause.exit_code = 2;
   cause.fatal = true;
   cause.reason = "--nproc-per-node gpu: no GPUs are visible";
-  std::vector<std::future<int>> codes;
+  // Catch's assertions are not thread-safe (TSan): each agent's thread returns what it saw.
+  struct Seen {
+    int code = 0;
+    bool join_error = true;
+    std::string what;
+  };
+  std::vector<std::future<Seen>> seen;
   for (int r = 0; r < 3; ++r) {
-    codes.push_back(std::async(std::launch::async, [&, r]() -> int {
+    seen.push_back(std::async(std::launch::async, [&, r]() -> Seen {
       Rendezvous& a = *agents[static_cast<std::size_t>(r)];
-      if (r == bad) return a.fail_start(cause).exit_code;
+      if (r == bad) return {a.fail_start(cause).exit_code, true, {}};
       try {
         join_plan(a, me(r), simple_plan());
       } catch (const Error& e) {
-        CHECK(e.kind() == Error::Kind::join);
-        CHECK_THAT(e.what(),
-                   Catch::Contains(fmt::format("host-{} (node rank {}) could not start: --nproc-per-node "
-                                               "gpu: no GPUs are visible",
-                                               bad, bad)));
-        return a.start_failure() ? a.start_failure()->exit_code : -1;
+        return {a.start_failure() ? a.start_failure()->exit_code : -1, e.kind() == Error::Kind::join,
+                e.what()};
       }
-      return -2;  // joined a round that one agent never came to
+      return {-2, false, {}};  // joined a round that one agent never came to
     }));
   }
-  for (auto& c : codes) CHECK(get_bounded(c, 60s) == 2);
+  for (int r = 0; r < 3; ++r) {
+    const Seen s = get_bounded(seen[static_cast<std::size_t>(r)], 60s);
+    INFO("agent " << r << ": " << s.what);
+    CHECK(s.code == 2);
+    CHECK(s.join_error);
+    if (r != bad) {
+      CHECK_THAT(s.what,
+                 Catch::Contains(fmt::format("host-{} (node rank {}) could not start: --nproc-per-node "
+                                             "gpu: no GPUs are visible",
+                                             bad, bad)));
+    }
+  }
   CHECK(held == 3);
   while (!agents.empty()) agents.pop_back();
 }
