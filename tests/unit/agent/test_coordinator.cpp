@@ -132,19 +132,32 @@ TEST_CASE("a command that cannot start is published as fatal and not restarted")
   CHECK_FALSE(after_attempt(r, 0, 1).restart);
   REQUIRE(c.published.size() == 1);
   CHECK(c.published[0].fatal);  // so the other nodes do not restart either
-  REQUIRE(c.published.size() == 1);
   CHECK(c.published[0].reason.find("no such file") != std::string::npos);
 }
 
 namespace {
-Failure other_node_failed() {
+Failure other_node_failure(int code) {
   Failure f;
   f.host = "othernode";
   f.node_rank = 1;
   f.rank = 3;
-  f.exit_code = 9;
+  f.pid = 4242;
+  f.exit_code = code;
+  f.reason = "exited with code " + std::to_string(code);
   f.time = ddprun::core::failure_now();
   return f;
+}
+
+// What the store's watch hands over when the master is gone: this node's own judgement, no store's cause.
+Failure lost_master() {
+  Failure lost;
+  lost.host = "master";
+  lost.node_rank = 0;
+  lost.exit_code = 1;
+  lost.lost = true;
+  lost.reason = "lost the rendezvous master at master:1: the connection is gone";
+  lost.time = ddprun::core::failure_now();
+  return lost;
 }
 }  // namespace
 
@@ -156,8 +169,8 @@ TEST_CASE("another node failing while this one waits at the exit barrier fails t
       explicit FailingBarrier(bool push) : push_(push) {}
       BarrierOutcome exit_barrier() override {
         ++barriers;
-        if (push_) abort(other_node_failed());  // what the store's watch thread does
-        return {other_node_failed(), true};
+        if (push_) abort(other_node_failure(9));  // what the store's watch thread does
+        return {other_node_failure(9), true};
       }
       bool push_;
     } c(pushed);
@@ -233,13 +246,7 @@ TEST_CASE("a stop at the exit barrier that the others cannot be told of stays th
       return {std::nullopt, "the rendezvous store at master:1 did not answer within 1700 ms"};
     }
     BarrierOutcome end() override {
-      Failure lost;
-      lost.host = "master";
-      lost.node_rank = 0;
-      lost.exit_code = 1;
-      lost.lost = true;
-      lost.reason = "lost the rendezvous master at master:1: the connection is gone";
-      lost.time = ddprun::core::failure_now();
+      const Failure lost = lost_master();
       abort(lost, false);  // what the watch hands over too
       return {lost, false};
     }
@@ -258,20 +265,6 @@ TEST_CASE("a stop at the exit barrier that the others cannot be told of stays th
   CHECK_THAT(r.not_told, Catch::Contains("did not answer within 1700 ms"));
   CHECK_FALSE(after_attempt(r, 0, 3).restart);
 }
-
-namespace {
-Failure other_node_failure(int code) {
-  Failure f;
-  f.host = "othernode";
-  f.node_rank = 1;
-  f.rank = 3;
-  f.pid = 4242;
-  f.exit_code = code;
-  f.reason = "exited with code " + std::to_string(code);
-  f.time = ddprun::core::failure_now();
-  return f;
-}
-}  // namespace
 
 TEST_CASE("the store's answer names the root cause: another node's failure published first wins here too") {
   RecordingCoordinator c;
@@ -295,13 +288,7 @@ TEST_CASE("a lost master never replaces this node's own failure as the root caus
    public:
     PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) override {
       RecordingCoordinator::publish_failure(f, bound);
-      Failure lost;
-      lost.host = "master";
-      lost.node_rank = 0;
-      lost.exit_code = 1;
-      lost.lost = true;
-      lost.reason = "lost the rendezvous master at master:1: the connection is gone";
-      lost.time = ddprun::core::failure_now();
+      const Failure lost = lost_master();
       abort(lost, false);  // what the watch hands over: no store's cause
       return {std::nullopt, "the connection is gone"};
     }
