@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <unistd.h>
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <exception>
 #include <utility>
@@ -75,12 +76,13 @@ Failure hang_failure(const std::vector<HungRank>& hung, const Proc& first,
 }
 
 FailureTracker::FailureTracker(boost::asio::io_context& io, Coordinator& coord, const OutputRelay& relay,
-                               std::chrono::milliseconds bound, std::function<void(const Failure&)> decided,
-                               std::function<void()> published)
+                               std::chrono::milliseconds bound, std::chrono::milliseconds settle,
+                               std::function<void(const Failure&)> decided, std::function<void()> published)
     : io_(io),
       coord_(coord),
       relay_(relay),
       bound_(bound),
+      settle_(settle),
       decided_(std::move(decided)),
       published_(std::move(published)),
       stderr_timer_(io) {}
@@ -91,24 +93,37 @@ FailureTracker::~FailureTracker() {
 
 void FailureTracker::worker_failed(const Proc& p) {
   pending_.push_back(&p);
-  if (!p.reading(true)) {
-    decide();
-  } else if (pending_.size() == 1) {
-    // The first pending failure's wait also covers any later one: all are decided together.
-    stderr_timer_.expires_after(kStderrWait);
+  if (pending_.size() == 1) {
+    // The first pending failure's wait also covers any later one: all are decided together. A worker
+    // that ended on a checkpoint signal needs no settle: the signal is known.
+    settled_at_ = p.end.after_signal != 0 ? p.end.ended : p.end.ended + settle_;
+    stderr_timer_.expires_at(std::max(std::chrono::steady_clock::now() + kStderrWait, settled_at_));
     stderr_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) decide();
     });
   }
+  if (!p.reading(true)) stderr_ready();
 }
 
 void FailureTracker::stderr_closed(const Proc& p) {
   for (const Proc* q : pending_) {
     if (q == &p) {
-      decide();
+      stderr_ready();
       return;
     }
   }
+}
+
+// The stderr is read: decided now, or once the settle is over (the timer then waits for that instead).
+void FailureTracker::stderr_ready() {
+  if (std::chrono::steady_clock::now() >= settled_at_) {
+    decide();
+    return;
+  }
+  stderr_timer_.expires_at(settled_at_);
+  stderr_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) decide();
+  });
 }
 
 void FailureTracker::settle() {

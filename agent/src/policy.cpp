@@ -98,6 +98,11 @@ std::chrono::milliseconds teardown_delay(std::chrono::milliseconds grace_left, b
   return after_signal ? grace : std::chrono::milliseconds(0);
 }
 
+bool ended_on_late_signal(std::chrono::steady_clock::time_point ended,
+                          std::chrono::steady_clock::time_point now, std::chrono::milliseconds settle) {
+  return settle.count() > 0 && now >= ended && now - ended < settle;
+}
+
 SignalAction signal_action(int sig, int previous_agent_signal, bool teardown_started) {
   if (!is_stopping_signal(sig)) return SignalAction::forward;  // USR1/USR2: checkpoint requests
   if (previous_agent_signal != 0) {

@@ -114,8 +114,8 @@ void Proc::arm_exit() {
 
 void Proc::record_exit(const ExitStatus& status) {
   end.exited = true;
-  end.duration =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
+  end.ended = std::chrono::steady_clock::now();
+  end.duration = std::chrono::duration_cast<std::chrono::milliseconds>(end.ended - start_);
   end.time = core::failure_now();
   end.status = status;
   boost::system::error_code ignored;

@@ -201,6 +201,21 @@ void Supervisor::take_pending_signals() {
   }
 }
 
+// Workers that failed just before this checkpoint signal reached the agent ended on it (Slurm signals
+// them first); their failures wait for the settle, so they are still undecided.
+void Supervisor::claim_late_exits(int sig) {
+  const auto now = std::chrono::steady_clock::now();
+  bool claimed = false;
+  for (const auto& p : procs_) {
+    if (p->end.exited && p->end.status.failed() && p->end.after_signal == 0 && !p->end.stopped_by_ddprun &&
+        ended_on_late_signal(p->end.ended, now, opts_.signal_settle)) {
+      p->end.after_signal = sig;
+      claimed = true;
+    }
+  }
+  if (claimed) failures_.settle();  // nothing left to wait for
+}
+
 void Supervisor::on_signal(int sig) {
   const SignalAction action = signal_action(sig, agent_signal_, teardown_.started());
   if (is_stopping_signal(sig) && agent_signal_ == 0) agent_signal_ = sig;
@@ -208,7 +223,10 @@ void Supervisor::on_signal(int sig) {
   switch (action) {
     case SignalAction::forward:
       teardown_.signal_live(sig);
-      if (is_checkpoint_signal(sig) && !teardown_.started()) grace_.forwarded(sig);
+      if (is_checkpoint_signal(sig) && !teardown_.started()) {
+        grace_.forwarded(sig);
+        claim_late_exits(sig);
+      }
       return;
     case SignalAction::kill:
       teardown_.kill_all();

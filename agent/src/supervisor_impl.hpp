@@ -51,7 +51,7 @@ class Supervisor final : ProcListener {
         teardown_(io_, procs_, opts.term_timeout),
         grace_(io_, opts.term_timeout),
         failures_(
-            io_, coord, relay_, publish_bound(opts.term_timeout),
+            io_, coord, relay_, publish_bound(opts.term_timeout), opts.signal_settle,
             [this](const Failure& f) { on_local_failure(f); }, [this] { check_done(); }),
         hang_(io_, procs_, opts, [this](const std::vector<HungRank>& h) { on_hang(h); }),
         sig_sd_(io_) {}
@@ -67,6 +67,7 @@ class Supervisor final : ProcListener {
   void on_exit(Proc& p) override;
   void on_signal(int sig);
   void take_pending_signals();
+  void claim_late_exits(int sig);
   void on_remote_abort(const Failure& f, bool from_store);
   void on_local_failure(const Failure& f);
   void on_hang(const std::vector<HungRank>& hung);

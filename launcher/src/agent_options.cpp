@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "agent/io.hpp"
+#include "agent/policy.hpp"
 
 namespace ddprun::launcher {
 
@@ -29,6 +30,8 @@ agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& 
   a.error_file = o.error_file;
   a.requeue = r.job.requeue_count;
   if (r.mode == core::Mode::per_task) a.task_rank = r.job.task_rank;
+  // srun's signals reach the workers before their agent: a failure waits for one still on its way.
+  if (r.context == core::SlurmContext::step) a.signal_settle = agent::kSlurmSignalSettle;
   a.quiet = o.quiet;
   a.verbose = o.verbose;
   agent::validate_options(a);

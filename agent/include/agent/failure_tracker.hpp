@@ -1,6 +1,7 @@
 #pragma once
 // This node's failures and the job's root cause: the first local failure (decided once the failed
-// worker's stderr is read, or after a short wait, so it carries its last lines), published to the
+// worker's stderr is read, or after a short wait, so it carries its last lines, and not before the
+// settle for a late checkpoint signal has passed, policy.hpp), published to the
 // other nodes off the loop and bounded; the root cause the store holds (the first failure published,
 // from that publication's answer or from another node's abort); and the one rule between them
 // (choose_root_cause).
@@ -35,10 +36,11 @@ class FailureTracker {
  public:
   // `decided` gets the first local worker failure, once; `published` runs on the loop when the
   // publication of this node's failure has ended (told or not). `bound`: how long a publication may
-  // take (Coordinator::publish_failure).
+  // take (Coordinator::publish_failure). `settle`: how long after its exit a worker's failure waits for
+  // a checkpoint signal that may still come (0: not at all).
   FailureTracker(boost::asio::io_context& io, Coordinator& coord, const OutputRelay& relay,
-                 std::chrono::milliseconds bound, std::function<void(const Failure&)> decided,
-                 std::function<void()> published);
+                 std::chrono::milliseconds bound, std::chrono::milliseconds settle,
+                 std::function<void(const Failure&)> decided, std::function<void()> published);
   ~FailureTracker();
   FailureTracker(const FailureTracker&) = delete;
   FailureTracker& operator=(const FailureTracker&) = delete;
@@ -75,6 +77,7 @@ class FailureTracker {
   Outcome outcome(const std::vector<WorkerExit>& exits);
 
  private:
+  void stderr_ready();
   void decide();
   void start_publish(const Failure& f);
   void on_published(const PublishOutcome& o, bool notify);
@@ -84,6 +87,8 @@ class FailureTracker {
   Coordinator& coord_;
   const OutputRelay& relay_;
   std::chrono::milliseconds bound_;
+  std::chrono::milliseconds settle_;
+  std::chrono::steady_clock::time_point settled_at_{};  // the first pending failure is not decided before
   std::function<void(const Failure&)> decided_;
   std::function<void()> published_;
   boost::asio::steady_timer stderr_timer_;

@@ -72,6 +72,18 @@ SignalTarget signal_target(int sig);
 std::chrono::milliseconds teardown_delay(std::chrono::milliseconds grace_left, bool after_signal,
                                          std::chrono::milliseconds grace);
 
+// Inside a Slurm step, a signal for the step reaches every process of it, and the workers before their
+// agent (slurmstepd signals the process tree from the leaves up): a worker can exit on a checkpoint
+// signal before the agent has seen it. Its failure waits this long for that signal before it is
+// decided and published (AgentOptions::signal_settle). Outside Slurm the agent forwards every signal
+// itself, so nothing waits.
+inline constexpr std::chrono::milliseconds kSlurmSignalSettle{100};
+
+// A worker that ended at `ended` ended on the checkpoint signal the agent reads at `now`: it came
+// within `settle` after the exit (its failure is still undecided then, see FailureTracker).
+bool ended_on_late_signal(std::chrono::steady_clock::time_point ended,
+                          std::chrono::steady_clock::time_point now, std::chrono::milliseconds settle);
+
 // What a signal reaching the agent does while its workers run.
 enum class SignalAction {
   forward,   // to every live worker group; the job goes on, or is already being torn down

@@ -40,8 +40,9 @@ struct ProcEnd {
   ExitStatus status;
   core::FailureTime time{};
   std::chrono::milliseconds duration{0};
-  bool stopped_by_ddprun = false;  // it ended after teardown had started
-  int after_signal = 0;            // it ended within the grace of this checkpoint signal
+  std::chrono::steady_clock::time_point ended{};  // for the settle after a failure (failure_tracker.hpp)
+  bool stopped_by_ddprun = false;                 // it ended after teardown had started
+  int after_signal = 0;                           // it ended within the grace of this checkpoint signal
 };
 
 class Proc {

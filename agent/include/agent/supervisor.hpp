@@ -28,6 +28,9 @@ struct AgentOptions {
   std::string python = "python3";
   core::LocalRankArg local_rank_arg = core::LocalRankArg::none;  // --local-rank-arg
   std::chrono::milliseconds term_timeout = kDefaultTermTimeout;
+  // How long a worker's failure waits for a checkpoint signal still on its way to the agent before it
+  // is decided (policy.hpp, kSlurmSignalSettle inside a Slurm step); 0: decided at once.
+  std::chrono::milliseconds signal_settle{0};
   // A rank without output or heartbeat for this long is hung (hang_watch.hpp); null: never.
   std::optional<std::chrono::milliseconds> hang_timeout;
   std::optional<std::string> prefix_template;  // default "[{rank}]: "; set = prefix on

@@ -102,3 +102,26 @@ TEST_CASE("teardown_delay: after a checkpoint signal the workers keep the rest o
           milliseconds(r.want));
   }
 }
+
+TEST_CASE("ended_on_late_signal: a failure just before a checkpoint signal ended on it") {
+  using ddprun::agent::ended_on_late_signal;
+  using std::chrono::milliseconds;
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Row {
+    long signal_after;  // ms from the worker's exit to the agent reading the signal
+    long settle;
+    bool want;
+  };
+  const Row rows[] = {
+      {0, 100, true},     // Slurm signalled the worker and the agent together
+      {99, 100, true},    // slurmstepd reached the agent late, within the settle
+      {100, 100, false},  // the settle is over: the failure was decided as the worker's own
+      {500, 100, false},  // a signal long after a failure
+      {-5, 100, false},   // the signal came first: the exit already carries it
+      {0, 0, false},      // outside Slurm nothing settles: the agent forwards every signal itself
+  };
+  for (const auto& r : rows) {
+    INFO("signal " << r.signal_after << " ms after the exit, settle " << r.settle << " ms");
+    CHECK(ended_on_late_signal(t0, t0 + milliseconds(r.signal_after), milliseconds(r.settle)) == r.want);
+  }
+}

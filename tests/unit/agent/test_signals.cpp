@@ -1,8 +1,10 @@
 // Signals reaching the agent: USR1/USR2 to each worker, TERM/INT/... to every worker group, where they
 // stop the job; the hold that keeps a decided outcome from any signal.
+#include <fcntl.h>
 #include <catch2/catch.hpp>
 #include <csignal>
 
+#include "agent/events.hpp"
 #include "agent/policy.hpp"
 #include "agent/signals.hpp"
 #include "agent_test_util.hpp"
@@ -126,6 +128,48 @@ TEST_CASE("after SIGUSR2 the ranks get the grace: one exits 140 at once, the oth
   CHECK(r.err.find("First exit after SIGUSR2:") != std::string::npos);
   CHECK(r.err.find("job failed") == std::string::npos);
   CHECK(r.err.find("Root cause") == std::string::npos);
+}
+
+// slurmstepd signals a step's processes from the leaves up: a rank can exit 140 on the checkpoint signal
+// before the agent has its own copy. Its exit must still count as a stop on request.
+TEST_CASE("under Slurm a rank that exits on SIGUSR2 before the agent gets it still stopped on request") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.signal_settle = 2s;  // longer than kSlurmSignalSettle: the test does not race its own scheduler
+  // The agent's events say when it has taken rank 0's exit.
+  const std::string events_path = dir / "events.jsonl";
+  const int events_fd = ::open(events_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  REQUIRE(events_fd >= 0);
+  ddprun::agent::Events events(ddprun::agent::LogFormat::json, events_fd);
+  opts.events = &events;
+  const auto r = run_agent_in_child(
+      dir,
+      make_workers({"exit-on 12 0 140 pid " + (dir / "pid0") + " touch " + (dir / "ready0") + " hang",
+                    "exit-on 12 1000 140 touch " + (dir / "ready1") + " hang"}),
+      2, opts, [&](pid_t agent) {
+        REQUIRE(wait_for_file(dir / "ready0"));
+        REQUIRE(wait_for_file(dir / "ready1"));
+        ::kill(std::stoi(read_file(dir / "pid0")), SIGUSR2);
+        const auto deadline = std::chrono::steady_clock::now() + 30s;
+        while (read_file(events_path).find("\"worker_exited\"") == std::string::npos &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(1ms);
+        }
+        ::kill(agent, SIGUSR2);
+      });
+  ::close(events_fd);
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 140);
+  CHECK(r.result.at("root_cause").at("rank") == 0);
+  CHECK(r.result.at("root_cause").at("after_signal") == SIGUSR2);
+  for (const auto& w : r.result.at("workers")) {
+    CHECK(w.at("exit_code") == 140);  // rank 1 finished its "checkpoint": no TERM reached it
+    CHECK(w.at("stopped_by_ddprun") == false);
+  }
+  const std::string log = read_file(events_path);
+  INFO(log);
+  CHECK(log.find("\"teardown\"") == std::string::npos);
 }
 
 TEST_CASE("after SIGUSR2 a rank that does not exit within the grace is stopped once it is over") {
