@@ -177,6 +177,11 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
   job.max_restarts = o.max_restarts.value_or(0);
   job.role = o.role;
   r.cpu_bind = parse_cpu_bind(o.cpu_bind);
+  const auto ws = parse_worker_store(o.worker_store);
+  if (!ws) {
+    throw Error(fmt::format("--worker-store {}: expected agent, rank0 or relay", o.worker_store));
+  }
+  job.worker_store = *ws;
   job.user_omp_num_threads = env_get(env, "OMP_NUM_THREADS");
   job.user_set_nccl_async = env_get(env, "NCCL_ASYNC_ERROR_HANDLING").has_value() ||
                             env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
@@ -431,6 +436,11 @@ Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo&
   }
   job.mode = r.mode;
   if (r.rdzv_run_id.empty()) r.rdzv_run_id = job.run_id;
+  if (job.worker_store == WorkerStore::relay && r.mode == Mode::per_task) {
+    throw Error(
+        "--worker-store relay needs one ddprun per node (agent mode); under srun --ntasks-per-node=K each "
+        "ddprun is one worker: use --worker-store agent");
+  }
   resolve_addresses(o, endpoint, l, r);
   r.self.node_rank = job.node_rank;
   if (!l.hosts.empty()) {

@@ -2,8 +2,8 @@
 // that JSON carries unescaped in the common case, since the rendezvous wraps it in a JSON record:
 //
 //   ddprun-plan 2
-//   mode agent            (one line per constant; omp_num_threads and cpus_per_task only when set)
-//   ...
+//   mode agent            (one line per constant; omp_num_threads, cpus_per_task and worker_store
+//   ...                    only when set: worker_store when not agent)
 //   gpuset 8 0 1 2 3 4 5 6 7      (the distinct GPU lists: count, then the ids; referred to by index)
 //   nodes 4
 //   login1 10.0.0.9 8 0 a         (one row: host, addr, local world size, gpuset index, a(ctive)|s(pare))
@@ -110,6 +110,8 @@ void encode_constants(const JobConstants& c, std::string& out) {
   out += fmt::format("max_restarts {}\nnccl_async_set {}\n", c.max_restarts, c.user_set_nccl_async ? 1 : 0);
   if (c.user_omp_num_threads) out += fmt::format("omp_num_threads {}\n", pct(*c.user_omp_num_threads));
   if (c.cpus_per_task) out += fmt::format("cpus_per_task {}\n", *c.cpus_per_task);
+  if (c.worker_store != WorkerStore::agent)
+    out += fmt::format("worker_store {}\n", to_string(c.worker_store));
 }
 
 }  // namespace
@@ -248,6 +250,10 @@ struct Reader {
       c.user_omp_num_threads = unpct(v, n);
     } else if (key == "cpus_per_task") {
       c.cpus_per_task = static_cast<int>(number(v, n, 0, kInt));
+    } else if (key == "worker_store") {
+      const auto ws = parse_worker_store(unpct(v, n));
+      if (!ws) bad(n, fmt::format("unknown worker_store '{}'", shown(v)));
+      c.worker_store = *ws;
     } else {
       bad(n, fmt::format("unknown field '{}'", shown(key)));
     }

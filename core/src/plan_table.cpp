@@ -84,6 +84,7 @@ JobConstants constants_of(const JobSpec& job) {
   c.user_omp_num_threads = job.user_omp_num_threads;
   c.cpus_per_task = job.cpus_per_task;
   c.user_set_nccl_async = job.user_set_nccl_async;
+  c.worker_store = job.worker_store;
   return c;
 }
 
@@ -101,13 +102,17 @@ void worker_env(const JobConstants& job, int node_rank, int local_world_size, Wo
   e["ROLE_NAME"] = job.role;
   e["ROLE_RANK"] = std::to_string(w.rank);
   e["ROLE_WORLD_SIZE"] = std::to_string(job.world_size);
-  e["MASTER_ADDR"] = job.master_addr;
-  e["MASTER_PORT"] = std::to_string(job.master_port);
+  // --worker-store relay: the workers of nodes other than 0 reach the store through their node's relay.
+  const bool relayed = job.worker_store == WorkerStore::relay && node_rank != 0;
+  e["MASTER_ADDR"] = relayed ? "127.0.0.1" : job.master_addr;
+  e["MASTER_PORT"] =
+      std::to_string(relayed ? relay_port(job.run_id, node_rank, static_cast<std::uint16_t>(job.master_port))
+                             : job.master_port);
   e["TORCHELASTIC_RUN_ID"] = job.run_id;
   e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
   e["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(job.max_restarts);
   e["DDPRUN_REQUEUE_COUNT"] = std::to_string(job.requeue_count);
-  e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  e["TORCHELASTIC_USE_AGENT_STORE"] = use_agent_store(job.worker_store);
   e["DDPRUN_NODE_RANK"] = std::to_string(node_rank);
   e["DDPRUN_NNODES"] = std::to_string(job.nnodes);
   e["DDPRUN_MP_SIZE"] = std::to_string(p);

@@ -69,6 +69,7 @@ DistEnv parse_dist_env(const EnvLookup& env) {
   d.local_rank = parse_int_var(env, "LOCAL_RANK", 0, 0, kMax);
   d.master_addr = env("MASTER_ADDR").value_or("");
   d.master_port = parse_int_var(env, "MASTER_PORT", 0, 0, 65535);
+  d.agent_store = env("TORCHELASTIC_USE_AGENT_STORE") == "True";  // torch's exact test
   if (d.world_size > 1) {
     if (d.master_addr.empty()) {
       throw Error("MASTER_ADDR is not set but WORLD_SIZE=" + std::to_string(d.world_size) +

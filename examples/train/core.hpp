@@ -39,6 +39,9 @@ struct DistEnv {
   int mp_size = 1;
   int dp_rank = 0;  // position inside its data-parallel group
   int dp_size = 1;
+  // TORCHELASTIC_USE_AGENT_STORE=True (ddprun's default, torchrun 2.x's): the launcher serves the store on
+  // MASTER_PORT and every rank is a client; else rank 0 hosts it.
+  bool agent_store = false;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

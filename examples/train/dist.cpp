@@ -47,11 +47,12 @@ void check_backend(const Options& o) {
   }
 }
 
-// Rank 0 hosts the store; everyone waits until all ranks have joined it.
+// The launcher's store (TORCHELASTIC_USE_AGENT_STORE=True), or rank 0 hosts it; everyone waits until
+// all ranks have joined it.
 StorePtr make_store(const DistEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(env.master_port);
-  so.isServer = env.rank == 0;
+  so.isServer = env.rank == 0 && !env.agent_store;
   so.numWorkers = static_cast<std::size_t>(env.world_size);
   so.waitWorkers = true;
   so.timeout = timeout;

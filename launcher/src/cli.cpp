@@ -187,10 +187,19 @@ void add_store_options(CLI::App& app, core::Options& o) {
       ->envname(env("MASTER_ADDR"))
       ->group(g);
   app.add_option("--master-port,--master_port", o.master_port,
-                 "MASTER_PORT for the workers' own store (default: derived from the Slurm step's "
-                 "JOBID.STEPID, a self-launch's from the job id, else 29500; checked by binding and held "
-                 "against other ddprun jobs on this machine)")
+                 "MASTER_PORT, the workers' store (default: derived from the Slurm step's "
+                 "JOBID.STEPID, a self-launch's from the job id, else 29500; a busy derived port is replaced "
+                 "by a free one; held against other ddprun jobs on this machine)")
       ->envname(env("MASTER_PORT"))
+      ->group(g);
+  one_of(
+      app.add_option("--worker-store", o.worker_store,
+                     "Who serves the workers' store (init_process_group's TCPStore): agent (default: node "
+                     "0's agent on MASTER_PORT for the whole attempt, TORCHELASTIC_USE_AGENT_STORE=True), "
+                     "rank0 (worker rank 0 hosts torch's own), or relay (each other node's agent serves its "
+                     "workers on 127.0.0.1 and forwards to node 0's: for the largest jobs)"),
+      {"agent", "rank0", "relay"})
+      ->envname(env("WORKER_STORE"))
       ->group(g);
   ignored<std::string>(app, "--rdzv-backend,--rdzv_backend", "Accepted for torchrun compatibility; ignored",
                        g);

@@ -58,6 +58,20 @@ std::string elastic_line(const core::Resolved& r) {
       r.job.max_restarts, floor, r.nnodes_max, spares);
 }
 
+// Who serves init_process_group's store on the master port (docs/rendezvous.md, "The workers' store").
+std::string worker_store_line(const core::JobConstants& job) {
+  switch (job.worker_store) {
+    case core::WorkerStore::agent:
+      return "workers' store: served by node 0's agent on the master port (--worker-store agent)\n";
+    case core::WorkerStore::rank0:
+      return "workers' store: hosted by worker rank 0 on the master port (--worker-store rank0)\n";
+    case core::WorkerStore::relay:
+      return "workers' store: served by node 0's agent; the other nodes' workers reach it through their "
+             "agent's relay on 127.0.0.1 (--worker-store relay)\n";
+  }
+  return {};
+}
+
 // The text header: mode, sizes, ports, the batch and store lines.
 std::string text_header(const core::Resolved& r, const core::JobConstants& job) {
   std::string out;
@@ -72,6 +86,7 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
           : fmt::format(
                 "master port {} is checked when the job starts: if it is busy then, a free one is used\n",
                 job.master_port);
+  out += worker_store_line(job);
   if (r.context == core::SlurmContext::batch) {
     out += fmt::format("batch script: ddprun would re-launch itself with srun on {} node{}\n",
                        r.allocation_hosts.size(), r.allocation_hosts.size() == 1 ? "" : "s");

@@ -21,6 +21,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
+#include "core/worker_store.hpp"
 #include "launcher/auth_setup.hpp"
 #include "launcher/dry_run.hpp"
 #include "launcher/self_launch.hpp"
@@ -31,6 +32,7 @@
 #include "session.hpp"
 #include "store/error.hpp"
 #include "store_coordinator.hpp"
+#include "worker_store.hpp"
 
 namespace ddprun::launcher {
 
@@ -41,14 +43,18 @@ using core::Failure;
 // Standalone: the one-node case.
 class LocalSession final : public Session {
  public:
-  explicit LocalSession(const core::Resolved& r) : r_(r) {}
+  LocalSession(const core::Resolved& r, agent::Events& ev) : r_(r), store_(worker_store_log(ev)) {}
 
   Round join(int attempt) override {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    auto chosen = choose_master_port(job.master_port, 0, r_.master_port_given, std::move(master_hold_));
-    job.master_port = chosen.port;
-    master_hold_ = std::move(chosen.hold);
+    if (job.worker_store == core::WorkerStore::rank0) {
+      auto chosen = choose_master_port(job.master_port, 0, r_.master_port_given, std::move(master_hold_));
+      job.master_port = chosen.port;
+      master_hold_ = std::move(chosen.hold);
+    } else {
+      job.master_port = store_.serve(job.master_addr, job.master_port, 0, r_.master_port_given, false, {});
+    }
     Round round;
     round.table = std::make_shared<const core::PlanTable>(core::make_plan_table(job, r_.nodes));
     round.local = core::derive_workers(*round.table, job.node_rank, core::task_slot(job));
@@ -61,7 +67,8 @@ class LocalSession final : public Session {
  private:
   const core::Resolved& r_;
   agent::LocalCoordinator coord_;
-  PortHold master_hold_;  // other ddprun jobs here stay off MASTER_PORT while this one runs
+  WorkerStoreHost store_;
+  PortHold master_hold_;  // rank0: other ddprun jobs here stay off MASTER_PORT while this one runs
 };
 
 }  // namespace
@@ -145,6 +152,16 @@ rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::
     if (hint) ev.warn(*std::exchange(hint, std::nullopt));
   };
   return ro;
+}
+
+std::function<void(const std::string&)> worker_store_log(agent::Events& ev) {
+  return [&ev](const std::string& line) {
+    if (ev.json()) {
+      ev.emit("worker_store", {{"message", line}});
+    } else {
+      fmt::print(stderr, "ddprun: {}\n", line);
+    }
+  };
 }
 
 core::PlanTable parse_published_plan(const std::string& text, const std::string& endpoint) {
@@ -326,7 +343,7 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
     }
     std::unique_ptr<Session> session;
     if (r.mode == core::Mode::standalone) {
-      session = std::make_unique<LocalSession>(r);
+      session = std::make_unique<LocalSession>(r, ev);
     } else if (r.mode == core::Mode::per_task) {
       session = make_per_task_session(o, r, std::move(auth), ev);
     } else {

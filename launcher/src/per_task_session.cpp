@@ -10,6 +10,7 @@
 #include "node_relay.hpp"
 #include "store/client.hpp"
 #include "store/error.hpp"
+#include "worker_store.hpp"
 
 namespace ddprun::launcher {
 
@@ -63,6 +64,7 @@ class PerTaskSession final : public Session {
   std::unique_ptr<PerTaskCoordinator> coord_;
   std::unique_ptr<rdzv::Rendezvous> up_;    // relay: the node's place in the job
   std::unique_ptr<rdzv::Rendezvous> down_;  // the node-local store (served by the relay)
+  WorkerStoreHost store_;                   // the workers' store, on the master task
 };
 
 std::vector<int> tasks_per_node(const core::Resolved& r) {
@@ -78,7 +80,8 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
       auth_(auth),
       local_run_id_(fmt::format("{}/node/{}", r.job.run_id, place_.node)),
       local_port_(core::node_store_port(r.job.run_id, place_.node, r.rdzv_port,
-                                        static_cast<std::uint16_t>(r.job.master_port))) {
+                                        static_cast<std::uint16_t>(r.job.master_port))),
+      store_(worker_store_log(ev)) {
   if (place_.relay) {
     rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth, ev);
     ro.host = r.rdzv_host;
@@ -135,16 +138,22 @@ rdzv::JoinInfo PerTaskSession::join_info(int node_rank, int local_world_size) co
   return me;
 }
 
-// On the master: Slurm fixed the layout; the round agrees on the attempt and MASTER_PORT, checked
-// by binding it (it is for worker rank 0's own store, never one of ours).
+// On the master: Slurm fixed the layout; the round agrees on the attempt and MASTER_PORT: the
+// workers' store served here for the attempt, or (--worker-store rank0) checked by binding it for
+// worker rank 0's own; never one of the rendezvous stores.
 std::string PerTaskSession::master_plan(int attempt) {
   core::JobSpec job = r_.job;
   job.restart_count = attempt;
   core::PlanTable table = core::make_plan_table(job, r_.nodes);
-  auto chosen =
-      choose_master_port(table.job.master_port, up_->port(), r_.master_port_given, std::move(master_hold_));
-  table.job.master_port = chosen.port;
-  master_hold_ = std::move(chosen.hold);
+  if (table.job.worker_store == core::WorkerStore::rank0) {
+    auto chosen =
+        choose_master_port(table.job.master_port, up_->port(), r_.master_port_given, std::move(master_hold_));
+    table.job.master_port = chosen.port;
+    master_hold_ = std::move(chosen.hold);
+  } else {
+    table.job.master_port = store_.serve(table.job.master_addr, table.job.master_port, up_->port(),
+                                         r_.master_port_given, table.nodes.size() > 1, up_->peer_hosts());
+  }
   return core::encode_plan_table(table);
 }
 

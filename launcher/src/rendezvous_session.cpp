@@ -10,6 +10,7 @@
 #include "membership_report.hpp"
 #include "session.hpp"
 #include "store_coordinator.hpp"
+#include "worker_store.hpp"
 
 namespace ddprun::launcher {
 
@@ -37,7 +38,12 @@ class RendezvousSession final : public Session {
  public:
   RendezvousSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
                     agent::Events& ev)
-      : r_(r), ev_(ev), quiet_(o.quiet), rz_(agent_rdzv_options(o, r, std::move(auth), ev)), coord_(rz_) {
+      : r_(r),
+        ev_(ev),
+        quiet_(o.quiet),
+        rz_(agent_rdzv_options(o, r, std::move(auth), ev)),
+        coord_(rz_),
+        store_(worker_store_log(ev)) {
     me_.node_rank = r.job.node_rank;
     me_.hostname = r.self.host.value_or("localhost");
     me_.addr = me_.hostname;
@@ -65,6 +71,8 @@ class RendezvousSession final : public Session {
     round.local = core::derive_workers(*round.table, joined.node_rank);
     round.announce = joined.node_rank == 0;
     round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
+    // --worker-store relay: this node's workers reach node 0's store through a relay of this attempt.
+    store_.relay(round.table->job, joined.node_rank, round.local);
     if (attempt > 0 && round.announce) {
       report_membership(ev_, quiet_, attempt, previous_, joined.members, last_table_->job.world_size,
                         round.table->job.world_size);
@@ -120,8 +128,9 @@ class RendezvousSession final : public Session {
     }
   }
 
-  // On the master: the table from the nodes that joined, with MASTER_PORT checked by binding it
-  // (it is for worker rank 0's own store, and must never be the rendezvous store's port).
+  // On the master: the table from the nodes that joined, with MASTER_PORT: served here for the attempt
+  // (the workers' store, --worker-store agent|relay), or checked by binding it for worker rank 0's own;
+  // never the rendezvous store's port.
   core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
@@ -131,10 +140,15 @@ class RendezvousSession final : public Session {
     // After a failover this agent hosts the store, and worker rank 0 runs here.
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
     core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
-    auto chosen =
-        choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given, std::move(master_hold_));
-    table.job.master_port = chosen.port;
-    master_hold_ = std::move(chosen.hold);
+    if (table.job.worker_store == core::WorkerStore::rank0) {
+      auto chosen = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given,
+                                       std::move(master_hold_));
+      table.job.master_port = chosen.port;
+      master_hold_ = std::move(chosen.hold);
+    } else {
+      table.job.master_port = store_.serve(table.job.master_addr, table.job.master_port, rz_.port(),
+                                           r_.master_port_given, nodes.size() > 1, rz_.peer_hosts());
+    }
     return table;
   }
 
@@ -148,7 +162,8 @@ class RendezvousSession final : public Session {
   std::vector<core::Member> previous_;
   std::shared_ptr<const core::PlanTable> last_table_;
   std::vector<int> lost_;  // node ranks of the last round known to be gone
-  PortHold master_hold_;   // on the master: other ddprun jobs here stay off MASTER_PORT
+  WorkerStoreHost store_;  // the workers' store, while this agent is the master
+  PortHold master_hold_;   // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
 };
 
 }  // namespace

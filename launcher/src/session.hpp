@@ -69,6 +69,9 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Even
 rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,
                                             rdzv::auth::Config auth, agent::Events& ev);
 
+// Where the workers' store's lines go: a worker_store event, or a "ddprun: ..." line on stderr.
+std::function<void(const std::string&)> worker_store_log(agent::Events& ev);
+
 // The plan the master publishes, parsed; a malformed one is a protocol error naming the store.
 core::PlanTable parse_published_plan(const std::string& text, const std::string& endpoint);
 

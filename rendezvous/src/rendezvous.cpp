@@ -179,6 +179,10 @@ std::string Rendezvous::endpoint() const {
   return fmt::format("{}:{}", opts_.host, port_);
 }
 
+std::vector<std::string> Rendezvous::peer_hosts() const {
+  return server_ ? server_->peer_hosts() : std::vector<std::string>{};
+}
+
 std::string Rendezvous::key_prefix() const {
   return keys::attempt_prefix(opts_.attempt);
 }

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -23,7 +24,9 @@
 
 #include "server_impl.hpp"
 #include "store/answer.hpp"
+#include "store/c10d_server.hpp"
 #include "store/error.hpp"
+#include "store/sockaddr.hpp"
 
 namespace ddprun::rdzv {
 namespace {
@@ -251,6 +254,23 @@ std::vector<std::string> StoreServer::labels(const std::string& prefix) const {
   });
   // The server thread answers as soon as it runs, which on a busy node may take seconds: an empty
   // answer then would read as "nobody is connected". Only a stopping server gives up.
+  while (fut.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (impl_->stopped.load()) return {};
+  }
+  return fut.get();
+}
+
+std::vector<std::string> StoreServer::peer_hosts() const {
+  if (impl_->stopped.load()) return {};
+  auto result = std::make_shared<std::promise<std::vector<std::string>>>();
+  auto fut = result->get_future();
+  asio::post(impl_->io, [impl = impl_.get(), result] {
+    std::set<std::string> hosts;
+    for (const auto& c : impl->conns) {
+      if (c->hello_done) hosts.insert(normalize_address(numeric_host_of(c->peer_addr)));
+    }
+    result->set_value(std::vector<std::string>(hosts.begin(), hosts.end()));
+  });
   while (fut.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
     if (impl_->stopped.load()) return {};
   }

@@ -22,4 +22,14 @@ std::string sockaddr_text(const sockaddr* sa) {
   return "unknown address";
 }
 
+std::string numeric_host_of(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host);
+  } else if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+  }
+  return host;
+}
+
 }  // namespace ddprun::rdzv

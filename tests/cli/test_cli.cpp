@@ -410,9 +410,13 @@ TEST_CASE("a busy --master-port is an error naming it, not replaced", "[cli][por
 }
 
 TEST_CASE("8 one-node jobs started at once on one machine get 8 distinct MASTER_PORTs", "[cli][ports]") {
-  // Each worker first waits until all 8 jobs' workers run (so every ddprun has chosen its port before
-  // any worker binds), then binds MASTER_PORT as PyTorch's store does (SO_REUSEADDR, listen) and holds
-  // it until all 8 have tried. Two jobs given one port: one worker's bind fails and its job exits 1.
+  // --worker-store rank0: each worker first waits until all 8 jobs' workers run (so every ddprun has
+  // chosen its port before any worker binds), then binds MASTER_PORT as PyTorch's store does
+  // (SO_REUSEADDR, listen) and holds it until all 8 have tried. Two jobs given one port: one worker's
+  // bind fails and its job exits 1. With the agent's store (the default) the agent listens there
+  // itself: the ports must differ too.
+  const bool rank0 = GENERATE(true, false);
+  INFO("--worker-store " << (rank0 ? "rank0" : "agent"));
   constexpr int kJobs = 8;
   ddprun::test::TempDir dir("ddprun-ports");
   const std::string worker =
@@ -427,8 +431,11 @@ TEST_CASE("8 one-node jobs started at once on one machine get 8 distinct MASTER_
       "s = socket.socket()\n"
       "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
       "try:\n"
-      "    s.bind(('0.0.0.0', int(os.environ['MASTER_PORT'])))\n"
-      "    s.listen()\n"
+      "    if os.environ['TORCHELASTIC_USE_AGENT_STORE'] == 'True':\n"
+      "        s.connect(('127.0.0.1', int(os.environ['MASTER_PORT'])))\n"
+      "    else:\n"
+      "        s.bind(('0.0.0.0', int(os.environ['MASTER_PORT'])))\n"
+      "        s.listen()\n"
       "except OSError as e:\n"
       "    open(os.path.join(d, 'tried.%d' % os.getpid()), 'w').close()\n"
       "    sys.exit('bind MASTER_PORT=%s: %s' % (os.environ['MASTER_PORT'], e))\n"
@@ -437,8 +444,9 @@ TEST_CASE("8 one-node jobs started at once on one machine get 8 distinct MASTER_
       "wait('tried.')\n";
   std::vector<ddprun::test::Proc> jobs;
   for (int i = 0; i < kJobs; ++i) {
-    jobs.push_back(ddprun::test::start(cmdline({"-q", "/usr/bin/python3", "-c", worker}), {{"D", dir.str()}},
-                                       dir.str(), "job" + std::to_string(i), false));
+    jobs.push_back(ddprun::test::start(
+        cmdline({"-q", "--worker-store", rank0 ? "rank0" : "agent", "/usr/bin/python3", "-c", worker}),
+        {{"D", dir.str()}}, dir.str(), "job" + std::to_string(i), false));
   }
   std::set<std::string> ports;
   for (auto& j : jobs) {

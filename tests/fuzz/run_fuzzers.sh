@@ -2,7 +2,7 @@
 # Builds every fuzz target with clang's libFuzzer + ASan + UBSan and runs each for SECONDS on a
 # copy of its corpus and regression inputs (the repository is never written to). Fails, naming the
 # reproducer, if any target crashes, leaks, times out or runs out of memory.
-#   usage: tests/fuzz/run_fuzzers.sh BUILD_DIR SECONDS [TARGET...]     (targets: hostlist codec failure plan)
+#   usage: tests/fuzz/run_fuzzers.sh BUILD_DIR SECONDS [TARGET...]     (targets: hostlist codec failure plan c10d)
 #   env:   FUZZ_CXX (default clang++), FUZZ_JOBS (parallel fuzzing jobs per target, default 1)
 # Exit 77 means "skipped": clang cannot link libFuzzer here (install libclang-rt-14-dev).
 set -euo pipefail
@@ -17,7 +17,7 @@ out=$(mkdir -p "$1" && cd "$1" && pwd)
 secs=$2
 shift 2
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(hostlist codec failure plan)
+[ ${#targets[@]} -gt 0 ] || targets=(hostlist codec failure plan c10d)
 cxx=${FUZZ_CXX:-clang++}
 jobs=${FUZZ_JOBS:-1}
 
@@ -32,8 +32,9 @@ sources_of() {
     hostlist) echo "core/src/hostlist.cpp" ;;
     codec) echo "store/src/codec.cpp" ;;
     failure) echo "core/src/failure.cpp" ;;
-    plan) echo "core/src/plan.cpp core/src/plan_table.cpp core/src/plan_codec.cpp core/src/hostlist.cpp" ;;
-    *) echo "unknown fuzz target '$1' (known: hostlist codec failure plan)" >&2; exit 2 ;;
+    plan) echo "core/src/plan.cpp core/src/plan_table.cpp core/src/plan_codec.cpp core/src/hostlist.cpp core/src/worker_store.cpp" ;;
+    c10d) echo "store/src/c10d_codec.cpp" ;;
+    *) echo "unknown fuzz target '$1' (known: hostlist codec failure plan c10d)" >&2; exit 2 ;;
   esac
 }
 options_of() {
@@ -42,6 +43,7 @@ options_of() {
     codec) echo "-max_len=4096 -malloc_limit_mb=16 -timeout=25" ;;
     failure) echo "-max_len=8192 -malloc_limit_mb=256 -timeout=25" ;;
     plan) echo "-max_len=16384 -malloc_limit_mb=256 -timeout=25" ;;
+    c10d) echo "-max_len=4096 -malloc_limit_mb=16 -timeout=25" ;;
   esac
 }
 

@@ -12,7 +12,8 @@ MARK="pertask-relay-$$"  # in every worker's argv, to find leftovers
 
 # Rank 0's worker looks at the master's store while the job runs: every relay is connected by then (a relay
 # joins before any worker starts and stays until the exit barrier, which waits for rank 0).
-snapshot='if [ "$RANK" = 0 ]; then echo $PPID > '"$WORK"'/master.pid; ss -tlnpH > '"$WORK"'/listen.txt; '
+snapshot='if [ "$RANK" = 0 ]; then echo $PPID > '"$WORK"'/master.pid; echo $MASTER_PORT > '"$WORK"'/master_port; '
+snapshot+='ss -tlnpH > '"$WORK"'/listen.txt; '
 snapshot+='ss -tnpH state established > '"$WORK"'/est.txt; fi; echo "$RANK $LOCAL_RANK $WORLD_SIZE" > '"$WORK"'/t.$RANK'
 
 note "srun -N$N --ntasks-per-node=$K ddprun: the master's store sees one client process per node"
@@ -20,8 +21,10 @@ timeout 180 srun -N$N -w "node[1-$N]" --ntasks-per-node=$K "$DDPRUN" -- sh -c "$
   > ok.out 2> ok.err || fail "srun -N$N --ntasks-per-node=$K ddprun exited $?"
 expect_eq "workers that ran" $((N * K)) "$(ls t.* | wc -l)"
 mpid=$(cat master.pid)
-# The store listens on every address (the node-local one on 127.0.0.1 only).
-store_port=$(awk -v p="pid=$mpid," 'index($0, p) && $4 ~ /^(0\.0\.0\.0|\*|\[::\]):/ { sub(/.*:/, "", $4); print $4 }' \
+# The store listens on every address (the node-local one on 127.0.0.1 only); so may the workers' store on
+# MASTER_PORT, which the master serves too (--worker-store agent): not the one counted here.
+store_port=$(awk -v p="pid=$mpid," -v mp="$(cat master_port)" \
+  'index($0, p) && $4 ~ /^(0\.0\.0\.0|\*|\[::\]):/ { sub(/.*:/, "", $4); if ($4 != mp) print $4 }' \
   listen.txt | head -n1)
 [[ -n $store_port ]] || fail "found no store port the master (pid $mpid) listens on: $(cat listen.txt)"
 # Client sockets: the peer is the store port; the process column names their owner.

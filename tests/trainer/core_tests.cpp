@@ -77,6 +77,20 @@ TEST_CASE("dist env reads torchrun variables and derives the DP group") {
   CHECK(d.dp_size == 4);
   CHECK(d.master_addr == "node1");
   CHECK(d.master_port == 29500);
+  CHECK_FALSE(d.agent_store);  // rank 0 hosts the store
+}
+
+TEST_CASE("dist env: TORCHELASTIC_USE_AGENT_STORE=True makes every rank a client of the launcher's store") {
+  auto with = [](const std::string& v) {
+    return parse_dist_env(env_of({{"RANK", "0"},
+                                  {"WORLD_SIZE", "2"},
+                                  {"MASTER_ADDR", "h"},
+                                  {"MASTER_PORT", "1"},
+                                  {"TORCHELASTIC_USE_AGENT_STORE", v}}));
+  };
+  CHECK(with("True").agent_store);
+  CHECK_FALSE(with("False").agent_store);
+  CHECK_FALSE(with("true").agent_store);  // torch compares with "True" exactly
 }
 
 TEST_CASE("dist env takes the model-parallel grid from DDPRUN_ variables") {

@@ -36,6 +36,7 @@ struct Options {
   std::string role = "default";
   std::optional<std::string> start_method;  // torchrun's --start_method: checked, ignored
   std::string cpu_bind = "none";            // none | cores | numa | gpu (core/cpu_bind.hpp)
+  std::string worker_store = "agent";       // agent | rank0 | relay (core/worker_store.hpp)
 
   // How to run the command.
   std::vector<std::string> command;

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/gpu_list.hpp"
+#include "core/worker_store.hpp"
 
 namespace ddprun::core {
 
@@ -55,6 +56,7 @@ struct JobSpec {
   std::optional<int> task_rank;                     // per-task mode: SLURM_PROCID of this task
   std::optional<int> task_local_rank;               // per-task mode: SLURM_LOCALID of this task
   bool user_set_nccl_async = false;                 // user already set (TORCH_)NCCL_ASYNC_ERROR_HANDLING
+  WorkerStore worker_store = WorkerStore::agent;    // --worker-store: who serves init_process_group's store
 };
 
 using EnvMap = std::map<std::string, std::string>;

@@ -29,6 +29,7 @@ struct JobConstants {
   std::optional<std::string> user_omp_num_threads;
   std::optional<int> cpus_per_task;
   bool user_set_nccl_async = false;
+  WorkerStore worker_store = WorkerStore::agent;
   bool operator==(const JobConstants&) const = default;
 };
 

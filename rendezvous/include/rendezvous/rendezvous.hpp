@@ -140,6 +140,9 @@ class Rendezvous {
   std::uint16_t port() const { return port_; }
   std::string endpoint() const;  // "host:port" as used in messages
   int attempt() const { return opts_.attempt; }
+  // Master only (else empty): the numeric addresses the agents connected from, each once; the
+  // workers' store admits no other remote peer (docs/security.md).
+  std::vector<std::string> peer_hosts() const;
 
   // Blocks until the master publishes the plan (or fails). On the master it runs the round:
   // waits for the nodes, calls make_plan with the joined nodes (sorted by node rank) and publishes

@@ -59,6 +59,9 @@ class StoreServer {
   std::size_t labelled_count(const std::string& prefix) const;
   // Their labels, so a caller can tell which peers are still connected.
   std::vector<std::string> labels(const std::string& prefix) const;
+  // The numeric addresses (no port) of the peers connected now that passed their hello, each once:
+  // the job's nodes, which alone may reach the workers' store (docs/security.md).
+  std::vector<std::string> peer_hosts() const;
   // The connection cap in force (max_connections, or the one RLIMIT_NOFILE gave).
   std::size_t connection_limit() const;
 

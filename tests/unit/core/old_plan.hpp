@@ -85,7 +85,8 @@ inline void worker_env(const JobSpec& job, const NodeSpec& n, int world_size, Wo
   e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
   e["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(job.max_restarts);
   e["DDPRUN_REQUEUE_COUNT"] = std::to_string(job.requeue_count);
-  e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  // Issue 26 changed this one variable on purpose: node 0's agent serves the workers' store by default.
+  e["TORCHELASTIC_USE_AGENT_STORE"] = job.worker_store == WorkerStore::rank0 ? "False" : "True";
   e["DDPRUN_NODE_RANK"] = std::to_string(n.node_rank);
   e["DDPRUN_NNODES"] = std::to_string(job.nnodes);
   e["DDPRUN_MP_SIZE"] = std::to_string(p);

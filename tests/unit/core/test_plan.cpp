@@ -43,7 +43,7 @@ TEST_CASE("agent mode: ranks ordered by node rank then local rank", "[plan]") {
     CHECK(w.env.at("TORCHELASTIC_RUN_ID") == "42");
     CHECK(w.env.at("TORCHELASTIC_RESTART_COUNT") == "0");
     CHECK(w.env.at("TORCHELASTIC_MAX_RESTARTS") == "0");
-    CHECK(w.env.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+    CHECK(w.env.at("TORCHELASTIC_USE_AGENT_STORE") == "True");  // the agent's store (issue 26)
     CHECK(w.env.at("DDPRUN_REQUEUE_COUNT") == "0");
   }
   CHECK(p.workers.front().host == "node1");  // rank 0 on the master node
