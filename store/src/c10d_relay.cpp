@@ -364,6 +364,8 @@ void C10dRelay::Impl::flush_upstream() {
 // ---- the workers' side ----
 
 void C10dRelay::Impl::accept_some() {
+  // Another thread of the process may have taken the spare's number while it was given up: try again.
+  if (spare_fd < 0) spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   for (int i = 0; i < 512; ++i) {
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {

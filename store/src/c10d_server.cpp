@@ -268,6 +268,8 @@ bool C10dServer::Impl::admitted(const sockaddr_storage& peer) const {
 }
 
 void C10dServer::Impl::accept_some(int lfd) {
+  // Another thread of the process may have taken the spare's number while it was given up: try again.
+  if (spare_fd < 0) spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   // Bounded per wake-up, so a connection storm does not starve the requests of those already in.
   for (int i = 0; i < 512; ++i) {
     sockaddr_storage peer{};

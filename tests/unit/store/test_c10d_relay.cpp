@@ -4,7 +4,12 @@
 // workers' connections close when node 0's store goes.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -156,20 +161,41 @@ TEST_CASE("relay: a worker beyond the descriptor limit is closed at once and not
   Pair p;
   rlimit saved{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-  std::size_t in_use = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++in_use;
-  // Room for 6 workers' sockets here and 2 of them accepted by the relay: the other 4 find no descriptor.
+  // The workers' sockets exist before the limit drops, so that only the relay runs short; they connect
+  // after it. The limit caps descriptor numbers: every hole below the highest one in use is filled
+  // first, and then the relay has exactly 2 descriptors for 6 workers.
+  std::vector<int> workers;
+  for (int i = 0; i < 6; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    workers.push_back(fd);
+  }
+  int highest = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    highest = std::max(highest, std::stoi(e.path().filename().string()));
+  }
+  std::vector<int> holes;  // then filled, up to the first descriptor above every one in use
+  int top = 0;
+  while (top <= highest) {
+    top = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    REQUIRE(top >= 0);
+    holes.push_back(top);
+  }
   rlimit low = saved;
-  low.rlim_cur = in_use + 6 + 2;
+  low.rlim_cur = static_cast<rlim_t>(top) + 1 + 2;
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
-  std::vector<std::unique_ptr<C10dClient>> ws;
-  for (int i = 0; i < 6; ++i) ws.push_back(std::make_unique<C10dClient>(p.relay->port(), Layout::v1));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(p.relay->port());
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  for (const int fd : workers) REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
   int closed = 0;
-  for (auto& w : ws) closed += testnet::closed_by_peer(w->fd(), 10s) ? 1 : 0;
+  for (const int fd : workers) closed += testnet::closed_by_peer(fd, 10s) ? 1 : 0;
   ::setrlimit(RLIMIT_NOFILE, &saved);
+  for (const int fd : holes) ::close(fd);
+  for (const int fd : workers) ::close(fd);
   CHECK(closed >= 1);
   // Once descriptors are free again, a new worker is served.
-  ws.clear();
   C10dClient fresh(p.relay->port(), Layout::v22);
   fresh.send(Op::add, {"init/"}, {}, 1);
   CHECK(fresh.read_i64() == 1);
