@@ -20,6 +20,11 @@ bool running(pid_t pid) {
 }
 
 // Sends `sig` until the process ends (two deliveries of one signal may merge into one).
+// The launcher holds the stopping signals around every run (hold_stop_signals): a SIGINT that
+// signal_until_gone sends after the run has ended must not kill the agent before it reports.
+void hold_like_the_launcher() {
+  ddprun::agent::hold_stop_signals();
+}
 void signal_until_gone(pid_t pid, int sig) {
   for (int i = 0; i < 600 && running(pid); ++i) {
     ::kill(pid, sig);
@@ -231,12 +236,14 @@ TEST_CASE("a second SIGINT kills at once instead of waiting for the grace period
   opts.term_timeout = std::chrono::milliseconds(600000);  // the test would time out without the second INT
   const auto r = run_agent_in_child(
       dir, make_workers({"ignore-term trap 2 " + (dir / "int") + " touch " + (dir / "ready") + " hang"}), 1,
-      opts, [&](pid_t agent) {
+      opts,
+      [&](pid_t agent) {
         REQUIRE(wait_for_file(dir / "ready"));
         ::kill(agent, SIGINT);
         REQUIRE(wait_for_file(dir / "int"));
         signal_until_gone(agent, SIGINT);
-      });
+      },
+      hold_like_the_launcher);
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.result.is_object());
   CHECK(r.result.at("exit_code") == 130);
@@ -248,16 +255,18 @@ TEST_CASE("a worker failure before the signal stays the root cause") {
   TempDir dir;
   auto opts = fake_options();
   opts.term_timeout = std::chrono::milliseconds(600000);
-  const auto r =
-      run_agent_in_child(dir,
-                         make_workers({"wait-file " + (dir / "ready") + " exit 5",
-                                       "trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " hang"}),
-                         2, opts, [&](pid_t agent) {
-                           // Rank 1 sees the teardown's TERM: rank 0's failure has been handled. Then stop
-                           // the agent; a second Ctrl-C skips the grace period.
-                           REQUIRE(wait_for_file(dir / "term"));
-                           signal_until_gone(agent, SIGINT);
-                         });
+  const auto r = run_agent_in_child(
+      dir,
+      make_workers({"wait-file " + (dir / "ready") + " exit 5",
+                    "trap 15 " + (dir / "term") + " touch " + (dir / "ready") + " hang"}),
+      2, opts,
+      [&](pid_t agent) {
+        // Rank 1 sees the teardown's TERM: rank 0's failure has been handled. Then stop
+        // the agent; a second Ctrl-C skips the grace period.
+        REQUIRE(wait_for_file(dir / "term"));
+        signal_until_gone(agent, SIGINT);
+      },
+      hold_like_the_launcher);
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.result.is_object());
   CHECK(r.result.at("exit_code") == 5);
