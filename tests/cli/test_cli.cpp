@@ -122,6 +122,46 @@ TEST_CASE("flags beat DDPRUN_* variables, which beat defaults", "[cli][precedenc
   CHECK(nlohmann::json::parse(r.out).at("world_size") == 2);
 }
 
+TEST_CASE("torchrun's PET_* variables fill flags, below DDPRUN_* variables and flags", "[cli][precedence]") {
+  auto world = [](const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+    std::vector<std::string> all = {"--dry-run", "--format", "json"};
+    all.insert(all.end(), args.begin(), args.end());
+    all.push_back("true");
+    auto r = run_process(cmdline(all), env);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out).at("world_size").get<int>();
+  };
+  CHECK(world({}, {{"PET_NPROC_PER_NODE", "3"}}) == 3);
+  CHECK(world({}, {{"PET_NPROC_PER_NODE", "3"}, {"DDPRUN_NPROC_PER_NODE", "2"}}) == 2);
+  CHECK(world({"--nproc_per_node", "4"}, {{"PET_NPROC_PER_NODE", "3"}, {"DDPRUN_NPROC_PER_NODE", "2"}}) == 4);
+  // A torchrun job's environment, as a wrapper script exports it.
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "true"}),
+                       {{"PET_NNODES", "2"},
+                        {"PET_NODE_RANK", "1"},
+                        {"PET_RDZV_ENDPOINT", "10.1.2.3:29400"},
+                        {"PET_MASTER_PORT", "31337"},
+                        {"PET_RDZV_ID", "pet-job"}});
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("nnodes") == 2);
+  CHECK(j.at("master_port") == 31337);
+  CHECK(j.at("run_id") == "pet-job");
+  // The help still names ddprun's own variables.
+  auto h = run_process(cmdline({"--help"}), {{"PET_NPROC_PER_NODE", "3"}});
+  CHECK_THAT(h.out, Catch::Contains("(Env:DDPRUN_NPROC_PER_NODE)") && !Catch::Contains("(Env:PET_"));
+}
+
+TEST_CASE("a bad PET_* or DDPRUN_* value is one line naming the variable, exit 2",
+          "[cli][precedence][error]") {
+  check_bad({"--dry-run", "true"}, "PET_MAX_RESTARTS=abc: Could not convert: --max-restarts",
+            {{"PET_MAX_RESTARTS", "abc"}});
+  check_bad({"--dry-run", "true"}, "PET_STANDALONE=yes please", {{"PET_STANDALONE", "yes please"}});
+  check_bad({"--dry-run", "true"}, "DDPRUN_MAX_RESTARTS=x",
+            {{"PET_MAX_RESTARTS", "1"}, {"DDPRUN_MAX_RESTARTS", "x"}});
+}
+
 TEST_CASE("help and version flags exit 0", "[cli]") {
   auto h = run_process(cmdline({"--help"}));
   CHECK(h.code == 0);
