@@ -137,6 +137,11 @@ void add_job_options(CLI::App& app, core::Options& o) {
       ->envname(env("GPUS_PER_PROC"))
       ->group(g)
       ->type_name("G");
+  app.add_flag("--virtual-local-rank,--virtual_local_rank", o.virtual_local_rank,
+               "torchrun 2.x's: every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own "
+               "GPUs (its --gpus-per-proc slice, else the node's GPU at its local rank), so it uses cuda:0")
+      ->envname(env("VIRTUAL_LOCAL_RANK"))
+      ->group(g);
   app.add_option("--procs-per-replica,--procs_per_replica", o.procs_per_replica,
                  "P consecutive workers per model-parallel group; exports DDPRUN_MP_RANK/SIZE and "
                  "DDPRUN_DP_RANK/SIZE (default 1)")
@@ -432,6 +437,7 @@ const std::vector<PetVariable>& pet_variables() {
       {"--log-dir", "PET_LOG_DIR"},
       {"--local-ranks-filter", "PET_LOCAL_RANKS_FILTER"},
       {"--monitor-interval", "PET_MONITOR_INTERVAL"},
+      {"--virtual-local-rank", "PET_VIRTUAL_LOCAL_RANK"},
   };
   return table;
 }

@@ -162,6 +162,43 @@ TEST_CASE("a bad PET_* or DDPRUN_* value is one line naming the variable, exit 2
             {{"PET_MAX_RESTARTS", "1"}, {"DDPRUN_MAX_RESTARTS", "x"}});
 }
 
+TEST_CASE("virtual local rank: each worker's LOCAL_RANK is 0 and it sees only its own GPUs",
+          "[cli][dryrun][torchrun]") {
+  auto env = slurm_step(1);  // gpu08 of two nodes, GPUs 0-3
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "--virtual-local-rank", "true"}), env);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.at("world_size") == 8);
+  for (const auto& w : j.at("workers")) {
+    const int local = w.at("local_rank").get<int>();
+    CHECK(w.at("env").at("LOCAL_RANK") == "0");
+    CHECK(w.at("env").at("CUDA_VISIBLE_DEVICES") == std::to_string(local));
+    CHECK(w.at("env").at("RANK") == std::to_string(w.at("rank").get<int>()));
+  }
+  // A slice of G GPUs each, from the variable torchrun 2.x reads; the text plan says so.
+  env["PET_VIRTUAL_LOCAL_RANK"] = "1";
+  r = run_process(cmdline({"--dry-run", "--gpus-per-proc", "2", "true"}), env);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("every worker gets LOCAL_RANK=0") && Catch::Contains("      1  2,3"));
+  // Without it: the real local rank and every GPU.
+  env.erase("PET_VIRTUAL_LOCAL_RANK");
+  r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), env);
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j.at("workers").at(7).at("env").at("LOCAL_RANK") == "3");
+  CHECK(j.at("workers").at(7).at("env").at("CUDA_VISIBLE_DEVICES") == "0,1,2,3");
+  // No GPUs: LOCAL_RANK is still 0, there is nothing to narrow.
+  r = run_process(
+      cmdline({"--dry-run", "--format", "json", "--nproc-per-node", "2", "--virtual-local-rank", "true"}));
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j.at("workers").at(1).at("env").at("LOCAL_RANK") == "0");
+  CHECK_FALSE(j.at("workers").at(1).at("env").contains("CUDA_VISIBLE_DEVICES"));
+  check_bad({"--dry-run", "--virtual-local-rank", "--nproc-per-node", "6", "true"}, "too few", slurm_step(0));
+  check_bad({"--dry-run", "--virtual-local-rank", "--local-rank-arg", "dash", "true"}, "--local-rank-arg");
+}
+
 TEST_CASE("help and version flags exit 0", "[cli]") {
   auto h = run_process(cmdline({"--help"}));
   CHECK(h.code == 0);

@@ -203,7 +203,8 @@ TEST_CASE("cli: every PET_* variable ddprun reads fills its option, below flags 
                                                                    {"PET_REDIRECTS", "0"},
                                                                    {"PET_LOG_DIR", "/tmp/l"},
                                                                    {"PET_LOCAL_RANKS_FILTER", "0"},
-                                                                   {"PET_MONITOR_INTERVAL", "0.1"}};
+                                                                   {"PET_MONITOR_INTERVAL", "0.1"},
+                                                                   {"PET_VIRTUAL_LOCAL_RANK", "1"}};
   REQUIRE(values.size() == ddprun::launcher::pet_variables().size());
   for (const auto& [var, value] : values) ::setenv(var.c_str(), value.c_str(), 1);
   const auto o = parse({"true"}).options;
@@ -227,6 +228,7 @@ TEST_CASE("cli: every PET_* variable ddprun reads fills its option, below flags 
   CHECK(o.tee);
   CHECK(o.log_dir == "/tmp/l");
   CHECK(o.local_ranks_filter == "0");
+  CHECK(o.virtual_local_rank);
   CHECK(with_ddprun.nproc_per_node == "2");
   CHECK(with_ddprun.max_restarts == 5);
   CHECK(with_ddprun.rdzv_id == "j7");
