@@ -553,6 +553,29 @@ TEST_CASE("MASTER_ADDR/MASTER_PORT from the environment: replaced with one warni
   CHECK(r.err.empty());  // the same values: nothing replaced
 }
 
+TEST_CASE("a worker's ranks and master come from ddprun, whatever the agent's environment pre-sets",
+          "[cli][ports]") {
+  // As a container hook (pyxis/enroot's PyTorch hook) sets them from the Slurm task before ddprun starts.
+  const HeldPort port;
+  auto r = run_process(
+      cmdline({"-q", "--no-prefix", "--nproc-per-node", "2", "--master-port", port.str(), "sh", "-c",
+               "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"}),
+      {{"RANK", "5"},
+       {"LOCAL_RANK", "3"},
+       {"WORLD_SIZE", "16"},
+       {"LOCAL_WORLD_SIZE", "8"},
+       {"MASTER_ADDR", "10.9.9.9"},
+       {"MASTER_PORT", "1234"}});
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  const std::string master = "127.0.0.1:" + port.str();
+  CHECK(lines == std::vector<std::string>{"0 0 2 2 " + master, "1 1 2 2 " + master});
+}
+
 TEST_CASE("log format json: job_finished is the last line when the rendezvous fails", "[cli][events]") {
   Listener busy;  // the store's port is taken: the master cannot serve it
   auto r =
