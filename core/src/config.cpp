@@ -106,7 +106,16 @@ std::set<int> parse_rank_filter(const std::string& v) {
 }
 
 CommandSpec command_spec(const Options& o) {
-  return CommandSpec{o.command, o.no_python, o.module, o.python, parse_local_rank_arg(o.local_rank_arg)};
+  const LocalRankArg arg = parse_local_rank_arg(o.local_rank_arg);
+  // The argument would carry the real local rank while LOCAL_RANK says 0: the script would pick a GPU it
+  // cannot see.
+  if (o.virtual_local_rank && arg != LocalRankArg::none) {
+    throw Error(
+        fmt::format("--virtual-local-rank with --local-rank-arg {}: every worker's local rank is 0 "
+                    "then; drop --local-rank-arg and read LOCAL_RANK",
+                    o.local_rank_arg));
+  }
+  return CommandSpec{o.command, o.no_python, o.module, o.python, arg};
 }
 
 namespace {
@@ -182,6 +191,7 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
     throw Error(fmt::format("--worker-store {}: expected agent, rank0 or relay", o.worker_store));
   }
   job.worker_store = *ws;
+  job.virtual_local_rank = o.virtual_local_rank;
   job.user_omp_num_threads = env_get(env, "OMP_NUM_THREADS");
   job.user_set_nccl_async = env_get(env, "NCCL_ASYNC_ERROR_HANDLING").has_value() ||
                             env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING");

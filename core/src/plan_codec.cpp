@@ -2,8 +2,8 @@
 // that JSON carries unescaped in the common case, since the rendezvous wraps it in a JSON record:
 //
 //   ddprun-plan 2
-//   mode agent            (one line per constant; omp_num_threads, cpus_per_task and worker_store
-//   ...                    only when set: worker_store when not agent)
+//   mode agent            (one line per constant; omp_num_threads, cpus_per_task, worker_store and
+//   ...                    virtual_local_rank only when set: worker_store when not agent)
 //   gpuset 8 0 1 2 3 4 5 6 7      (the distinct GPU lists: count, then the ids; referred to by index)
 //   nodes 4
 //   login1 10.0.0.9 8 0 a         (one row: host, addr, local world size, gpuset index, a(ctive)|s(pare))
@@ -112,6 +112,7 @@ void encode_constants(const JobConstants& c, std::string& out) {
   if (c.cpus_per_task) out += fmt::format("cpus_per_task {}\n", *c.cpus_per_task);
   if (c.worker_store != WorkerStore::agent)
     out += fmt::format("worker_store {}\n", to_string(c.worker_store));
+  if (c.virtual_local_rank) out += "virtual_local_rank 1\n";
 }
 
 }  // namespace
@@ -254,6 +255,8 @@ struct Reader {
       const auto ws = parse_worker_store(unpct(v, n));
       if (!ws) bad(n, fmt::format("unknown worker_store '{}'", shown(v)));
       c.worker_store = *ws;
+    } else if (key == "virtual_local_rank") {
+      c.virtual_local_rank = number(v, n, 0, 1) == 1;
     } else {
       bad(n, fmt::format("unknown field '{}'", shown(key)));
     }
@@ -319,6 +322,9 @@ void check_table(PlanTable& t, std::size_t line) {
     if (g > 0 && !task_slice &&
         (r.gpus.size() < g * static_cast<std::size_t>(r.local_world_size) || r.gpus.size() % g != 0))
       bad(line, fmt::format("node rank {}: the GPUs cannot be cut into gpus_per_proc slices", i));
+    if (g == 0 && c.virtual_local_rank && r.gpus.size() > 1 &&
+        r.gpus.size() < static_cast<std::size_t>(r.local_world_size))
+      bad(line, fmt::format("node rank {}: too few GPUs for one each with virtual_local_rank", i));
     r.first_rank = r.spare ? -1 : static_cast<int>(rank);
     if (!r.spare) {
       rank += r.local_world_size;

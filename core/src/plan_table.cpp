@@ -56,6 +56,13 @@ std::vector<const NodeSpec*> sorted_nodes(const JobSpec& job, const std::vector<
 
 // A node whose GPUs cannot be cut into G-sized slices for each worker.
 void check_gpu_slices(const JobConstants& job, const NodeRow& row, std::size_t node_rank) {
+  const auto workers = static_cast<std::size_t>(row.local_world_size);
+  if (job.gpus_per_proc <= 0 && job.virtual_local_rank && row.gpus.size() > 1 && row.gpus.size() < workers) {
+    throw Error(fmt::format(
+        "node {} has {} visible GPUs ({}), too few to give each of its {} workers one of its own for "
+        "--virtual-local-rank; run fewer workers with --nproc-per-node, or give --gpus-per-proc",
+        node_rank, row.gpus.size(), fmt::join(row.gpus, ","), row.local_world_size));
+  }
   if (job.gpus_per_proc <= 0) return;
   const auto g = static_cast<std::size_t>(job.gpus_per_proc);
   if (job.mode == Mode::per_task && row.gpus.size() == g) return;  // srun already sliced per task
@@ -85,6 +92,7 @@ JobConstants constants_of(const JobSpec& job) {
   c.cpus_per_task = job.cpus_per_task;
   c.user_set_nccl_async = job.user_set_nccl_async;
   c.worker_store = job.worker_store;
+  c.virtual_local_rank = job.virtual_local_rank;
   return c;
 }
 
@@ -94,7 +102,7 @@ void worker_env(const JobConstants& job, int node_rank, int local_world_size, Wo
   const int lr = w.local_rank;
   auto& e = w.env;
   e["RANK"] = std::to_string(w.rank);
-  e["LOCAL_RANK"] = std::to_string(lr);
+  e["LOCAL_RANK"] = job.virtual_local_rank ? "0" : std::to_string(lr);
   e["WORLD_SIZE"] = std::to_string(job.world_size);
   e["LOCAL_WORLD_SIZE"] = std::to_string(local_world_size);
   e["GROUP_RANK"] = std::to_string(node_rank);
@@ -160,6 +168,10 @@ PlanTable make_plan_table(const JobSpec& job, const std::vector<NodeSpec>& nodes
 
 std::vector<std::string> worker_gpus(const JobConstants& job, const NodeRow& row, int local_rank) {
   const auto g = static_cast<std::size_t>(job.gpus_per_proc);
+  if (g == 0 && job.virtual_local_rank && row.gpus.size() > 1) {  // one GPU each, at its local rank
+    const auto i = static_cast<std::size_t>(local_rank);
+    return i < row.gpus.size() ? std::vector<std::string>{row.gpus[i]} : std::vector<std::string>{};
+  }
   if (g == 0 || (job.mode == Mode::per_task && row.gpus.size() == g)) return row.gpus;
   const auto first = g * static_cast<std::size_t>(local_rank);
   if (first + g > row.gpus.size()) return {};  // not reached for a checked table

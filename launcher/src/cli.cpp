@@ -1,5 +1,6 @@
 #include "launcher/cli.hpp"
 
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <regex>
@@ -24,6 +25,7 @@ constexpr const char* kDescription =
     "node with srun; outside Slurm it takes torchrun-style flags. Workers get RANK, LOCAL_RANK, WORLD_SIZE,\n"
     "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*, CUDA_VISIBLE_DEVICES and\n"
     "OMP_NUM_THREADS. An option marked (Env:DDPRUN_<NAME>) also reads that variable; flags win. torchrun's\n"
+    "PET_<NAME> variables (PET_NPROC_PER_NODE, ...) are read too, below DDPRUN_<NAME>. torchrun's\n"
     "spellings (--nproc_per_node, --tee 3, --start_method, ...) are accepted; a repeated option takes the "
     "last value.";
 
@@ -135,6 +137,11 @@ void add_job_options(CLI::App& app, core::Options& o) {
       ->envname(env("GPUS_PER_PROC"))
       ->group(g)
       ->type_name("G");
+  app.add_flag("--virtual-local-rank,--virtual_local_rank", o.virtual_local_rank,
+               "torchrun 2.x's: every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own "
+               "GPUs (its --gpus-per-proc slice, else the node's GPU at its local rank), so it uses cuda:0")
+      ->envname(env("VIRTUAL_LOCAL_RANK"))
+      ->group(g);
   app.add_option("--procs-per-replica,--procs_per_replica", o.procs_per_replica,
                  "P consecutive workers per model-parallel group; exports DDPRUN_MP_RANK/SIZE and "
                  "DDPRUN_DP_RANK/SIZE (default 1)")
@@ -339,12 +346,8 @@ CLI::App* add_hostlist(CLI::App& app, std::vector<std::string>& exprs) {
   return sub;
 }
 
-}  // namespace
-
-CliResult parse_cli(int argc, const char* const* argv) {
-  CliResult res;
-  core::Options& o = res.options;
-  CLI::App app{kDescription, "ddprun"};
+// Every option, the hostlist subcommand (returned) and the parser's settings.
+CLI::App* build_app(CLI::App& app, core::Options& o, TeeLevels& levels, std::vector<std::string>& exprs) {
   app.allow_extras();        // unknown flags: see reject_unknown_flags
   app.positionals_at_end();  // everything from COMMAND on belongs to the command, `--` included
   // As torchrun (argparse): a repeated option takes its last value, so wrappers can append flags.
@@ -358,18 +361,107 @@ CliResult parse_cli(int argc, const char* const* argv) {
   add_store_options(app, o);
   add_auth_options(app, o);
   add_run_options(app, o);
-  TeeLevels levels;
   add_log_options(app, o, levels);
   app.add_option("COMMAND", o.command, "The command and its arguments (after --, it may start with -)")
       ->type_name("ARGS");
+  return add_hostlist(app, exprs);
+}
+
+bool env_set(const std::string& name) {
+  const char* v = name.empty() ? nullptr : std::getenv(name.c_str());
+  return v != nullptr && *v != '\0';  // CLI11 ignores an empty variable
+}
+
+// Points each option torchrun reads at the variable env_variable_for picks. Returns the options
+// switched to a PET_ variable, each with its own variable (for --help).
+std::vector<std::pair<CLI::Option*, std::string>> use_pet_variables(CLI::App& app) {
+  std::vector<std::pair<CLI::Option*, std::string>> switched;
+  for (const PetVariable& p : pet_variables()) {
+    CLI::Option* opt = app.get_option(p.option);
+    std::string own = opt->get_envname();
+    const std::string var = env_variable_for(own, env_set(own), p.variable, env_set(p.variable));
+    if (var == own) continue;
+    opt->envname(var);
+    switched.emplace_back(opt, std::move(own));
+  }
+  return switched;
+}
+
+// The variable whose value CLI11 rejected with `error`, if one did: each option that reads a set
+// variable is parsed again alone, from that variable only; the one failing with the same error is it.
+std::optional<std::string> variable_error(const CLI::App& app, const std::string& error) {
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string var = opt->get_envname();
+    if (!env_set(var)) continue;
+    CLI::App alone;
+    core::Options o;
+    TeeLevels levels;
+    std::vector<std::string> exprs;
+    build_app(alone, o, levels, exprs);
+    for (CLI::Option* other : alone.get_options()) other->envname("");
+    alone.get_option(opt->get_name())->envname(var);
+    const char* argv0 = "ddprun";
+    try {
+      alone.parse(1, &argv0);
+    } catch (const CLI::ParseError& e) {
+      if (e.what() == error)
+        return fmt::format("{}={}: {}; see ddprun --help", var, std::getenv(var.c_str()), error);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const std::vector<PetVariable>& pet_variables() {
+  // torchrun 2.x's env/check_env options that ddprun has; -t is torchrun's -t/--tee (dest tee).
+  static const std::vector<PetVariable> table = {
+      {"--nnodes", "PET_NNODES"},
+      {"--nproc-per-node", "PET_NPROC_PER_NODE"},
+      {"--node-rank", "PET_NODE_RANK"},
+      {"--standalone", "PET_STANDALONE"},
+      {"--role", "PET_ROLE"},
+      {"--start-method", "PET_START_METHOD"},
+      {"--rdzv-backend", "PET_RDZV_BACKEND"},
+      {"--rdzv-endpoint", "PET_RDZV_ENDPOINT"},
+      {"--rdzv-id", "PET_RDZV_ID"},
+      {"--rdzv-conf", "PET_RDZV_CONF"},
+      {"--master-addr", "PET_MASTER_ADDR"},
+      {"--master-port", "PET_MASTER_PORT"},
+      {"--max-restarts", "PET_MAX_RESTARTS"},
+      {"--module", "PET_MODULE"},
+      {"--no-python", "PET_NO_PYTHON"},
+      {"--run-path", "PET_RUN_PATH"},
+      {"-t", "PET_TEE"},
+      {"--redirects", "PET_REDIRECTS"},
+      {"--log-dir", "PET_LOG_DIR"},
+      {"--local-ranks-filter", "PET_LOCAL_RANKS_FILTER"},
+      {"--monitor-interval", "PET_MONITOR_INTERVAL"},
+      {"--virtual-local-rank", "PET_VIRTUAL_LOCAL_RANK"},
+  };
+  return table;
+}
+
+std::string env_variable_for(const std::string& ddprun_var, bool ddprun_set, const std::string& pet_var,
+                             bool pet_set) {
+  return !ddprun_set && pet_set ? pet_var : ddprun_var;
+}
+
+CliResult parse_cli(int argc, const char* const* argv) {
+  CliResult res;
+  core::Options& o = res.options;
+  CLI::App app{kDescription, "ddprun"};
+  TeeLevels levels;
   std::vector<std::string> exprs;
-  CLI::App* hostlist = add_hostlist(app, exprs);
+  CLI::App* hostlist = build_app(app, o, levels, exprs);
+  const auto switched = use_pet_variables(app);
   const std::vector<std::string> args = join_tee_level(app, argc, argv);
   std::vector<const char*> cargs;
   for (const auto& a : args) cargs.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(cargs.size()), cargs.data());
   } catch (const CLI::CallForHelp&) {
+    for (const auto& [opt, own] : switched) opt->envname(own);  // help names the DDPRUN_ variables
     std::cout << app.help();
     res.exit_now = 0;
     return res;
@@ -378,6 +470,7 @@ CliResult parse_cli(int argc, const char* const* argv) {
     res.exit_now = 0;
     return res;
   } catch (const CLI::ParseError& e) {
+    if (auto from_variable = variable_error(app, e.what())) throw core::Error(*from_variable);
     throw core::Error(fmt::format("{}; see ddprun --help", e.what()));
   }
   reject_unknown_flags(app);

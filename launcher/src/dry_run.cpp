@@ -87,6 +87,11 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
                 "master port {} is checked when the job starts: if it is busy then, a free one is used\n",
                 job.master_port);
   out += worker_store_line(job);
+  if (job.virtual_local_rank) {
+    out +=
+        "virtual local rank: every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only the GPUs "
+        "in its row, its cuda:0 (--virtual-local-rank); the local column is ddprun's own\n";
+  }
   if (r.context == core::SlurmContext::batch) {
     out += fmt::format("batch script: ddprun would re-launch itself with srun on {} node{}\n",
                        r.allocation_hosts.size(), r.allocation_hosts.size() == 1 ? "" : "s");

@@ -122,6 +122,83 @@ TEST_CASE("flags beat DDPRUN_* variables, which beat defaults", "[cli][precedenc
   CHECK(nlohmann::json::parse(r.out).at("world_size") == 2);
 }
 
+TEST_CASE("torchrun's PET_* variables fill flags, below DDPRUN_* variables and flags", "[cli][precedence]") {
+  auto world = [](const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+    std::vector<std::string> all = {"--dry-run", "--format", "json"};
+    all.insert(all.end(), args.begin(), args.end());
+    all.push_back("true");
+    auto r = run_process(cmdline(all), env);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out).at("world_size").get<int>();
+  };
+  CHECK(world({}, {{"PET_NPROC_PER_NODE", "3"}}) == 3);
+  CHECK(world({}, {{"PET_NPROC_PER_NODE", "3"}, {"DDPRUN_NPROC_PER_NODE", "2"}}) == 2);
+  CHECK(world({"--nproc_per_node", "4"}, {{"PET_NPROC_PER_NODE", "3"}, {"DDPRUN_NPROC_PER_NODE", "2"}}) == 4);
+  // A torchrun job's environment, as a wrapper script exports it.
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "true"}),
+                       {{"PET_NNODES", "2"},
+                        {"PET_NODE_RANK", "1"},
+                        {"PET_RDZV_ENDPOINT", "10.1.2.3:29400"},
+                        {"PET_MASTER_PORT", "31337"},
+                        {"PET_RDZV_ID", "pet-job"}});
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("nnodes") == 2);
+  CHECK(j.at("master_port") == 31337);
+  CHECK(j.at("run_id") == "pet-job");
+  // The help still names ddprun's own variables.
+  auto h = run_process(cmdline({"--help"}), {{"PET_NPROC_PER_NODE", "3"}});
+  CHECK_THAT(h.out, Catch::Contains("(Env:DDPRUN_NPROC_PER_NODE)") && !Catch::Contains("(Env:PET_"));
+}
+
+TEST_CASE("a bad PET_* or DDPRUN_* value is one line naming the variable, exit 2",
+          "[cli][precedence][error]") {
+  check_bad({"--dry-run", "true"}, "PET_MAX_RESTARTS=abc: Could not convert: --max-restarts",
+            {{"PET_MAX_RESTARTS", "abc"}});
+  check_bad({"--dry-run", "true"}, "PET_STANDALONE=yes please", {{"PET_STANDALONE", "yes please"}});
+  check_bad({"--dry-run", "true"}, "DDPRUN_MAX_RESTARTS=x",
+            {{"PET_MAX_RESTARTS", "1"}, {"DDPRUN_MAX_RESTARTS", "x"}});
+}
+
+TEST_CASE("virtual local rank: each worker's LOCAL_RANK is 0 and it sees only its own GPUs",
+          "[cli][dryrun][torchrun]") {
+  auto env = slurm_step(1);  // gpu08 of two nodes, GPUs 0-3
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "--virtual-local-rank", "true"}), env);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.at("world_size") == 8);
+  for (const auto& w : j.at("workers")) {
+    const int local = w.at("local_rank").get<int>();
+    CHECK(w.at("env").at("LOCAL_RANK") == "0");
+    CHECK(w.at("env").at("CUDA_VISIBLE_DEVICES") == std::to_string(local));
+    CHECK(w.at("env").at("RANK") == std::to_string(w.at("rank").get<int>()));
+  }
+  // A slice of G GPUs each, from the variable torchrun 2.x reads; the text plan says so.
+  env["PET_VIRTUAL_LOCAL_RANK"] = "1";
+  r = run_process(cmdline({"--dry-run", "--gpus-per-proc", "2", "true"}), env);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("every worker gets LOCAL_RANK=0") && Catch::Contains("      1  2,3"));
+  // Without it: the real local rank and every GPU.
+  env.erase("PET_VIRTUAL_LOCAL_RANK");
+  r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), env);
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j.at("workers").at(7).at("env").at("LOCAL_RANK") == "3");
+  CHECK(j.at("workers").at(7).at("env").at("CUDA_VISIBLE_DEVICES") == "0,1,2,3");
+  // No GPUs: LOCAL_RANK is still 0, there is nothing to narrow.
+  r = run_process(
+      cmdline({"--dry-run", "--format", "json", "--nproc-per-node", "2", "--virtual-local-rank", "true"}));
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j.at("workers").at(1).at("env").at("LOCAL_RANK") == "0");
+  CHECK_FALSE(j.at("workers").at(1).at("env").contains("CUDA_VISIBLE_DEVICES"));
+  check_bad({"--dry-run", "--virtual-local-rank", "--nproc-per-node", "6", "true"}, "too few", slurm_step(0));
+  check_bad({"--dry-run", "--virtual-local-rank", "--local-rank-arg", "dash", "true"}, "--local-rank-arg");
+}
+
 TEST_CASE("help and version flags exit 0", "[cli]") {
   auto h = run_process(cmdline({"--help"}));
   CHECK(h.code == 0);
@@ -474,6 +551,29 @@ TEST_CASE("MASTER_ADDR/MASTER_PORT from the environment: replaced with one warni
   r = run_process(cmdline({"-q", "--master-port", port.str(), "true"}),
                   {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port.str()}});
   CHECK(r.err.empty());  // the same values: nothing replaced
+}
+
+TEST_CASE("a worker's ranks and master come from ddprun, whatever the agent's environment pre-sets",
+          "[cli][ports]") {
+  // As a container hook (pyxis/enroot's PyTorch hook) sets them from the Slurm task before ddprun starts.
+  const HeldPort port;
+  auto r = run_process(
+      cmdline({"-q", "--no-prefix", "--nproc-per-node", "2", "--master-port", port.str(), "sh", "-c",
+               "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"}),
+      {{"RANK", "5"},
+       {"LOCAL_RANK", "3"},
+       {"WORLD_SIZE", "16"},
+       {"LOCAL_WORLD_SIZE", "8"},
+       {"MASTER_ADDR", "10.9.9.9"},
+       {"MASTER_PORT", "1234"}});
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  const std::string master = "127.0.0.1:" + port.str();
+  CHECK(lines == std::vector<std::string>{"0 0 2 2 " + master, "1 1 2 2 " + master});
 }
 
 TEST_CASE("log format json: job_finished is the last line when the rendezvous fails", "[cli][events]") {

@@ -32,6 +32,7 @@ struct Options {
   std::string rdzv_auth = "auto";              // auto | munge | token | none (docs/security.md)
   std::optional<std::string> rdzv_token_file;  // shared secret file, mode 0600
   std::optional<int> gpus_per_proc;
+  bool virtual_local_rank = false;  // torchrun 2.x: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES only its own GPUs
   std::optional<int> procs_per_replica;
   std::string role = "default";
   std::optional<std::string> start_method;  // torchrun's --start_method: checked, ignored

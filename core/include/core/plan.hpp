@@ -57,6 +57,7 @@ struct JobSpec {
   std::optional<int> task_local_rank;               // per-task mode: SLURM_LOCALID of this task
   bool user_set_nccl_async = false;                 // user already set (TORCH_)NCCL_ASYNC_ERROR_HANDLING
   WorkerStore worker_store = WorkerStore::agent;    // --worker-store: who serves init_process_group's store
+  bool virtual_local_rank = false;                  // --virtual-local-rank (plan_table.hpp)
 };
 
 using EnvMap = std::map<std::string, std::string>;

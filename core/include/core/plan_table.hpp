@@ -30,6 +30,9 @@ struct JobConstants {
   std::optional<int> cpus_per_task;
   bool user_set_nccl_async = false;
   WorkerStore worker_store = WorkerStore::agent;
+  // --virtual-local-rank: every worker's LOCAL_RANK is 0 and its CUDA_VISIBLE_DEVICES names only its
+  // own GPUs (its slice; without G, the node's GPU at its local rank), so each sees its device as cuda:0.
+  bool virtual_local_rank = false;
   bool operator==(const JobConstants&) const = default;
 };
 

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/ranges.h>
+
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
 #include "old_plan.hpp"
@@ -313,4 +315,69 @@ TEST_CASE("names that fold into no run still fit the budget", "[plan][table][cod
   CHECK(bytes.find(" * ") == std::string::npos);
   CHECK(bytes.size() <= 32u * 16384u + 2048u);
   CHECK(decode_plan_table(bytes) == t);
+}
+
+TEST_CASE("virtual local rank: LOCAL_RANK 0 and only the worker's own GPUs", "[plan][table][virtual]") {
+  struct Row {
+    std::string name;
+    Mode mode;
+    int lws;
+    std::vector<std::string> gpus;  // the node's
+    int g;
+    std::vector<std::vector<std::string>> want;  // each local rank's CUDA_VISIBLE_DEVICES, empty: unset
+  };
+  const std::vector<Row> rows = {
+      {"one GPU each at its local rank",
+       Mode::agent,
+       4,
+       {"4", "5", "6", "7"},
+       0,
+       {{"4"}, {"5"}, {"6"}, {"7"}}},
+      {"more GPUs than workers", Mode::agent, 2, {"0", "1", "2", "3"}, 0, {{"0"}, {"1"}}},
+      {"a --gpus-per-proc slice each", Mode::agent, 2, {"0", "1", "2", "3"}, 2, {{"0", "1"}, {"2", "3"}}},
+      {"no GPUs: nothing to narrow", Mode::agent, 3, {}, 0, {{}, {}, {}}},
+      {"one GPU for the node, as before", Mode::agent, 1, {"3"}, 0, {{"3"}}},
+      {"a task srun gave one GPU keeps it", Mode::per_task, 2, {"1"}, 0, {{"1"}, {"1"}}},
+  };
+  for (const Row& r : rows) {
+    INFO(r.name);
+    JobSpec job;
+    job.mode = r.mode;
+    job.gpus_per_proc = r.g;
+    job.virtual_local_rank = true;
+    const PlanTable t =
+        decode_plan_table(encode_plan_table(make_plan_table(job, {node(0, "h", r.lws, r.gpus)})));
+    CHECK(t.job.virtual_local_rank);
+    const auto ws = derive_workers(t, 0);
+    REQUIRE(ws.size() == r.want.size());
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      INFO("local rank " << i);
+      CHECK(ws[i].local_rank == static_cast<int>(i));  // ddprun's own local rank: log prefixes, filters
+      CHECK(ws[i].env.at("LOCAL_RANK") == "0");
+      CHECK(ws[i].env.at("RANK") == std::to_string(i));
+      CHECK(ws[i].env.at("DDPRUN_MP_RANK") == "0");
+      CHECK(ws[i].gpus == r.want[i]);
+      if (r.want[i].empty()) {
+        CHECK(ws[i].env.count("CUDA_VISIBLE_DEVICES") == 0);
+      } else {
+        CHECK(ws[i].env.at("CUDA_VISIBLE_DEVICES") == fmt::format("{}", fmt::join(r.want[i], ",")));
+      }
+    }
+    job.virtual_local_rank = false;  // without it: the real local rank, and the GPUs as before
+    const auto plain = derive_workers(make_plan_table(job, {node(0, "h", r.lws, r.gpus)}), 0);
+    CHECK(plain.back().env.at("LOCAL_RANK") == std::to_string(r.lws - 1));
+    if (r.g == 0 && r.gpus.size() > 1) CHECK(plain.back().gpus == r.gpus);
+  }
+}
+
+TEST_CASE("virtual local rank with fewer GPUs than workers is a one-line error", "[plan][table][virtual]") {
+  JobSpec job;
+  job.mode = Mode::agent;
+  job.virtual_local_rank = true;
+  CHECK_THROWS_WITH(
+      make_plan_table(job, {node(0, "h", 3, {"0", "1"})}),
+      Catch::Contains("node 0 has 2 visible GPUs (0,1), too few") && Catch::Contains("--virtual-local-rank"));
+  PlanTable t = make_plan_table(job, {node(0, "h", 2, {"0", "1"})});
+  t.nodes[0].local_world_size = 3;  // a table from the wire that no encoder would write
+  CHECK_THROWS_WITH(decode_plan_table(encode_plan_table(t)), Catch::Contains("virtual_local_rank"));
 }

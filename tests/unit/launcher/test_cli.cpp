@@ -1,6 +1,7 @@
 // The command line of the application layer: what parse_cli puts into core::Options.
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <cstdlib>
 
 #include "agent/error.hpp"
@@ -150,4 +151,102 @@ TEST_CASE("agent options: COMMAND as given, checked as the agent checks it", "[c
   CHECK_THROWS_WITH(ddprun::launcher::agent_options(o, r), Catch::Contains("needs --log-dir"));
   o = parse({"--prefix", "{rnk}", "true"}).options;
   CHECK_THROWS_AS(ddprun::launcher::agent_options(o, r), ddprun::agent::Error);
+}
+
+TEST_CASE("cli: PET_* variable names follow torchrun's rule, PET_ + the option's dest", "[cli][torchrun]") {
+  // torchrun's dest is its first long name with '-' as '_'; ddprun's -t is torchrun's -t/--tee.
+  for (const auto& p : ddprun::launcher::pet_variables()) {
+    std::string dest = std::string(p.option) == "-t" ? "--tee" : p.option;
+    std::string want = "PET_";
+    for (char c : dest.substr(2)) want += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    CHECK(p.variable == want);
+  }
+}
+
+TEST_CASE("cli: an option reads DDPRUN_<NAME> when set, else PET_<NAME> when set", "[cli][torchrun]") {
+  using ddprun::launcher::env_variable_for;
+  struct Row {
+    std::string ddprun;
+    bool ddprun_set;
+    bool pet_set;
+    std::string reads;
+  };
+  for (const Row& r : std::vector<Row>{{"DDPRUN_NNODES", true, true, "DDPRUN_NNODES"},
+                                       {"DDPRUN_NNODES", true, false, "DDPRUN_NNODES"},
+                                       {"DDPRUN_NNODES", false, true, "PET_NNODES"},
+                                       {"DDPRUN_NNODES", false, false, "DDPRUN_NNODES"},
+                                       {"", false, true, "PET_NNODES"},  // an option with no DDPRUN_ one
+                                       {"", false, false, ""}}) {
+    CHECK(env_variable_for(r.ddprun, r.ddprun_set, "PET_NNODES", r.pet_set) == r.reads);
+  }
+}
+
+TEST_CASE("cli: every PET_* variable ddprun reads fills its option, below flags and DDPRUN_*",
+          "[cli][torchrun]") {
+  const std::vector<std::pair<std::string, std::string>> values = {{"PET_NNODES", "1:2"},
+                                                                   {"PET_NPROC_PER_NODE", "3"},
+                                                                   {"PET_NODE_RANK", "1"},
+                                                                   {"PET_STANDALONE", "1"},
+                                                                   {"PET_ROLE", "trainer"},
+                                                                   {"PET_START_METHOD", "fork"},
+                                                                   {"PET_RDZV_BACKEND", "c10d"},
+                                                                   {"PET_RDZV_ENDPOINT", "h:1"},
+                                                                   {"PET_RDZV_ID", "j7"},
+                                                                   {"PET_RDZV_CONF", "a=b"},
+                                                                   {"PET_MASTER_ADDR", "m"},
+                                                                   {"PET_MASTER_PORT", "1234"},
+                                                                   {"PET_MAX_RESTARTS", "2"},
+                                                                   {"PET_MODULE", "1"},
+                                                                   {"PET_NO_PYTHON", "1"},
+                                                                   {"PET_RUN_PATH", "0"},
+                                                                   {"PET_TEE", "3"},
+                                                                   {"PET_REDIRECTS", "0"},
+                                                                   {"PET_LOG_DIR", "/tmp/l"},
+                                                                   {"PET_LOCAL_RANKS_FILTER", "0"},
+                                                                   {"PET_MONITOR_INTERVAL", "0.1"},
+                                                                   {"PET_VIRTUAL_LOCAL_RANK", "1"}};
+  REQUIRE(values.size() == ddprun::launcher::pet_variables().size());
+  for (const auto& [var, value] : values) ::setenv(var.c_str(), value.c_str(), 1);
+  const auto o = parse({"true"}).options;
+  ::setenv("DDPRUN_NPROC_PER_NODE", "2", 1);
+  const auto with_ddprun = parse({"--max-restarts", "5", "true"}).options;
+  for (const auto& [var, value] : values) ::unsetenv(var.c_str());
+  ::unsetenv("DDPRUN_NPROC_PER_NODE");
+  CHECK(o.nnodes == "1:2");
+  CHECK(o.nproc_per_node == "3");
+  CHECK(o.node_rank == 1);
+  CHECK(o.standalone);
+  CHECK(o.role == "trainer");
+  CHECK(o.start_method == "fork");
+  CHECK(o.rdzv_endpoint == "h:1");
+  CHECK(o.rdzv_id == "j7");
+  CHECK(o.master_addr == "m");
+  CHECK(o.master_port == "1234");
+  CHECK(o.max_restarts == 2);
+  CHECK(o.module);
+  CHECK(o.no_python);
+  CHECK(o.tee);
+  CHECK(o.log_dir == "/tmp/l");
+  CHECK(o.local_ranks_filter == "0");
+  CHECK(o.virtual_local_rank);
+  CHECK(with_ddprun.nproc_per_node == "2");
+  CHECK(with_ddprun.max_restarts == 5);
+  CHECK(with_ddprun.rdzv_id == "j7");
+}
+
+TEST_CASE("cli: a bad value from a variable is an error naming the variable", "[cli][torchrun]") {
+  ::setenv("PET_MAX_RESTARTS", "abc", 1);
+  CHECK_THROWS_WITH(parse({"true"}),
+                    Catch::StartsWith("PET_MAX_RESTARTS=abc: Could not convert: --max-restarts"));
+  CHECK(parse({"--max-restarts", "1", "true"}).options.max_restarts == 1);  // not read: the flag wins
+  ::unsetenv("PET_MAX_RESTARTS");
+  ::setenv("DDPRUN_START_METHOD", "x", 1);  // --start-method has no DDPRUN_ variable
+  ::setenv("PET_START_METHOD", "thread", 1);
+  CHECK_THROWS_WITH(parse({"true"}),
+                    Catch::StartsWith("PET_START_METHOD=thread: --start-method: thread not in"));
+  ::unsetenv("PET_START_METHOD");
+  ::unsetenv("DDPRUN_START_METHOD");
+  ::setenv("DDPRUN_LOG_FORMAT", "yaml", 1);
+  CHECK_THROWS_WITH(parse({"true"}), Catch::StartsWith("DDPRUN_LOG_FORMAT=yaml: --log-format: yaml not in"));
+  ::unsetenv("DDPRUN_LOG_FORMAT");
 }
