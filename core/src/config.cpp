@@ -51,6 +51,45 @@ std::uint16_t parse_port(const std::string& opt, const std::string& v, int lowes
   return static_cast<std::uint16_t>(port);
 }
 
+std::optional<ReservedPorts> parse_reserved_ports(const std::string& var, const std::string& value) {
+  const auto bad = [&](const std::string& why) {
+    return Error(
+        fmt::format("{}='{}' is not a Slurm port list ({}); expected ports and ranges such as 12000-12003 or "
+                    "12000,12002: check srun --resv-ports and MpiParams=ports in slurm.conf",
+                    var, value, why));
+  };
+  const auto port = [&](const std::string& text) {
+    int p = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), p);
+    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || p < 1 || p > 65535) {
+      throw bad(fmt::format("'{}' is not a port", text));
+    }
+    return static_cast<std::uint16_t>(p);
+  };
+  if (value.empty()) return std::nullopt;
+  // Only the first two distinct ports are kept; every item is still checked.
+  std::vector<std::uint16_t> ports;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = value.find(',', start);
+    const std::string item =
+        value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::size_t dash = item.find('-');
+    const std::uint16_t lo = port(item.substr(0, dash));
+    const std::uint16_t hi = dash == std::string::npos ? lo : port(item.substr(dash + 1));
+    if (hi < lo) throw bad(fmt::format("range '{}' runs backwards", item));
+    for (int p = lo; p <= hi && ports.size() < 2; ++p) {
+      if (std::find(ports.begin(), ports.end(), p) == ports.end())
+        ports.push_back(static_cast<std::uint16_t>(p));
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  ReservedPorts out{ports.front(), std::nullopt};
+  if (ports.size() > 1) out.master = ports[1];
+  return out;
+}
+
 std::pair<std::string, std::optional<std::uint16_t>> parse_endpoint(const std::string& opt,
                                                                     const std::string& v) {
   std::string host;
@@ -151,7 +190,8 @@ struct Layout {
   std::vector<std::string> hosts;
   std::vector<int> tasks;
   std::optional<DerivedPorts> derived;
-  std::string derived_from;  // the id the ports come from (JOBID.STEPID, or the job id)
+  std::string derived_from;               // the id the ports come from (JOBID.STEPID, or the job id)
+  std::optional<ReservedPorts> reserved;  // srun --resv-ports: these beat the derived ports
 };
 
 void check_numbers(const Options& o) {
@@ -221,6 +261,11 @@ Layout resolve_step(const Options& o, const EnvSnapshot& env, const SlurmEnv& s,
   const std::string step_run = self_launched ? *s.job_id : fmt::format("{}.{}", *s.job_id, *s.step_id);
   l.derived = derive_ports(step_run);
   l.derived_from = step_run;
+  // srun --resv-ports (or a cluster whose MpiParams=ports reserves ports for every step): Slurm's ports. A
+  // self-launch keeps the job id's, which its batch script's dry run showed and could not know otherwise.
+  if (s.resv_ports && !self_launched) {
+    l.reserved = parse_reserved_ports("SLURM_STEP_RESV_PORTS", *s.resv_ports);
+  }
   job.run_id = o.rdzv_id.value_or(step_run);
   // Concurrent steps given one --rdzv-id never share a store, even when one's port is another's fallback.
   r.rdzv_run_id = job.run_id == step_run ? step_run : fmt::format("{} (step {})", job.run_id, step_run);
@@ -344,6 +389,8 @@ void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint
   r.rdzv_host = endpoint ? endpoint->first : job.master_addr;
   if (endpoint && endpoint->second) {
     r.rdzv_port = *endpoint->second;
+  } else if (l.reserved) {
+    r.rdzv_port = l.reserved->store;  // Slurm keeps it for this step alone: no fallbacks needed
   } else if (l.derived) {
     r.rdzv_port = l.derived->store;
     r.rdzv_fallback_ports = store_port_fallbacks(l.derived_from);
@@ -361,6 +408,8 @@ void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint
           fmt::format("--master-port {} is the rendezvous store's port; the workers' store needs its own",
                       job.master_port));
     }
+  } else if (l.reserved && l.reserved->master && *l.reserved->master != r.rdzv_port) {
+    job.master_port = *l.reserved->master;
   } else {
     job.master_port = l.derived ? l.derived->master : kDefaultMasterPort;
     if (job.master_port == r.rdzv_port) ++job.master_port;

@@ -183,6 +183,7 @@ SlurmEnv read_slurm_env(const EnvSnapshot& env) {
     s.cuda_visible_devices.reset();
   }
   s.restart_count = opt_int(env, "SLURM_RESTART_COUNT", 0);
+  s.resv_ports = get(env, "SLURM_STEP_RESV_PORTS");
   return s;
 }
 

@@ -170,10 +170,10 @@ void add_job_options(CLI::App& app, core::Options& o) {
 void add_store_options(CLI::App& app, core::Options& o) {
   const std::string g = "Rendezvous";
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
-                 "HOST:PORT of the store served by node rank 0 (default in a Slurm step: its first "
-                 "node, with a port derived from JOBID.STEPID, a self-launch's from the job id, or a "
-                 "fallback when busy; outside Slurm port 29400). HOST:0 on node rank 0 outside Slurm: a free "
-                 "port, printed for the other agents")
+                 "HOST:PORT of the store served by node rank 0 (default in a Slurm step: its first node, "
+                 "with the first port srun --resv-ports reserved, else a port derived from JOBID.STEPID, a "
+                 "self-launch's from the job id, or a fallback when busy; outside Slurm port 29400). HOST:0 "
+                 "on node rank 0 outside Slurm: a free port, printed for the other agents")
       ->envname(env("RDZV_ENDPOINT"))
       ->group(g);
   app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id,
@@ -194,9 +194,10 @@ void add_store_options(CLI::App& app, core::Options& o) {
       ->envname(env("MASTER_ADDR"))
       ->group(g);
   app.add_option("--master-port,--master_port", o.master_port,
-                 "MASTER_PORT, the workers' store (default: derived from the Slurm step's "
-                 "JOBID.STEPID, a self-launch's from the job id, else 29500; a busy derived port is replaced "
-                 "by a free one; held against other ddprun jobs on this machine)")
+                 "MASTER_PORT, the workers' store (default: the second port srun --resv-ports reserved, "
+                 "else derived from the Slurm step's JOBID.STEPID, a self-launch's from the job id, else "
+                 "29500; a busy reserved or derived port is replaced by a free one; held against other "
+                 "ddprun jobs on this machine)")
       ->envname(env("MASTER_PORT"))
       ->group(g);
   one_of(

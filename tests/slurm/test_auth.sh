@@ -13,7 +13,8 @@ command -v setpriv >/dev/null || skip "setpriv (util-linux) is needed to run the
 unset DDPRUN_MUNGE_SOCKET DDPRUN_TOKEN DDPRUN_TOKEN_FILE DDPRUN_RDZV_AUTH  # cluster.sh env sets the first
 
 # port.sh RUN: the store port ddprun derives for run RUN, JOBID.STEPID of a step or JOBID of a self-launch
-# (its own dry run in that step's, or that batch script's, environment).
+# (its own dry run in that step's, or that batch script's, environment). The step runs with --resv-ports=0, so that
+# its store is on that port, not on one Slurm reserved (the cluster's MpiParams=ports).
 cat > port.sh <<EOS
 #!/bin/bash
 case \$1 in
@@ -57,7 +58,7 @@ check() {
 note "srun ddprun, no DDPRUN_MUNGE_SOCKET: MUNGE from slurm.conf"
 cat > munge.sh <<EOS
 #!/bin/bash
-srun -N2 --ntasks-per-node=1 "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" munge &
+srun -N2 --ntasks-per-node=1 --resv-ports=0 "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" munge &
 pid=\$!
 "$WORK/intruder.sh" "\$SLURM_JOB_ID.0" munge
 wait \$pid

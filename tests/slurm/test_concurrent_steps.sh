@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two ddprun steps at once in one allocation (a sweep: srun --exact ... & srun --exact ... &): each step
 # derives its own store port, MASTER_PORT and run id from JOBID.STEPID, so neither collides with nor
-# joins the other. Before, both derived them from the job id alone.
+# joins the other. Before, both derived them from the job id alone. --resv-ports=0: no ports reserved by Slurm
+# (the cluster's MpiParams=ports), which would replace the derived ones.
 source "$(dirname "$0")/lib.sh"
 setup
 need_ddprun
@@ -16,8 +17,8 @@ EOS
 chmod +x worker.sh
 cat > job.sh <<EOS
 #!/bin/bash
-srun -N2 --ntasks-per-node=1 --exact "$DDPRUN" --nproc-per-node 2 -- "$WORK/worker.sh" a "$WORK" > "$WORK/a.out" 2> "$WORK/a.err" &
-srun -N2 --ntasks-per-node=1 --exact "$DDPRUN" --nproc-per-node 2 -- "$WORK/worker.sh" b "$WORK" > "$WORK/b.out" 2> "$WORK/b.err" &
+srun -N2 --ntasks-per-node=1 --exact --resv-ports=0 "$DDPRUN" --nproc-per-node 2 -- "$WORK/worker.sh" a "$WORK" > "$WORK/a.out" 2> "$WORK/a.err" &
+srun -N2 --ntasks-per-node=1 --exact --resv-ports=0 "$DDPRUN" --nproc-per-node 2 -- "$WORK/worker.sh" b "$WORK" > "$WORK/b.out" 2> "$WORK/b.err" &
 wait %1; ra=\$?
 wait %2; rb=\$?
 echo "rc \$ra \$rb"

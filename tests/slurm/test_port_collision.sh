@@ -2,6 +2,7 @@
 # Two steps of one job whose JOBID.STEPID derive the same store port, running at once on the same first node:
 # the second master takes the next candidate port of its step, its agents find it there, and neither step's
 # agents join the other's store. Before, the second step failed at once: "Address already in use".
+# The steps run with --resv-ports=0: ports Slurm reserved (the cluster's MpiParams=ports) would replace the derived ones.
 source "$(dirname "$0")/lib.sh"
 setup
 need_ddprun
@@ -51,12 +52,12 @@ burn() {
   done
 }
 burn "\$a"
-srun -N2 --ntasks-per-node=1 --exact "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" a "$WORK" > "$WORK/a.out" 2> "$WORK/a.err" &
+srun -N2 --ntasks-per-node=1 --exact --resv-ports=0 "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" a "$WORK" > "$WORK/a.out" 2> "$WORK/a.err" &
 a_pid=\$!
 step=\$((step + 1))
 for _ in \$(seq 600); do [ -e "$WORK/a_rank1" ] && break; sleep 0.1; done
 burn "\$b"
-srun -N2 --ntasks-per-node=1 --exact "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" b "$WORK" > "$WORK/b.out" 2> "$WORK/b.err"
+srun -N2 --ntasks-per-node=1 --exact --resv-ports=0 "$DDPRUN" --nproc-per-node 1 -- "$WORK/worker.sh" b "$WORK" > "$WORK/b.out" 2> "$WORK/b.err"
 rb=\$?
 touch "$WORK/b_done"
 wait \$a_pid; ra=\$?

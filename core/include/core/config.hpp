@@ -126,6 +126,16 @@ DerivedPorts derive_ports(const std::string& job_id);
 inline constexpr std::size_t kStorePortFallbacks = 7;
 std::vector<std::uint16_t> store_port_fallbacks(const std::string& job_id);
 
+// The ports srun --resv-ports reserved for the step (SLURM_STEP_RESV_PORTS: single ports and ranges,
+// comma-separated, e.g. "12000-12003" or "12000,12002"), the same on every node of the step. The store
+// takes the first; MASTER_PORT the second, or the derived one when Slurm reserved a single port.
+struct ReservedPorts {
+  std::uint16_t store;
+  std::optional<std::uint16_t> master;
+};
+// nullopt for an empty value (no ports reserved); throws Error naming `var` on a malformed one. Pure.
+std::optional<ReservedPorts> parse_reserved_ports(const std::string& var, const std::string& value);
+
 // Set by a self-launch in srun's environment to the job id: the step then plans with the job id as its run
 // id and the source of its ports, as the batch script's dry run did, instead of JOBID.STEPID. Each agent
 // removes it from its environment before any worker starts.

@@ -48,6 +48,7 @@ struct SlurmEnv {
   std::optional<FromVar<std::string>> gpus;         // SLURM_STEP_GPUS, else SLURM_JOB_GPUS
   std::optional<std::string> cuda_visible_devices;  // CUDA_VISIBLE_DEVICES; set and empty: no GPUs
   std::optional<int> restart_count;                 // SLURM_RESTART_COUNT
+  std::optional<std::string> resv_ports;            // SLURM_STEP_RESV_PORTS (srun --resv-ports)
 };
 
 // Reads the variables; throws Error naming the variable when a number is malformed.

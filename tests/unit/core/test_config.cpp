@@ -133,6 +133,87 @@ TEST_CASE("a derived store port has fallbacks: distinct, even, in range, the sam
   CHECK(resolve(cmd(), {}, sys()).rdzv_fallback_ports.empty());
 }
 
+TEST_CASE("SLURM_STEP_RESV_PORTS: ports and ranges, the store takes the first, MASTER_PORT the second",
+          "[config][slurm]") {
+  struct Row {
+    const char* value;
+    int store;
+    int master;  // 0: none (a single reserved port)
+  };
+  for (const Row& row :
+       {Row{"12000-12003", 12000, 12001}, Row{"12000,12002", 12000, 12002}, Row{"12005", 12005, 0},
+        Row{"12000-12000,12007", 12000, 12007}, Row{"12009,12001-12004", 12009, 12001},
+        Row{"12000,12000,12004", 12000, 12004}, Row{"1-65535", 1, 2}, Row{"65535", 65535, 0}}) {
+    INFO(row.value);
+    const auto p = parse_reserved_ports("SLURM_STEP_RESV_PORTS", row.value);
+    REQUIRE(p);
+    CHECK(p->store == row.store);
+    CHECK(p->master.value_or(0) == row.master);
+  }
+  CHECK_FALSE(parse_reserved_ports("SLURM_STEP_RESV_PORTS", ""));
+  for (const char* v :
+       {"x", "12000-", "-12000", "12000,", ",12000", "12000,,12001", "12003-12000", "0", "65536",
+        "12000-70000", "12000 12001", "1200a", "12000-12001-12002", "[12000-12001]"}) {
+    INFO(v);
+    try {
+      parse_reserved_ports("SLURM_STEP_RESV_PORTS", v);
+      FAIL("no error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find('\n') == std::string::npos);
+      CHECK_THAT(what, Catch::Contains("SLURM_STEP_RESV_PORTS='" + std::string(v) + "'") &&
+                           Catch::Contains("--resv-ports"));
+    }
+  }
+}
+
+TEST_CASE("srun --resv-ports: the step reserved ports carry the store and MASTER_PORT, flags still win",
+          "[config][slurm]") {
+  auto env = step_env(1);
+  env["SLURM_STEP_RESV_PORTS"] = "12000-12001";
+  auto r = resolve(cmd(), env, sys());
+  CHECK(r.rdzv_host == "node1");
+  CHECK(r.rdzv_port == 12000);
+  CHECK(r.rdzv_fallback_ports.empty());  // Slurm keeps the port for this step alone
+  CHECK(r.job.master_port == 12001);
+  CHECK_FALSE(r.master_port_given);  // busy at start: a free one, as for a derived port
+  // Every node of the step plans the same ports.
+  auto env0 = step_env(0);
+  env0["SLURM_STEP_RESV_PORTS"] = "12000-12001";
+  CHECK(resolve(cmd(), env0, sys()).rdzv_port == 12000);
+  CHECK(resolve(cmd(), env0, sys()).job.master_port == 12001);
+
+  // One reserved port: the store takes it, MASTER_PORT is derived as without reserved ports.
+  env["SLURM_STEP_RESV_PORTS"] = "12000";
+  r = resolve(cmd(), env, sys());
+  CHECK(r.rdzv_port == 12000);
+  CHECK(r.job.master_port == derive_ports("1234.0").master);
+
+  // Flags win: --rdzv-endpoint's port and --master-port; a host alone keeps the reserved port.
+  env["SLURM_STEP_RESV_PORTS"] = "12000,12002";
+  auto o = cmd();
+  o.rdzv_endpoint = "node1:29400";
+  o.master_port = "29600";
+  r = resolve(o, env, sys());
+  CHECK(r.rdzv_port == 29400);
+  CHECK(r.job.master_port == 29600);
+  o = cmd();
+  o.rdzv_endpoint = "node2";
+  r = resolve(o, env, sys());
+  CHECK(r.rdzv_host == "node2");
+  CHECK(r.rdzv_port == 12000);
+  CHECK(r.job.master_port == 12002);
+  o = cmd();
+  o.rdzv_endpoint = "node1:12002";  // the store on the second: MASTER_PORT cannot share it
+  r = resolve(o, env, sys());
+  CHECK(r.rdzv_port == 12002);
+  CHECK(r.job.master_port != 12002);
+
+  // A malformed value is one line naming the variable.
+  env["SLURM_STEP_RESV_PORTS"] = "12000-";
+  CHECK_THROWS_WITH(resolve(cmd(), env, sys()), Catch::Contains("SLURM_STEP_RESV_PORTS='12000-'"));
+}
+
 TEST_CASE("the store's run id names the step, also when --rdzv-id names another", "[config][slurm]") {
   auto env_b = step_env(0);
   env_b["SLURM_STEP_ID"] = "1";
@@ -162,6 +243,12 @@ TEST_CASE("a self-launched step plans with the job id, as its batch script's dry
   CHECK(run.rdzv_port == planned.rdzv_port);
   CHECK(run.job.master_port == planned.job.master_port);
   CHECK(run.rdzv_fallback_ports == planned.rdzv_fallback_ports);
+  // Ports Slurm reserved for the self-launched step (MpiParams=ports reserves them for every step) were
+  // unknown to the dry run: the plan's ports still hold.
+  env["SLURM_STEP_RESV_PORTS"] = "12000-12001";
+  CHECK(resolve(cmd(), env, sys()).rdzv_port == planned.rdzv_port);
+  CHECK(resolve(cmd(), env, sys()).job.master_port == planned.job.master_port);
+  env.erase("SLURM_STEP_RESV_PORTS");
   // Any other step keeps JOBID.STEPID: a stale or foreign value changes nothing.
   env[kSelfLaunchJobVar] = "99";
   CHECK(resolve(cmd(), env, sys()).job.run_id == "1234.0");
