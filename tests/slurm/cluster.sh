@@ -128,9 +128,10 @@ write_config() {
     echo "JobAcctGatherType=jobacct_gather/none"
     echo "JobCompType=jobcomp/none"
     echo "MpiDefault=none"
-    # Ports srun --resv-ports hands out (SLURM_STEP_RESV_PORTS): 100 of 10000-18999 chosen by the state dir,
-    # so two clusters on this machine rarely overlap; below ddprun's derived 20000-32767 and pick_ports' range.
-    local resv=$(( 10000 + $(printf '%s' "$STATE_DIR" | cksum | cut -d' ' -f1) % 90 * 100 ))
+    # Ports srun --resv-ports hands out (SLURM_STEP_RESV_PORTS): 100 of 4000-9999 chosen by the state dir,
+    # so two clusters on this machine rarely overlap; below the tests' locked ports (10000-19999,
+    # tests/support/net_util.hpp), ddprun's derived 20000-32767 and pick_ports' range.
+    local resv=$(( 4000 + $(printf '%s' "$STATE_DIR" | cksum | cut -d' ' -f1) % 60 * 100 ))
     echo "MpiParams=ports=$resv-$((resv + 99))"
     echo "MailProg=/bin/true"
     echo "SlurmdParameters=config_overrides"
