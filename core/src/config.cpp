@@ -212,6 +212,10 @@ void check_numbers(const Options& o) {
     throw Error(
         fmt::format("--hang-timeout {} must be a positive number of seconds (e.g. 600)", *o.hang_timeout));
   }
+  if (!(o.health_check_timeout > 0 && std::isfinite(o.health_check_timeout))) {
+    throw Error(fmt::format("--health-check-timeout {} must be a positive number of seconds (e.g. 60)",
+                            o.health_check_timeout));
+  }
 }
 
 // The job's fixed settings from the options and the environment.

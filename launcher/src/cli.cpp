@@ -287,6 +287,19 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
       ->envname(env("HANG_TIMEOUT"))
       ->group(g)
       ->type_name("SECONDS");
+  app.add_option("--health-check", o.health_check,
+                 "Shell command (sh -c) every agent runs before it joins a rendezvous round; a node whose "
+                 "check fails or times out does not join and the job fails, exit 125 (see "
+                 "examples/health/gpu_node_check.sh)")
+      ->envname(env("HEALTH_CHECK"))
+      ->group(g)
+      ->type_name("CMD");
+  app.add_option("--health-check-timeout", o.health_check_timeout,
+                 "Seconds the --health-check command may run before it is killed and counts as failed "
+                 "(default 60)")
+      ->envname(env("HEALTH_CHECK_TIMEOUT"))
+      ->group(g)
+      ->type_name("SECONDS");
   app.add_option("--prefix", o.prefix,
                  "Log line prefix template; {rank} {local_rank} {node_rank} {host} {role} "
                  "(default '[{rank}]: ' when the world size is above 1)")

@@ -24,6 +24,7 @@
 #include "core/worker_store.hpp"
 #include "launcher/auth_setup.hpp"
 #include "launcher/dry_run.hpp"
+#include "launcher/health_check.hpp"
 #include "launcher/self_launch.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
@@ -300,6 +301,10 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
   const int max_restarts = r.job.max_restarts;
   std::vector<AttemptRecord> attempts;
   for (int attempt = 0;; ++attempt) {
+    // A restart's round: the check again; a node that fails it leaves without joining.
+    if (attempt > 0) {
+      if (const auto bad = check_node_health(o, r)) throw core::Error(*bad, kHealthCheckExitCode);
+    }
     Round round = session.join(attempt);
     bind_cpus(ev, r, round, attempt);
     ao.on_started = announce(ev, o, round, attempt);

@@ -19,6 +19,7 @@
 #include "launcher/agent_options.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/dry_run.hpp"
+#include "launcher/health_check.hpp"
 #include "launcher/job.hpp"
 #include "launcher/self_launch.hpp"
 #include "launcher/system.hpp"
@@ -101,6 +102,14 @@ int main(int argc, char** argv) {
     try {
       core::resolve_node(o, env, sys, resolved);
       if (const auto dry_run_code = validate_or_dry_run(o, resolved, agent_opts)) return *dry_run_code;
+      // --health-check (docs/agent.md): a bad node stops here, before the first round. In a fail-fast
+      // job every node learns of it as of a start-up error; an elastic job goes on without this node.
+      if (resolved.context != core::SlurmContext::batch) {
+        if (const auto bad = launcher::check_node_health(o, resolved)) {
+          if (resolved.elastic) return fail(*bad, launcher::kHealthCheckExitCode);
+          return start_error(*bad, launcher::kHealthCheckExitCode);
+        }
+      }
     } catch (const core::Error& e) {
       return start_error(e.what(), e.exit_code());
     } catch (const agent::Error& e) {

@@ -49,7 +49,9 @@ struct Options {
 
   // Supervision and logs (used by the agent).
   double term_timeout = 10.0;
-  std::optional<double> hang_timeout;  // seconds without progress before a rank is hung; unset: off
+  std::optional<double> hang_timeout;       // seconds without progress before a rank is hung; unset: off
+  std::optional<std::string> health_check;  // sh -c command each agent runs before each round
+  double health_check_timeout = 60.0;
   std::optional<std::string> prefix;
   bool no_prefix = false;
   bool tee = false;

@@ -711,3 +711,15 @@ TEST_CASE("hang timeout: a positive number of seconds, else one clear line", "[c
                                                  Catch::Contains("must be a positive number of seconds"));
   }
 }
+
+TEST_CASE("health check timeout: a positive number of seconds, else one clear line", "[config]") {
+  auto o = cmd();
+  o.health_check_timeout = 0.5;
+  CHECK_NOTHROW(resolve(o, {}, sys()));
+  for (double bad : {0.0, -3.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    o.health_check_timeout = bad;
+    INFO(bad);
+    CHECK_THROWS_WITH(resolve(o, {}, sys()), Catch::Contains("--health-check-timeout") &&
+                                                 Catch::Contains("must be a positive number of seconds"));
+  }
+}

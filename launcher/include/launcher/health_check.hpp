@@ -1,0 +1,46 @@
+#pragma once
+// --health-check CMD (docs/agent.md, "Health check"): a shell command every agent runs before it joins
+// a rendezvous round; a node whose check fails or hangs does not take part. The verdict is pure
+// (judge_health_check); running the command is thin (run_health_check).
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/config.hpp"
+
+namespace ddprun::launcher {
+
+// The exit code of a job whose node failed its health check: neither a worker's code nor ddprun's
+// own input (2) or rendezvous (1) errors, so a script can tell a bad node apart.
+inline constexpr int kHealthCheckExitCode = 125;
+
+// How much of the check's output is kept (its end), and how many of its last lines are reported.
+inline constexpr std::size_t kHealthCheckOutputCap = 4096;
+inline constexpr std::size_t kHealthCheckTailLines = 5;
+
+// What the command did: its exit status (128+signal for a signal), or that it ran past the timeout
+// (then killed with its process group); its combined stdout/stderr, at most the last cap bytes.
+struct HealthCheckRun {
+  bool timed_out = false;
+  int status = 0;
+  std::string output;
+};
+
+// nullopt: the node is healthy. Else the one line naming the node, the check's code or its timeout,
+// and the last lines of its output (control characters and invalid bytes escaped; lines joined by " | ").
+std::optional<std::string> judge_health_check(const HealthCheckRun& run, const std::string& host,
+                                              std::optional<int> node_rank, double timeout_s);
+
+// The last `lines` non-empty lines of `output`, each made printable (a non-printable byte as \xNN).
+std::string output_tail(std::string_view output, std::size_t lines);
+
+// Runs `/bin/sh -c command` in this process's environment, in a process group of its own, stdin
+// /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the timeout the
+// whole group is killed (SIGKILL). Throws core::Error when the command cannot be started at all.
+HealthCheckRun run_health_check(const std::string& command, double timeout_s);
+
+// The check of this node under `o` (--health-check, its timeout): nullopt when healthy or when there
+// is no check; else judge_health_check's line.
+std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r);
+
+}  // namespace ddprun::launcher

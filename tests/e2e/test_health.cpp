@@ -1,0 +1,91 @@
+// --health-check: every agent runs the check before it joins; a node that fails it (or whose check
+// hangs past --health-check-timeout) ends a fail-fast job on every node at once, before any worker.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "e2e/job.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Two agents; NODE differs per node as SLURM_NODEID does under Slurm. Each worker leaves a file.
+void start_two(Job& job, const std::string& check, const std::vector<std::string>& more = {}) {
+  for (int n = 0; n < 2; ++n) {
+    std::vector<std::string> argv = {DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(n),
+                                     "--rdzv-endpoint", "127.0.0.1:" + std::to_string(job.port),
+                                     "--nproc-per-node", "1",
+                                     // Far above the test's wait: an agent that waited for it fails the test.
+                                     "--rdzv-timeout", "600", "--term-timeout", "3", "--health-check", check};
+    argv.insert(argv.end(), more.begin(), more.end());
+    for (const char* w : {"--", "/bin/sh", "-c", "touch \"$DIR/started.$RANK\""}) argv.emplace_back(w);
+    std::map<std::string, std::string> vars = {
+        {"DDPRUN_TEST_TOKEN", job.token}, {"DIR", job.dir.path()}, {"NODE", std::to_string(n)}};
+    job.agents.push_back(ddprun::test::start(argv, vars, job.dir.path(), "agent" + std::to_string(n)));
+  }
+}
+
+bool any_started(const std::string& dir) {
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("started.", 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("health check: a node that fails it ends the job on every node at once, no worker starts",
+          "[e2e][health]") {
+  Job job;
+  start_two(job, "test \"$NODE\" != 1 || { echo 'GPU 3: ECC errors'; echo 'only 7 of 8 GPUs'; exit 7; }");
+  for (auto& a : job.agents) REQUIRE(wait_for(a, 120s));
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 125);
+    CHECK_THAT(a.err(), Catch::Contains("node 1 (") && Catch::Contains("failed its health check") &&
+                            Catch::Contains("exited with code 7") &&
+                            Catch::Contains("GPU 3: ECC errors | only 7 of 8 GPUs"));
+  }
+  CHECK_FALSE(any_started(job.dir.path()));
+}
+
+TEST_CASE("health check: a check that hangs is killed with its group at the timeout", "[e2e][health]") {
+  TempDir dir;
+  Proc p = start({DDPRUN_EXE, "--standalone", "--nproc-per-node", "1", "--health-check",
+                  "echo probing; sleep 600 & echo $! > \"$DIR/bg.pid\"; wait", "--health-check-timeout", "1",
+                  "--", "/bin/sh", "-c", "touch \"$DIR/started.0\""},
+                 {{"DIR", dir.path()}}, dir.path(), "ddprun");
+  REQUIRE(wait_for(p, 120s));
+  INFO(p.err());
+  CHECK(p.code == 125);
+  CHECK_THAT(p.err(), Catch::Contains("timed out after 1 s") && Catch::Contains("output: probing"));
+  CHECK_FALSE(any_started(dir.path()));
+  std::ifstream in(dir.path() / "bg.pid");
+  int pid = 0;
+  REQUIRE(in >> pid);
+  // The check's background sleep went with it (once init has reaped it).
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = !std::filesystem::exists("/proc/" + std::to_string(pid));
+    if (!gone) std::this_thread::sleep_for(50ms);
+  }
+  CHECK(gone);
+}
+
+TEST_CASE("health check: a passing check changes nothing", "[e2e][health]") {
+  Job job;
+  start_two(job, "echo healthy", {"--health-check-timeout", "30"});
+  for (auto& a : job.agents) REQUIRE(wait_for(a, 120s));
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 0);
+  }
+  CHECK(std::filesystem::exists(job.dir.path() / "started.0"));
+  CHECK(std::filesystem::exists(job.dir.path() / "started.1"));
+}

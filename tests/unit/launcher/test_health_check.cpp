@@ -1,0 +1,68 @@
+// --health-check's verdict: the node's line from what the check did (pure), and the runner on /bin/sh.
+#include <catch2/catch.hpp>
+
+#include "launcher/health_check.hpp"
+
+using ddprun::launcher::HealthCheckRun;
+using ddprun::launcher::judge_health_check;
+using ddprun::launcher::output_tail;
+
+TEST_CASE("health check verdict table", "[launcher][health]") {
+  struct Row {
+    HealthCheckRun run;
+    std::optional<int> node_rank;
+    std::optional<std::string> want;  // nullopt: healthy
+  };
+  const std::vector<Row> rows = {
+      {{false, 0, "all good\n"}, 1, std::nullopt},
+      {{false, 0, ""}, std::nullopt, std::nullopt},
+      {{false, 7, "a\nb\n"},
+       1,
+       "node 1 (h1) failed its health check (--health-check): exited with code 7; output: a | b; fix the "
+       "node "
+       "or leave it out of the job"},
+      {{false, 1, ""},
+       std::nullopt,
+       "node h1 failed its health check (--health-check): exited with code 1; no output; fix the node or "
+       "leave "
+       "it out of the job"},
+      {{false, 137, "x"},
+       0,
+       "node 0 (h1) failed its health check (--health-check): exited with code 137; output: x; fix the node "
+       "or "
+       "leave it out of the job"},
+      {{true, 0, "probing\n"},
+       2,
+       "node 2 (h1) failed its health check (--health-check): timed out after 2.5 s; output: probing; fix "
+       "the "
+       "node or leave it out of the job"},
+  };
+  for (const auto& r : rows) {
+    INFO(r.run.output);
+    CHECK(judge_health_check(r.run, "h1", r.node_rank, 2.5) == r.want);
+  }
+}
+
+TEST_CASE("health check output tail: last lines, one printable line", "[launcher][health]") {
+  CHECK(output_tail("", 5).empty());
+  CHECK(output_tail("\n\n", 5).empty());
+  CHECK(output_tail("1\n2\n3\n4\n5\n6\n7\n", 5) == "3 | 4 | 5 | 6 | 7");
+  CHECK(output_tail("a\r\n\nb", 5) == "a | b");
+  CHECK(output_tail("tab\there \x1b[31mred\xff", 5) == "tab\\x09here \\x1b[31mred\\xff");
+  CHECK(output_tail(std::string("nul\0byte", 8), 1) == "nul\\x00byte");
+}
+
+TEST_CASE("health check runner: code, output, timeout", "[launcher][health]") {
+  const auto ok = ddprun::launcher::run_health_check("echo out; echo err >&2", 30);
+  CHECK_FALSE(ok.timed_out);
+  CHECK(ok.status == 0);
+  CHECK(ok.output == "out\nerr\n");
+  const auto bad = ddprun::launcher::run_health_check("exit 3", 30);
+  CHECK(bad.status == 3);
+  const auto big = ddprun::launcher::run_health_check("head -c 100000 /dev/zero; echo; echo end", 30);
+  CHECK(big.output.size() == ddprun::launcher::kHealthCheckOutputCap);
+  CHECK(output_tail(big.output, 1) == "end");
+  const auto hung = ddprun::launcher::run_health_check("echo started; sleep 600", 0.5);
+  CHECK(hung.timed_out);
+  CHECK(hung.output == "started\n");
+}
