@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,8 +88,10 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
     throw core::Error(fmt::format("--health-check: cannot fork: {}", std::strerror(err)), 1);
   }
   if (pid == 0) {
-    // Its own group, so that the timeout kills whatever it started too.
+    // Its own group, so that the timeout kills whatever it started too; the shell dies with an agent
+    // killed meanwhile.
     ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     const int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, 0);
     ::dup2(fds[1], 1);
