@@ -110,6 +110,22 @@ TEST_CASE("SIGUSR1 and SIGUSR2 reach the worker only: a child without a handler 
   CHECK((usr == "10\n12\n" || usr == "12\n10\n"));  // both arrived, in either order
 }
 
+namespace {
+// Rank 0 exited 140 at once on SIGUSR2 and rank 1 a second later: a stop on request, rank 0 its first
+// exit, and nobody stopped by ddprun.
+void check_stopped_on_request(const ChildRun& r) {
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 140);
+  CHECK(r.result.at("root_cause").at("rank") == 0);
+  CHECK(r.result.at("root_cause").at("after_signal") == SIGUSR2);
+  for (const auto& w : r.result.at("workers")) {
+    CHECK(w.at("exit_code") == 140);  // rank 1 finished its "checkpoint": no TERM reached it
+    CHECK(w.at("stopped_by_ddprun") == false);
+  }
+}
+}  // namespace
+
 TEST_CASE("after SIGUSR2 the ranks get the grace: one exits 140 at once, the other a second later") {
   TempDir dir;
   const auto r = run_agent_in_child(dir,
@@ -120,15 +136,7 @@ TEST_CASE("after SIGUSR2 the ranks get the grace: one exits 140 at once, the oth
                                       REQUIRE(wait_for_file(dir / "ready1"));
                                       ::kill(agent, SIGUSR2);
                                     });
-  REQUIRE_FALSE(r.timed_out);
-  REQUIRE(r.result.is_object());
-  CHECK(r.result.at("exit_code") == 140);
-  CHECK(r.result.at("root_cause").at("rank") == 0);
-  CHECK(r.result.at("root_cause").at("after_signal") == SIGUSR2);
-  for (const auto& w : r.result.at("workers")) {
-    CHECK(w.at("exit_code") == 140);  // rank 1 finished its "checkpoint": no TERM reached it
-    CHECK(w.at("stopped_by_ddprun") == false);
-  }
+  check_stopped_on_request(r);
   CHECK(r.err.find("ddprun: stopped after SIGUSR2 with exit code 140") != std::string::npos);
   CHECK(r.err.find("First exit after SIGUSR2:") != std::string::npos);
   CHECK(r.err.find("job failed") == std::string::npos);
@@ -163,15 +171,7 @@ TEST_CASE("under Slurm a rank that exits on SIGUSR2 before the agent gets it sti
         ::kill(agent, SIGUSR2);
       });
   ::close(events_fd);
-  REQUIRE_FALSE(r.timed_out);
-  REQUIRE(r.result.is_object());
-  CHECK(r.result.at("exit_code") == 140);
-  CHECK(r.result.at("root_cause").at("rank") == 0);
-  CHECK(r.result.at("root_cause").at("after_signal") == SIGUSR2);
-  for (const auto& w : r.result.at("workers")) {
-    CHECK(w.at("exit_code") == 140);  // rank 1 finished its "checkpoint": no TERM reached it
-    CHECK(w.at("stopped_by_ddprun") == false);
-  }
+  check_stopped_on_request(r);
   const std::string log = read_file(events_path);
   INFO(log);
   CHECK(log.find("\"teardown\"") == std::string::npos);
