@@ -167,6 +167,14 @@ TEST_CASE("an agent with another token is refused and the master names it", "[e2
   CHECK(job.agents[0].code != 0);  // node 1 never joined
   CHECK_THAT(job.agents[0].err(),
              Catch::Contains("rejected peer 127.0.0.1:") && Catch::Contains("wrong token"));
+  // One refused agent is one line in the master's log, not one per connection attempt.
+  const std::string master_err = job.agents[0].err();
+  std::size_t lines = 0;
+  for (auto at = master_err.find("rejected peer"); at != std::string::npos;
+       at = master_err.find("rejected peer", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 1);
   CHECK(leftovers_after(job.tag, 5s).empty());
 }
 
