@@ -57,9 +57,9 @@ else
 fi
 
 # torch 2.x from PyPI, pinned, in the project's own virtual environment (scripts/torch2.sh says where): the second
-# torch the tests run against, and the libtorch of the CUDA trainer build. PyPI's Linux wheel is a CUDA build: about
-# 3.5 GB with its nvidia-* and cuda-* dependencies (docs/install.md). Without network access, set
-# DDPRUN_SKIP_TORCH2=1: the torch 2.x tests and the CUDA trainer build are then skipped, saying so.
+# torch the tests run against, and the libtorch of the CUDA trainer build. PyPI's Linux wheel is a CUDA build: a
+# 2.7 GB download (4.7 GB on disk) with its nvidia-* and cuda-* dependencies (docs/install.md). Without network
+# access, set DDPRUN_SKIP_TORCH2=1: the torch 2.x tests and the CUDA trainer build are then skipped, saying so.
 . "$(dirname "$0")/torch2.sh"
 if [ "${DDPRUN_SKIP_TORCH2:-0}" = 1 ]; then
   echo "setup: torch $DDPRUN_TORCH2_VERSION skipped (DDPRUN_SKIP_TORCH2=1)"
@@ -67,7 +67,7 @@ elif "$DDPRUN_TORCH2_PYTHON" -c "import sys, torch; sys.exit(torch.__version__.s
   2>/dev/null; then
   echo "setup: torch $DDPRUN_TORCH2_VERSION present in $DDPRUN_TORCH2_VENV"
 else
-  echo "setup: installing torch $DDPRUN_TORCH2_VERSION from PyPI into $DDPRUN_TORCH2_VENV (about 3.5 GB)"
+  echo "setup: installing torch $DDPRUN_TORCH2_VERSION from PyPI into $DDPRUN_TORCH2_VENV (a 2.7 GB download, 4.7 GB on disk)"
   rm -rf "$DDPRUN_TORCH2_VENV"
   /usr/bin/python3 -m venv "$DDPRUN_TORCH2_VENV"
   "$DDPRUN_TORCH2_VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$DDPRUN_TORCH2_VERSION" numpy

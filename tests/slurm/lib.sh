@@ -74,6 +74,9 @@ need_ddprun() {
 
 need_train() {
   [[ -n ${DDPRUN_TRAIN:-} ]] || skip "DDPRUN_TRAIN is not set (ddprun-train needs libtorch-dev)"
+  if [[ ! -x $DDPRUN_TRAIN && -n ${DDPRUN_TRAIN_TORCH2:-} ]]; then
+    skip "DDPRUN_TRAIN=$DDPRUN_TRAIN (ddprun-train against libtorch 2.x) is not built: scripts/gpu-kit.sh builds it"
+  fi
   [[ -x $DDPRUN_TRAIN ]] || fail "DDPRUN_TRAIN=$DDPRUN_TRAIN is not an executable (build ddprun-train first)"
 }
 
