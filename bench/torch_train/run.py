@@ -8,8 +8,14 @@ C++/Python ratio and the scaling efficiency sps(2) / (2 * sps(1)).
 
   /usr/bin/python3 bench/torch_train/run.py --trainer build-train/examples/train/ddprun-train
 
-Must run under /usr/bin/python3 (Debian's python3-torch). Debian's torchrun 1.13 crashes on
-Python 3.11 unless -r/-t are non-zero, hence `-r 1 -t 1` below.
+torch 2.x: the trainer built against the venv's libtorch and the venv's Python on the other side:
+
+  /usr/bin/python3 bench/torch_train/run.py --trainer build-gpu-kit-obj/examples/train/ddprun-train \
+      --python "$(. scripts/torch2.sh && echo "$DDPRUN_TORCH2_PYTHON")"
+
+--python names the interpreter (and so the torch and torchrun) of the Python side; the default is Debian's
+python3-torch 1.13. Debian's torchrun 1.13 crashes on Python 3.11 unless -r/-t are non-zero, hence `-r 1 -t 1`
+below (torchrun 2.x takes them too).
 """
 import argparse
 import json
@@ -51,8 +57,8 @@ def run_cpp(trainer, n, data_dir, batch, tmp, allreduce="auto"):
     return rec["samples_per_sec"], 60000 / rec["cpu_seconds"]
 
 
-def run_python(n, data_dir, batch):
-    cmd = ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+def run_python(python, n, data_dir, batch):
+    cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
            "--nproc_per_node", str(n), "-r", "1", "-t", "1",
            os.path.join(HERE, "ddp_mlp.py"), "--data-dir", data_dir, "--threads", "1",
            "--batch-size", str(batch)]
@@ -74,18 +80,23 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ranks", default="1,2")
     ap.add_argument("--batch-size", type=int, default=64, help="global batch")
+    ap.add_argument("--python", default="/usr/bin/python3",
+                    help="interpreter of the Python DDP side (its torch and torchrun)")
     args = ap.parse_args()
     trainer = os.path.abspath(args.trainer)
     ranks = [int(x) for x in args.ranks.split(",")]
     res = {("cpp", n): [] for n in ranks}
     res.update({("py", n): [] for n in ranks})
+    torch_version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    print(f"python {args.python} (torch {torch_version}), trainer {trainer}", flush=True)
     print(f"cores {os.cpu_count()}, global batch {args.batch_size}, "
           f"load average before {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             for n in ranks:
                 res[("cpp", n)].append(run_cpp(trainer, n, args.data_dir, args.batch_size, tmp))
-                res[("py", n)].append(run_python(n, args.data_dir, args.batch_size))
+                res[("py", n)].append(run_python(args.python, n, args.data_dir, args.batch_size))
                 c, p = res[("cpp", n)][-1], res[("py", n)][-1]
                 print(f"rep {rep} ranks {n}: ddprun-train {c[0]:.0f} python {p[0]:.0f} samples/s; "
                       f"per CPU-second {c[1]:.0f} vs {p[1]:.0f}", flush=True)
