@@ -226,3 +226,58 @@ TEST_CASE("elastic: a node whose workers take longer than the heartbeat timeout 
   CHECK(read_file(dir / "world_1") == "2\n");
   CHECK(leftovers_after(token, 10s).empty());
 }
+
+TEST_CASE(
+    "elastic: a node whose hung worker takes longer than the heartbeat timeout to stop stays in the job",
+    "[e2e][elastic]") {
+  // Rank 1 (node 1) goes silent: --hang-timeout declares it hung, and it then takes 8 s to stop on
+  // SIGTERM, more than the heartbeat timeout (5 s). Rank 0 keeps printing. Node 1's agent heartbeats while
+  // it stops its hung rank, so the restart has both nodes, as after any other failure.
+  TempDir dir;
+  const std::string token =
+      "ddprun-elastic-hung-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
+  const int port = free_port();
+  const std::string script =
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then "
+      "  if [ \"$RANK\" = 1 ]; then exec " +
+      std::string(FAKE_WORKER) +
+      " exit-on 15 8000 0 hang; fi; "
+      "  while :; do echo tick; sleep 0.3; done; "
+      "fi; echo \"$WORLD_SIZE\" > \"$DIR/world_$RANK\"";
+  std::vector<Proc> agents;
+  for (int n = 0; n < 2; ++n) {
+    agents.push_back(start({DDPRUN_EXE,
+                            "--nnodes",
+                            "1:2",
+                            "--node-rank",
+                            std::to_string(n),
+                            "--rdzv-endpoint",
+                            "127.0.0.1:" + std::to_string(port),
+                            "--max-restarts",
+                            "2",
+                            "--term-timeout",
+                            "20",
+                            "--hang-timeout",
+                            "2",
+                            "--rdzv-timeout",
+                            "120",
+                            "--nproc-per-node",
+                            "1",
+                            "--",
+                            "/bin/sh",
+                            "-c",
+                            script},
+                           {{"DIR", dir.path()}, {"DDPRUN_TEST_TOKEN", token}}, dir.path(),
+                           "hung-agent" + std::to_string(n)));
+  }
+  for (auto& a : agents) {
+    REQUIRE(wait_for(a, 180s));
+    INFO(a.err());
+    CHECK(a.code == 0);
+    CHECK_THAT(a.err(), !Catch::Contains("lost the agent"));
+  }
+  CHECK_THAT(agents[1].err(), Catch::Contains("hung"));  // the first attempt did end on the hang
+  CHECK(read_file(dir / "world_0") == "2\n");            // the restart ran with both nodes
+  CHECK(read_file(dir / "world_1") == "2\n");
+  CHECK(leftovers_after(token, 10s).empty());
+}
