@@ -420,6 +420,28 @@ void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint
   }
 }
 
+// --rdzv-iface / --local-addr: which one, and where it cannot apply. The interface's address is looked
+// up by the launcher on each node (launcher/system.hpp), never in a batch script's shell.
+void resolve_local_addr(const Options& o, Resolved& r) {
+  r.master_addr_given = o.master_addr.has_value();
+  r.rdzv_iface = o.rdzv_iface;
+  if (o.rdzv_iface && o.local_addr) {
+    throw Error(fmt::format("--rdzv-iface {} and --local-addr {} both choose this node's address; give one",
+                            *o.rdzv_iface, *o.local_addr));
+  }
+  if (o.rdzv_iface && o.rdzv_iface->empty())
+    throw Error("--rdzv-iface is empty; name an interface, e.g. ib0");
+  if (!o.local_addr) return;
+  if (o.local_addr->empty()) throw Error("--local-addr is empty; give this node's address or host name");
+  if (r.context == SlurmContext::batch) {
+    throw Error(fmt::format(
+        "--local-addr {} names one node's address, but this batch script re-launches ddprun on every node; "
+        "use --rdzv-iface IFACE, which each node resolves to its own address",
+        *o.local_addr));
+  }
+  set_local_addr(r, *o.local_addr);
+}
+
 void check_gpu_slices(const JobSpec& job, const std::vector<std::string>& gpus) {
   if (gpus.empty()) {
     throw Error(
@@ -473,6 +495,11 @@ void assume_nodes(int local, const std::vector<std::string>& gpus, const SystemI
 
 }  // namespace
 
+void set_local_addr(Resolved& r, const std::string& addr) {
+  r.local_addr = addr;
+  if (r.job.node_rank == 0 && !r.master_addr_given) r.job.master_addr = addr;
+}
+
 Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo& sys) {
   refuse_nested(env);
   Resolved r;
@@ -505,6 +532,7 @@ Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo&
         "ddprun is one worker: use --worker-store agent");
   }
   resolve_addresses(o, endpoint, l, r);
+  resolve_local_addr(o, r);
   r.self.node_rank = job.node_rank;
   if (!l.hosts.empty()) {
     r.self.host = l.hosts[static_cast<std::size_t>(job.node_rank)];

@@ -193,6 +193,20 @@ void add_store_options(CLI::App& app, core::Options& o) {
                  "MASTER_ADDR for the workers (default: the rendezvous host, else the first node)")
       ->envname(env("MASTER_ADDR"))
       ->group(g);
+  app.add_option("--rdzv-iface", o.rdzv_iface,
+                 "Network interface (e.g. ib0) whose address each node advertises: the other agents and "
+                 "the workers reach this node there, node 0's is MASTER_ADDR and the workers' store's "
+                 "address (IPv4 first, else a global IPv6); each node looks up its own. The agents still "
+                 "reach the rendezvous store at --rdzv-endpoint (under Slurm: the first node's host name)")
+      ->envname(env("RDZV_IFACE"))
+      ->type_name("IFACE")
+      ->group(g);
+  app.add_option("--local-addr,--local_addr", o.local_addr,
+                 "torchrun's: this node's address (or host name) to advertise, as --rdzv-iface's address "
+                 "would be; not with --rdzv-iface, nor in a batch script (one address for every node)")
+      ->envname(env("LOCAL_ADDR"))
+      ->type_name("ADDR")
+      ->group(g);
   app.add_option("--master-port,--master_port", o.master_port,
                  "MASTER_PORT, the workers' store (default: the second port srun --resv-ports reserved, "
                  "else derived from the Slurm step's JOBID.STEPID, a self-launch's from the job id, else "
@@ -442,6 +456,7 @@ const std::vector<PetVariable>& pet_variables() {
       {"--rdzv-conf", "PET_RDZV_CONF"},
       {"--master-addr", "PET_MASTER_ADDR"},
       {"--master-port", "PET_MASTER_PORT"},
+      {"--local-addr", "PET_LOCAL_ADDR"},
       {"--max-restarts", "PET_MAX_RESTARTS"},
       {"--module", "PET_MODULE"},
       {"--no-python", "PET_NO_PYTHON"},

@@ -27,6 +27,10 @@ struct Options {
   std::optional<double> last_call;     // seconds, for MIN:MAX
   std::optional<std::string> master_addr;
   std::optional<std::string> master_port;  // kept as text so a bad value gets our message
+  // This node's address for the other nodes and the workers: an interface's (--rdzv-iface, looked up by
+  // the launcher) or given (--local-addr, torchrun's); at most one of them.
+  std::optional<std::string> rdzv_iface;
+  std::optional<std::string> local_addr;
   bool standalone = false;
   std::optional<int> max_restarts;
   std::string rdzv_auth = "auto";              // auto | munge | token | none (docs/security.md)
@@ -101,6 +105,10 @@ struct Resolved {
   // another, so that two steps given one --rdzv-id never meet at one store.
   std::string rdzv_run_id;
   bool master_port_given = false;  // --master-port (or DDPRUN_MASTER_PORT): busy at start is an error
+  bool master_addr_given = false;  // --master-addr: no node's own address replaces it
+  // The address this node advertises (set_local_addr); empty: its host name, as without the flags.
+  std::string local_addr;
+  std::optional<std::string> rdzv_iface;  // where local_addr comes from, for the plan's text
   double rdzv_timeout = 900.0;
   double last_call = 30.0;
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
@@ -162,6 +170,9 @@ CommandSpec command_spec(const Options& o);
 // check (its GPUs and workers, --gpus-per-proc) and the assumed layout. An error of resolve_node is
 // this node's, which the others can learn of through the store (docs/rendezvous.md, "Start-up errors").
 Resolved resolve(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
+// This node advertises `addr` (--local-addr, or --rdzv-iface's address): node rank 0's becomes
+// MASTER_ADDR unless --master-addr was given; the other nodes learn it from the published plan.
+void set_local_addr(Resolved& r, const std::string& addr);
 Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo& sys);
 void resolve_node(const Options& o, const EnvSnapshot& env, const SystemInfo& sys, Resolved& r);
 

@@ -723,3 +723,52 @@ TEST_CASE("health check timeout: a positive number of seconds, else one clear li
                                                  Catch::Contains("must be a positive number of seconds"));
   }
 }
+
+TEST_CASE("local address: node 0's is MASTER_ADDR, the store's endpoint stays, --master-addr wins",
+          "[config][iface]") {
+  auto o = cmd();
+  o.local_addr = "10.20.0.1";
+  auto r = resolve(o, step_env(0), sys());
+  CHECK(r.local_addr == "10.20.0.1");
+  CHECK(r.job.master_addr == "10.20.0.1");
+  CHECK(r.rdzv_host == "node1");  // the agents still meet at the endpoint they have
+  o.local_addr = "10.20.0.2";
+  r = resolve(o, step_env(1), sys());
+  CHECK(r.local_addr == "10.20.0.2");
+  CHECK(r.job.master_addr == "node1");  // not node 0: node 0's comes with the published plan
+  o.local_addr = "10.20.0.1";
+  o.master_addr = "10.99.0.1";
+  CHECK(resolve(o, step_env(0), sys()).job.master_addr == "10.99.0.1");
+  // --rdzv-iface alone sets nothing here: the launcher looks the interface up (set_local_addr).
+  auto i = cmd();
+  i.rdzv_iface = "ib0";
+  r = resolve(i, step_env(0), sys());
+  CHECK(r.rdzv_iface == "ib0");
+  CHECK(r.local_addr.empty());
+  CHECK(r.job.master_addr == "node1");
+  set_local_addr(r, "fd00::1");
+  CHECK(r.job.master_addr == "fd00::1");
+}
+
+TEST_CASE("local address: bad combinations are one-line errors", "[config][iface][error]") {
+  auto o = cmd();
+  o.rdzv_iface = "ib0";
+  o.local_addr = "10.0.0.1";
+  CHECK_THROWS_WITH(resolve(o, step_env(0), sys()),
+                    "--rdzv-iface ib0 and --local-addr 10.0.0.1 both choose this node's address; give one");
+  o.rdzv_iface.reset();
+  o.local_addr = "";
+  CHECK_THROWS_WITH(resolve(o, step_env(0), sys()), Catch::StartsWith("--local-addr is empty"));
+  o.local_addr.reset();
+  o.rdzv_iface = "";
+  CHECK_THROWS_WITH(resolve(o, step_env(0), sys()), Catch::StartsWith("--rdzv-iface is empty"));
+  EnvSnapshot batch = {{"SLURM_JOB_ID", "77"},          {"SLURM_JOB_NODELIST", "node[1-3]"},
+                       {"SLURM_NODELIST", "node[1-3]"}, {"SLURM_JOB_NUM_NODES", "3"},
+                       {"SLURM_NNODES", "3"},           {"SLURM_NODEID", "0"}};
+  auto b = cmd();
+  b.local_addr = "10.0.0.1";
+  CHECK_THROWS_WITH(resolve(b, batch, sys()), Catch::Contains("use --rdzv-iface IFACE"));
+  b.local_addr.reset();
+  b.rdzv_iface = "ib0";
+  CHECK(resolve(b, batch, sys()).rdzv_iface == "ib0");
+}

@@ -183,28 +183,15 @@ TEST_CASE("cli: an option reads DDPRUN_<NAME> when set, else PET_<NAME> when set
 
 TEST_CASE("cli: every PET_* variable ddprun reads fills its option, below flags and DDPRUN_*",
           "[cli][torchrun]") {
-  const std::vector<std::pair<std::string, std::string>> values = {{"PET_NNODES", "1:2"},
-                                                                   {"PET_NPROC_PER_NODE", "3"},
-                                                                   {"PET_NODE_RANK", "1"},
-                                                                   {"PET_STANDALONE", "1"},
-                                                                   {"PET_ROLE", "trainer"},
-                                                                   {"PET_START_METHOD", "fork"},
-                                                                   {"PET_RDZV_BACKEND", "c10d"},
-                                                                   {"PET_RDZV_ENDPOINT", "h:1"},
-                                                                   {"PET_RDZV_ID", "j7"},
-                                                                   {"PET_RDZV_CONF", "a=b"},
-                                                                   {"PET_MASTER_ADDR", "m"},
-                                                                   {"PET_MASTER_PORT", "1234"},
-                                                                   {"PET_MAX_RESTARTS", "2"},
-                                                                   {"PET_MODULE", "1"},
-                                                                   {"PET_NO_PYTHON", "1"},
-                                                                   {"PET_RUN_PATH", "0"},
-                                                                   {"PET_TEE", "3"},
-                                                                   {"PET_REDIRECTS", "0"},
-                                                                   {"PET_LOG_DIR", "/tmp/l"},
-                                                                   {"PET_LOCAL_RANKS_FILTER", "0"},
-                                                                   {"PET_MONITOR_INTERVAL", "0.1"},
-                                                                   {"PET_VIRTUAL_LOCAL_RANK", "1"}};
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"PET_NNODES", "1:2"},           {"PET_NPROC_PER_NODE", "3"},    {"PET_NODE_RANK", "1"},
+      {"PET_STANDALONE", "1"},         {"PET_ROLE", "trainer"},        {"PET_START_METHOD", "fork"},
+      {"PET_RDZV_BACKEND", "c10d"},    {"PET_RDZV_ENDPOINT", "h:1"},   {"PET_RDZV_ID", "j7"},
+      {"PET_RDZV_CONF", "a=b"},        {"PET_MASTER_ADDR", "m"},       {"PET_MASTER_PORT", "1234"},
+      {"PET_LOCAL_ADDR", "10.20.0.7"}, {"PET_MAX_RESTARTS", "2"},      {"PET_MODULE", "1"},
+      {"PET_NO_PYTHON", "1"},          {"PET_RUN_PATH", "0"},          {"PET_TEE", "3"},
+      {"PET_REDIRECTS", "0"},          {"PET_LOG_DIR", "/tmp/l"},      {"PET_LOCAL_RANKS_FILTER", "0"},
+      {"PET_MONITOR_INTERVAL", "0.1"}, {"PET_VIRTUAL_LOCAL_RANK", "1"}};
   REQUIRE(values.size() == ddprun::launcher::pet_variables().size());
   for (const auto& [var, value] : values) ::setenv(var.c_str(), value.c_str(), 1);
   const auto o = parse({"true"}).options;
@@ -222,6 +209,7 @@ TEST_CASE("cli: every PET_* variable ddprun reads fills its option, below flags 
   CHECK(o.rdzv_id == "j7");
   CHECK(o.master_addr == "m");
   CHECK(o.master_port == "1234");
+  CHECK(o.local_addr == "10.20.0.7");
   CHECK(o.max_restarts == 2);
   CHECK(o.module);
   CHECK(o.no_python);
@@ -232,6 +220,24 @@ TEST_CASE("cli: every PET_* variable ddprun reads fills its option, below flags 
   CHECK(with_ddprun.nproc_per_node == "2");
   CHECK(with_ddprun.max_restarts == 5);
   CHECK(with_ddprun.rdzv_id == "j7");
+}
+
+TEST_CASE("cli: --rdzv-iface and --local-addr: flag > DDPRUN_* (> PET_LOCAL_ADDR)", "[cli][iface]") {
+  ::setenv("DDPRUN_RDZV_IFACE", "ib0", 1);
+  ::setenv("PET_LOCAL_ADDR", "10.0.0.1", 1);
+  ::setenv("DDPRUN_LOCAL_ADDR", "10.0.0.2", 1);
+  const auto from_env = parse({"true"}).options;
+  const auto from_flags = parse({"--rdzv-iface", "eth1", "--local_addr", "10.0.0.3", "true"}).options;
+  ::unsetenv("DDPRUN_LOCAL_ADDR");
+  const auto from_pet = parse({"true"}).options;
+  ::unsetenv("DDPRUN_RDZV_IFACE");
+  ::unsetenv("PET_LOCAL_ADDR");
+  CHECK(from_env.rdzv_iface == "ib0");
+  CHECK(from_env.local_addr == "10.0.0.2");
+  CHECK(from_flags.rdzv_iface == "eth1");
+  CHECK(from_flags.local_addr == "10.0.0.3");
+  CHECK(from_pet.local_addr == "10.0.0.1");
+  CHECK_FALSE(parse({"true"}).options.rdzv_iface);
 }
 
 TEST_CASE("cli: a bad value from a variable is an error naming the variable", "[cli][torchrun]") {
