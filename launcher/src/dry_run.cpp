@@ -72,6 +72,27 @@ std::string worker_store_line(const core::JobConstants& job) {
   return {};
 }
 
+// --rdzv-iface / --local-addr: the address this node advertises and what it becomes.
+std::string address_line(const core::Resolved& r) {
+  const std::string from =
+      r.rdzv_iface ? fmt::format(" (--rdzv-iface {})", *r.rdzv_iface) : " (--local-addr)";
+  const std::string master =
+      r.master_addr_given
+          ? "MASTER_ADDR stays --master-addr's"
+          : "node 0's becomes MASTER_ADDR and the workers' store's address when the job starts";
+  if (r.local_addr.empty()) {
+    if (!r.rdzv_iface) return {};
+    return fmt::format("addresses: each node advertises its own address on {}{}; {}\n", *r.rdzv_iface, from,
+                       master);
+  }
+  if (r.job.node_rank != 0 || r.context == core::SlurmContext::batch) {
+    return fmt::format("addresses: this node advertises {}{}; {}\n", r.local_addr, from, master);
+  }
+  return fmt::format(
+      "addresses: this node advertises {}{}; {}\n", r.local_addr, from,
+      r.master_addr_given ? master : "as node 0, it is MASTER_ADDR and the workers' store's address");
+}
+
 // The text header: mode, sizes, ports, the batch and store lines.
 std::string text_header(const core::Resolved& r, const core::JobConstants& job) {
   std::string out;
@@ -107,7 +128,7 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
                              r.rdzv_host)
                : fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
   }
-  return out + elastic_line(r) + cpu_bind_line(r);
+  return out + address_line(r) + elastic_line(r) + cpu_bind_line(r);
 }
 
 std::string joined(const std::vector<std::string>& argv) {
@@ -188,20 +209,27 @@ std::string gpus_seen(const std::vector<core::Worker>& ws) {
 std::string render_startup_table(const core::PlanTable& t, int attempt, std::size_t max_rows) {
   struct Row {
     std::size_t node;
-    std::string host, ranks;
+    std::string host, addr, ranks;
   };
   std::vector<Row> rows;
+  // The address column only when a node advertises one other than its name (--rdzv-iface, --local-addr).
+  bool addresses = false;
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     const auto& row = t.nodes[n];
-    rows.push_back({n, row.host.value_or("?"),
+    addresses = addresses || (!row.addr.empty() && row.addr != row.host.value_or(""));
+    rows.push_back({n, row.host.value_or("?"), row.addr.empty() ? std::string("?") : row.addr,
                     row.spare ? std::string("standby")
                               : rank_range(row.first_rank, row.first_rank + row.local_world_size - 1)});
   }
-  std::size_t hw = 4, rw = 5;
+  std::size_t hw = 4, rw = 5, aw = 7;
   for (const auto& r : rows) {
     hw = std::max(hw, r.host.size());
     rw = std::max(rw, r.ranks.size());
+    aw = std::max(aw, r.addr.size());
   }
+  const auto host_cell = [&](const std::string& host, const std::string& addr) {
+    return addresses ? fmt::format("{:<{}} {:<{}}", host, hw, addr, aw) : fmt::format("{:<{}}", host, hw);
+  };
   const core::JobConstants& job = t.job;
   std::string out =
       fmt::format("ddprun: {}attempt {}: {} node{}, world size {}, master {}:{}\n",
@@ -210,7 +238,7 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
   if (const auto spares = t.nodes.size() - static_cast<std::size_t>(job.nnodes); spares > 0) {
     out.insert(out.size() - 1, fmt::format(", {} standby{}", spares, spares == 1 ? "" : "s"));
   }
-  out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", "node", "host", hw, "ranks", rw,
+  out += fmt::format("  {:<5} {} {:<{}} {}\n", "node", host_cell("host", "address"), "ranks", rw,
                      "gpus each rank sees (ranks:CUDA_VISIBLE_DEVICES)");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows.size() > max_rows && i == max_rows / 2) {
@@ -220,8 +248,9 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
     }
     // Only the rows shown: GPU lists without the workers' environments. A standby runs none.
     const auto& row = t.nodes[rows[i].node];
+    const std::string host = host_cell(rows[i].host, rows[i].addr);
     if (row.spare) {
-      out += fmt::format("  {:<5} {:<{}} {:<{}} -\n", rows[i].node, rows[i].host, hw, rows[i].ranks, rw);
+      out += fmt::format("  {:<5} {} {:<{}} -\n", rows[i].node, host, rows[i].ranks, rw);
       continue;
     }
     std::vector<core::Worker> ws(static_cast<std::size_t>(row.local_world_size));
@@ -229,8 +258,7 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
       ws[static_cast<std::size_t>(lr)].rank = row.first_rank + lr;
       ws[static_cast<std::size_t>(lr)].gpus = core::worker_gpus(job, row, lr);
     }
-    out += fmt::format("  {:<5} {:<{}} {:<{}} {}\n", rows[i].node, rows[i].host, hw, rows[i].ranks, rw,
-                       gpus_seen(ws));
+    out += fmt::format("  {:<5} {} {:<{}} {}\n", rows[i].node, host, rows[i].ranks, rw, gpus_seen(ws));
   }
   return out;
 }

@@ -102,6 +102,12 @@ nlohmann::json skeleton(const core::Resolved& r, const core::PlanTable& t) {
   j["nnodes_max"] = r.nnodes_max;
   j["gpus_from_nodes"] = r.gpus_on_nodes;
   j["cpu_bind"] = core::to_string(r.cpu_bind);
+  // --rdzv-iface / --local-addr only, so that other plans keep their keys: this node's advertised address
+  // (null in a batch script's shell: each node looks up its own).
+  if (r.rdzv_iface || !r.local_addr.empty()) {
+    j["rdzv_iface"] = r.rdzv_iface ? nlohmann::json(*r.rdzv_iface) : nlohmann::json(nullptr);
+    j["local_addr"] = r.local_addr.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.local_addr);
+  }
   // Elastic mode only (issue 14), so that fail-fast plans keep their keys.
   if (r.elastic) j["elastic"] = true;
   nlohmann::json standbys = nlohmann::json::array();

@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
       return code;
     };
     try {
+      launcher::apply_rdzv_iface(resolved);  // this node's interface, its address or one line
       core::resolve_node(o, env, sys, resolved);
       if (const auto dry_run_code = validate_or_dry_run(o, resolved, agent_opts)) return *dry_run_code;
       // --health-check (docs/agent.md): a bad node stops here, before the first round. In a fail-fast

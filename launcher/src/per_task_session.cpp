@@ -50,7 +50,7 @@ class PerTaskSession final : public Session {
 
  private:
   rdzv::JoinInfo join_info(int node_rank, int local_world_size) const;
-  std::string master_plan(int attempt);
+  std::string master_plan(int attempt, const std::vector<rdzv::JoinInfo>& joined);
   void pass_down_join_error(const std::string& message);
   std::shared_ptr<rdzv::TcpStore> connect_local() const;
 
@@ -132,7 +132,7 @@ rdzv::JoinInfo PerTaskSession::join_info(int node_rank, int local_world_size) co
   rdzv::JoinInfo me;
   me.node_rank = node_rank;
   me.hostname = r_.self.host.value_or("localhost");
-  me.addr = me.hostname;
+  me.addr = r_.local_addr.empty() ? me.hostname : r_.local_addr;  // --rdzv-iface, --local-addr
   me.local_world_size = local_world_size;
   me.gpus = r_.self.gpus;
   return me;
@@ -141,7 +141,7 @@ rdzv::JoinInfo PerTaskSession::join_info(int node_rank, int local_world_size) co
 // On the master: Slurm fixed the layout; the round agrees on the attempt and MASTER_PORT: the
 // workers' store served here for the attempt, or (--worker-store rank0) checked by binding it for
 // worker rank 0's own; never one of the rendezvous stores.
-std::string PerTaskSession::master_plan(int attempt) {
+std::string PerTaskSession::master_plan(int attempt, const std::vector<rdzv::JoinInfo>& joined) {
   core::JobSpec job = r_.job;
   job.restart_count = attempt;
   core::PlanTable table = core::make_plan_table(job, r_.nodes);
@@ -151,8 +151,9 @@ std::string PerTaskSession::master_plan(int attempt) {
     table.job.master_port = chosen.port;
     master_hold_ = std::move(chosen.hold);
   } else {
-    table.job.master_port = store_.serve(table.job.master_addr, table.job.master_port, up_->port(),
-                                         r_.master_port_given, table.nodes.size() > 1, up_->peer_hosts());
+    table.job.master_port =
+        store_.serve(table.job.master_addr, table.job.master_port, up_->port(), r_.master_port_given,
+                     table.nodes.size() > 1, worker_store_peers(joined, up_->peer_hosts()));
   }
   return core::encode_plan_table(table);
 }
@@ -162,9 +163,10 @@ Round PerTaskSession::join(int attempt) {
   std::string from;
   if (up_) {
     try {
-      text = up_->join(join_info(place_.node, place_.local_tasks),
-                       [&](const std::vector<rdzv::JoinInfo>&) { return master_plan(attempt); })
-                 .plan;
+      text =
+          up_->join(join_info(place_.node, place_.local_tasks),
+                    [&](const std::vector<rdzv::JoinInfo>& joined) { return master_plan(attempt, joined); })
+              .plan;
     } catch (const std::exception& e) {
       pass_down_join_error(e.what());
       throw;

@@ -46,7 +46,9 @@ class RendezvousSession final : public Session {
         store_(worker_store_log(ev)) {
     me_.node_rank = r.job.node_rank;
     me_.hostname = r.self.host.value_or("localhost");
-    me_.addr = me_.hostname;
+    // Where the others and the workers reach this node: --rdzv-iface's or --local-addr's address, else
+    // its name. The master's, in the plan, is MASTER_ADDR and where a failover's store goes.
+    me_.addr = r.local_addr.empty() ? me_.hostname : r.local_addr;
     me_.local_world_size = r.self.local_world_size;
     me_.gpus = r.self.gpus;
     if (r.rdzv_port == 0) announce_store();
@@ -146,8 +148,9 @@ class RendezvousSession final : public Session {
       table.job.master_port = chosen.port;
       master_hold_ = std::move(chosen.hold);
     } else {
-      table.job.master_port = store_.serve(table.job.master_addr, table.job.master_port, rz_.port(),
-                                           r_.master_port_given, nodes.size() > 1, rz_.peer_hosts());
+      table.job.master_port =
+          store_.serve(table.job.master_addr, table.job.master_port, rz_.port(), r_.master_port_given,
+                       nodes.size() > 1, worker_store_peers(nodes, rz_.peer_hosts()));
     }
     return table;
   }
@@ -175,6 +178,8 @@ rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::R
   ro.port = r.rdzv_port;
   ro.fallback_ports = r.rdzv_fallback_ports;
   ro.node_rank = r.job.node_rank;
+  // An IPv6 address advertised: a store moved to it after a failover must listen on IPv6 too.
+  if (r.local_addr.find(':') != std::string::npos) ro.listen_host = "::";
   ro.nnodes_min = r.nnodes_min;
   ro.nnodes_max = r.nnodes_max;
   ro.elastic = r.elastic;

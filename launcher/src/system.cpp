@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -18,6 +20,7 @@
 
 #include "agent/io.hpp"
 #include "core/error.hpp"
+#include "store/sockaddr.hpp"
 
 extern char** environ;
 
@@ -156,6 +159,36 @@ core::SystemInfo probe_system() {
   std::sort(ids.begin(), ids.end());
   for (int id : ids) s.probed_gpus.push_back(std::to_string(id));
   return s;
+}
+
+std::vector<core::IfaceEntry> list_interfaces() {
+  std::vector<core::IfaceEntry> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;  // then "its interfaces: none"
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_name == nullptr) continue;
+    core::IfaceEntry e;
+    e.name = i->ifa_name;
+    e.up = (i->ifa_flags & IFF_UP) != 0;
+    const int fam = i->ifa_addr != nullptr ? i->ifa_addr->sa_family : AF_UNSPEC;
+    if (fam == AF_INET || fam == AF_INET6) {
+      sockaddr_storage ss{};
+      std::memcpy(&ss, i->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+      e.family = fam == AF_INET ? core::IfaceEntry::Family::v4 : core::IfaceEntry::Family::v6;
+      e.address = rdzv::numeric_host_of(ss);
+      const auto scope = e.address.find('%');  // a link-local address's scope is not part of it
+      if (scope != std::string::npos) e.address.resize(scope);
+    }
+    out.push_back(std::move(e));
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+void apply_rdzv_iface(core::Resolved& r) {
+  if (!r.rdzv_iface || r.context == core::SlurmContext::batch) return;
+  core::set_local_addr(
+      r, core::choose_iface_address(*r.rdzv_iface, list_interfaces(), r.self.host.value_or("localhost")));
 }
 
 }  // namespace ddprun::launcher

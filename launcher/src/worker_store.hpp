@@ -15,6 +15,18 @@
 
 namespace ddprun::launcher {
 
+// Who may reach the workers' store: the addresses the agents' store connections come from
+// (`connected`) and, when the agents advertise another network's address (--rdzv-iface, --local-addr),
+// those too: their workers connect from there. A host name among them never matches a numeric peer.
+template <typename Joined>
+std::vector<std::string> worker_store_peers(const std::vector<Joined>& nodes,
+                                            std::vector<std::string> connected) {
+  for (const auto& n : nodes) {
+    if (!n.addr.empty() && n.addr != n.hostname) connected.push_back(n.addr);
+  }
+  return connected;
+}
+
 class WorkerStoreHost {
  public:
   explicit WorkerStoreHost(std::function<void(const std::string&)> log) : log_(std::move(log)) {}

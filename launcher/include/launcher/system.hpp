@@ -3,14 +3,23 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
+#include "core/iface.hpp"
 #include "core/slurm_env.hpp"
 
 namespace ddprun::launcher {
 
 core::EnvSnapshot snapshot_environ();
 core::SystemInfo probe_system();
+
+// This machine's interfaces and their IPv4/IPv6 addresses (getifaddrs), for core::choose_iface_address.
+std::vector<core::IfaceEntry> list_interfaces();
+// --rdzv-iface on a node that runs an agent: this node advertises that interface's address
+// (core::set_local_addr); throws core::Error when it has none. A batch script's shell leaves it to the
+// nodes.
+void apply_rdzv_iface(core::Resolved& r);
 
 // Whether a TCP port can be bound on 0.0.0.0 right now (with SO_REUSEADDR, as PyTorch's store does).
 bool port_is_free(std::uint16_t port);

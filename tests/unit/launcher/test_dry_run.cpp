@@ -79,6 +79,47 @@ TEST_CASE("startup table: a standby shows as a row without ranks", "[plan][table
   CHECK_THAT(t, Catch::Contains("  2     node3 standby -\n"));
 }
 
+TEST_CASE("startup table: the addresses the nodes advertise, when not their names", "[plan][table][iface]") {
+  JobSpec job;
+  job.mode = Mode::agent;
+  job.nnodes = 2;
+  job.master_addr = "10.20.0.1";
+  job.master_port = 20001;
+  auto n = nodes({1, 1});
+  n[0].addr = "10.20.0.1";
+  n[1].addr = "fd00:20::2";
+  const std::string t = render_startup_table(make_plan_table(job, n), 0);
+  CHECK_THAT(t, Catch::Contains("master 10.20.0.1:20001\n"));
+  CHECK_THAT(t, Catch::Contains("  node  host  address    ranks gpus each rank sees"));
+  CHECK_THAT(t, Catch::Contains("  0     node1 10.20.0.1  0     -\n"));
+  CHECK_THAT(t, Catch::Contains("  1     node2 fd00:20::2 1     -\n"));
+  n[0].addr = "node1";  // advertised names, as without --rdzv-iface: no column
+  n[1].addr = "";
+  const std::string plain = render_startup_table(make_plan_table(job, n), 0);
+  CHECK_THAT(plain, !Catch::Contains("address"));
+  CHECK_THAT(plain, Catch::Contains("  0     node1 0     -\n"));
+}
+
+TEST_CASE("dry-run header: the address this node advertises and what it becomes", "[plan][iface]") {
+  JobSpec job;
+  job.mode = Mode::agent;
+  job.nnodes = 2;
+  PlanTable p = make_plan_table(job, nodes({1, 1}));
+  ddprun::core::Resolved r;
+  r.job = job;
+  CHECK_THAT(text_of(r, p), !Catch::Contains("addresses:"));
+  r.rdzv_iface = "ib0";
+  CHECK_THAT(text_of(r, p), Catch::Contains("addresses: each node advertises its own address on ib0 "
+                                            "(--rdzv-iface ib0); node 0's becomes MASTER_ADDR"));
+  r.local_addr = "10.20.0.1";
+  CHECK_THAT(text_of(r, p), Catch::Contains("addresses: this node advertises 10.20.0.1 (--rdzv-iface ib0); "
+                                            "as node 0, it is MASTER_ADDR"));
+  r.job.node_rank = 1;
+  r.rdzv_iface.reset();
+  CHECK_THAT(text_of(r, p), Catch::Contains("addresses: this node advertises 10.20.0.1 (--local-addr); node "
+                                            "0's becomes MASTER_ADDR"));
+}
+
 TEST_CASE("startup line and dry-run header name a run id only when there is one", "[plan][table]") {
   JobSpec job;  // standalone: no Slurm job id and no --rdzv-id
   PlanTable p = make_plan_table(job, nodes({2}));
