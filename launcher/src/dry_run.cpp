@@ -72,6 +72,12 @@ std::string worker_store_line(const core::JobConstants& job) {
   return {};
 }
 
+// HOST:PORT, an IPv6 address in brackets ([fd00::1]:29500) so that the port stays readable.
+std::string host_port(const std::string& host, int port) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
+                                             : fmt::format("{}:{}", host, port);
+}
+
 // --rdzv-iface / --local-addr: the address this node advertises and what it becomes.
 std::string address_line(const core::Resolved& r) {
   const std::string from =
@@ -96,8 +102,9 @@ std::string address_line(const core::Resolved& r) {
 // The text header: mode, sizes, ports, the batch and store lines.
 std::string text_header(const core::Resolved& r, const core::JobConstants& job) {
   std::string out;
-  out += fmt::format("ddprun plan: {} mode, {} node{}, world size {}, master {}:{}{}\n", to_string(job.mode),
-                     job.nnodes, job.nnodes == 1 ? "" : "s", job.world_size, job.master_addr, job.master_port,
+  out += fmt::format("ddprun plan: {} mode, {} node{}, world size {}, master {}{}\n", to_string(job.mode),
+                     job.nnodes, job.nnodes == 1 ? "" : "s", job.world_size,
+                     host_port(job.master_addr, job.master_port),
                      has_run_id(job) ? fmt::format(", run id {}", job.run_id) : std::string());
   // The plan cannot bind ports: the run checks MASTER_PORT on the master when the job starts.
   out +=
@@ -232,9 +239,9 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
   };
   const core::JobConstants& job = t.job;
   std::string out =
-      fmt::format("ddprun: {}attempt {}: {} node{}, world size {}, master {}:{}\n",
+      fmt::format("ddprun: {}attempt {}: {} node{}, world size {}, master {}\n",
                   has_run_id(job) ? fmt::format("run {} ", job.run_id) : "", attempt, job.nnodes,
-                  job.nnodes == 1 ? "" : "s", job.world_size, job.master_addr, job.master_port);
+                  job.nnodes == 1 ? "" : "s", job.world_size, host_port(job.master_addr, job.master_port));
   if (const auto spares = t.nodes.size() - static_cast<std::size_t>(job.nnodes); spares > 0) {
     out.insert(out.size() - 1, fmt::format(", {} standby{}", spares, spares == 1 ? "" : "s"));
   }

@@ -98,6 +98,9 @@ TEST_CASE("startup table: the addresses the nodes advertise, when not their name
   const std::string plain = render_startup_table(make_plan_table(job, n), 0);
   CHECK_THAT(plain, !Catch::Contains("address"));
   CHECK_THAT(plain, Catch::Contains("  0     node1 0     -\n"));
+  job.master_addr = "fd00:20::1";  // an IPv6 master in brackets, its port apart
+  CHECK_THAT(render_startup_table(make_plan_table(job, n), 0),
+             Catch::Contains("master [fd00:20::1]:20001\n"));
 }
 
 TEST_CASE("dry-run header: the address this node advertises and what it becomes", "[plan][iface]") {
