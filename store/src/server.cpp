@@ -20,6 +20,7 @@
 #include <fmt/core.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 
 #include "server_impl.hpp"
@@ -72,6 +73,8 @@ void StoreServer::Impl::listen() {
   boost::system::error_code ec;
   acceptor.assign(ep.protocol(), fd, ec);
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  // "::" (an agent advertising IPv6, --rdzv-iface) still takes the IPv4 agents, whatever bindv6only says.
+  if (!ec && ep.address().is_v6()) acceptor.set_option(asio::ip::v6_only(false), ec);
   // Accepted sockets inherit both from the listener (Linux): two syscalls less per agent.
   if (!ec) acceptor.set_option(tcp::no_delay(true), ec);
   if (!ec) acceptor.set_option(asio::socket_base::keep_alive(true), ec);
