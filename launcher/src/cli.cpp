@@ -189,8 +189,10 @@ void add_store_options(CLI::App& app, core::Options& o) {
                  "With --nnodes MIN:MAX, seconds to wait for more nodes once MIN joined (default 30)")
       ->envname(env("RDZV_LAST_CALL"))
       ->group(g);
-  app.add_option("--master-addr,--master_addr", o.master_addr,
-                 "MASTER_ADDR for the workers (default: the rendezvous host, else the first node)")
+  app.add_option(
+         "--master-addr,--master_addr", o.master_addr,
+         "MASTER_ADDR for the workers (default: node 0's --rdzv-iface or --local-addr address, else the "
+         "rendezvous host, else the first node)")
       ->envname(env("MASTER_ADDR"))
       ->group(g);
   app.add_option("--rdzv-iface", o.rdzv_iface,
