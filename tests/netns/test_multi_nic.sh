@@ -9,6 +9,7 @@
 #
 # Needs root (ip netns), unshare, and python3 with torch; exits 77 (skipped) without them.
 # Inputs: DDPRUN (the binary), PYTHON (default /usr/bin/python3).
+# shellcheck disable=SC2015,SC2016  # `a && b || fail` is meant; sh -c's script expands in that shell
 set -uo pipefail
 
 TEST_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -27,12 +28,14 @@ PIDS=()
 cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done  # each agent stops its workers first
   ip netns del "$NA" 2>/dev/null
   ip netns del "$NB" 2>/dev/null  # the veth pairs go with their namespaces
   rm -rf "/etc/netns/$NA" "/etc/netns/$NB"
   [[ -n ${KEEP:-} ]] || rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'exit 1' TERM INT  # ctest's timeout too: the EXIT trap still removes the namespaces
 
 fail() {
   echo "FAIL: test_multi_nic: $*" >&2
@@ -84,7 +87,10 @@ run() {
   mkdir -p "$dir"
   GLOO_SOCKET_IFNAME=$2 agent "$NA" nodea 0 "$dir" --rdzv-iface "$2" "$TEST_DIR/nic_worker.py" "$dir" "$4" nodea &
   PIDS=($!)
-  GLOO_SOCKET_IFNAME=$3 agent "$NB" nodeb 1 "$dir" --rdzv-iface "$3" "$TEST_DIR/nic_worker.py" "$dir" "$4" nodea
+  GLOO_SOCKET_IFNAME=$3 agent "$NB" nodeb 1 "$dir" --rdzv-iface "$3" "$TEST_DIR/nic_worker.py" "$dir" "$4" nodea &
+  PIDS+=($!)
+  # Both in the background: a signal to this script interrupts `wait`, and the EXIT trap stops them.
+  wait "${PIDS[1]}"
   RC1=$?
   wait "${PIDS[0]}"
   RC0=$?
