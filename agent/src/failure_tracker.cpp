@@ -167,13 +167,15 @@ Failure FailureTracker::failure_of(const Proc& p) const {
 void FailureTracker::offer_local(const Failure& f) {
   if (local_) return;
   local_ = f;
-  start_publish(f);
+  if (!local_->step && step_) local_->step = step_();
+  start_publish(*local_);
 }
 
 void FailureTracker::offer_local_now(const Failure& f) {
   if (local_) return;
   local_ = f;
-  on_published(publish_bounded(coord_, f, bound_), false);
+  if (!local_->step && step_) local_->step = step_();
+  on_published(publish_bounded(coord_, *local_, bound_), false);
 }
 
 // Off the loop: a master that is stopped, unreachable or slow holds up neither this node's teardown

@@ -11,13 +11,14 @@ HangGuard::HangGuard(boost::asio::io_context& io, const std::vector<std::unique_
 void HangGuard::prepare(const CommandSpec& spec, const std::string& path_env) {
   python_ = python_worker(spec);
   path_env_ = path_env;
-  if (enabled() && !heartbeats_) heartbeats_.emplace(opts_.log_dir, opts_.requeue, opts_.attempt);
+  if (heartbeats() && !heartbeats_) heartbeats_.emplace(opts_.log_dir, opts_.requeue, opts_.attempt);
 }
 
 std::map<std::string, std::string> HangGuard::worker_env(const core::Worker& w,
                                                          const std::vector<std::string>& base) {
   if (!heartbeats_) return w.env;
-  return hang_env(w.env, base, heartbeats_->create(w.rank), python_);
+  paths_.push_back(heartbeats_->create(w.rank));
+  return heartbeat_env(w.env, base, paths_.back(), python_, enabled());
 }
 
 void HangGuard::started(std::size_t worker, int rank, const std::map<std::string, std::string>& env) {

@@ -43,6 +43,14 @@ std::map<std::string, std::string> hang_env(std::map<std::string, std::string> e
   return env;
 }
 
+std::map<std::string, std::string> heartbeat_env(std::map<std::string, std::string> env,
+                                                 const std::vector<std::string>& base,
+                                                 const std::string& heartbeat, bool python, bool hang) {
+  if (hang) return hang_env(std::move(env), base, heartbeat, python);
+  env["DDPRUN_HEARTBEAT_FILE"] = heartbeat;
+  return env;
+}
+
 std::string cap_stack(std::string stack, std::size_t limit) {
   if (stack.size() <= limit) return stack;
   std::size_t cut = stack.rfind('\n', limit);

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include <fmt/format.h>
+
 namespace ddprun::agent {
 
 ExitStatus decode_wait_status(int wait_status) {
@@ -125,11 +127,34 @@ std::string_view to_string(SignalAction a) {
   return "ignore";
 }
 
-AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts) {
+StepHistory record_step(StepHistory h, std::optional<Step> step, int attempt) {
+  const bool progress = step && (!h.best || *step > *h.best);
+  if (attempt > 0) h.stalled = progress ? 0 : h.stalled + 1;
+  if (progress) h.best = step;
+  h.last = step;
+  return h;
+}
+
+AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
+                              const ProgressRule& progress) {
   if (r.success) return {false, 0};
   const int code = r.exit_code != 0 ? r.exit_code : 1;
   const bool final = r.stopped_by_signal || r.spawn_failed || (r.root_cause && core::ends_job(*r.root_cause));
-  return {!final && attempt < max_restarts, code};
+  if (final) return {false, code};
+  if (progress.limit > 0 && progress.history.stalled >= progress.limit)
+    return {false, kNoProgressExitCode, true};
+  return {attempt < max_restarts, code};
+}
+
+std::string no_progress_line(const ProgressRule& progress) {
+  const StepHistory& h = progress.history;
+  const std::string last = h.last ? fmt::format("failed at step {}", *h.last) : "reported no step";
+  const std::string best =
+      h.best ? fmt::format("the best step is {}", *h.best) : "no attempt reported a step";
+  return fmt::format(
+      "no progress in {} restart{} in a row (--max-restarts-without-progress {}): the last attempt {}, {}; "
+      "stopping with exit code {}",
+      h.stalled, h.stalled == 1 ? "" : "s", progress.limit, last, best, kNoProgressExitCode);
 }
 
 RunResult standby_result(const std::optional<Failure>& root, int held_signal) {

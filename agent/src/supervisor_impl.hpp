@@ -54,7 +54,9 @@ class Supervisor final : ProcListener {
             io_, coord, relay_, publish_bound(opts.term_timeout), opts.signal_settle,
             [this](const Failure& f) { on_local_failure(f); }, [this] { check_done(); }),
         hang_(io_, procs_, opts, [this](const std::vector<HungRank>& h) { on_hang(h); }),
-        sig_sd_(io_) {}
+        sig_sd_(io_) {
+    failures_.set_step_source([this] { return hang_.best_step(); });
+  }
 
   RunResult run();
 

@@ -8,6 +8,7 @@
 
 #include "core/hostlist.hpp"
 #include "core/node_count.hpp"
+#include "core/requeue.hpp"
 
 namespace ddprun::core {
 
@@ -207,6 +208,14 @@ void check_numbers(const Options& o) {
   if (o.rdzv_timeout && !(*o.rdzv_timeout > 0)) {
     throw Error(fmt::format("--rdzv-timeout {} must be a positive number of seconds", *o.rdzv_timeout));
   }
+  if (o.max_restarts_without_progress && *o.max_restarts_without_progress < 1) {
+    throw Error(
+        fmt::format("--max-restarts-without-progress {} must be at least 1 (leave it out for no limit)",
+                    *o.max_restarts_without_progress));
+  }
+  if (o.max_requeues < 0) {
+    throw Error(fmt::format("--max-requeues {} is negative; give 0 or more", o.max_requeues));
+  }
   if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
   if (o.hang_timeout && !(*o.hang_timeout > 0 && std::isfinite(*o.hang_timeout))) {
     throw Error(
@@ -228,6 +237,8 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
   job.gpus_per_proc = o.gpus_per_proc.value_or(0);
   job.procs_per_replica = o.procs_per_replica.value_or(1);
   job.max_restarts = o.max_restarts.value_or(0);
+  if (o.requeue_on) r.requeue_on = parse_exit_codes(*o.requeue_on);
+  r.max_requeues = o.max_requeues;
   job.role = o.role;
   r.cpu_bind = parse_cpu_bind(o.cpu_bind);
   const auto ws = parse_worker_store(o.worker_store);

@@ -61,6 +61,7 @@ nlohmann::json failure_to_json(const Failure& f) {
   j["silent"] = std::move(silent);
   j["error_message"] = f.error_message.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.error_message);
   j["traceback"] = f.traceback.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.traceback);
+  j["step"] = f.step ? nlohmann::json(*f.step) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -98,6 +99,8 @@ Failure failure_from_json(const nlohmann::json& j) {
     }
     f.error_message = optional_string(j, "error_message");
     f.traceback = optional_string(j, "traceback");
+    // Absent in records from older agents, null when no rank reported a step.
+    if (const auto it = j.find("step"); it != j.end() && !it->is_null()) f.step = json_int<std::int64_t>(*it);
     return f;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("malformed failure record from another node: ") + e.what(), 1);

@@ -21,6 +21,7 @@ agent::AgentOptions agent_options(const core::Options& o, const core::Resolved& 
     a.hang_timeout =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(*o.hang_timeout));
   }
+  a.max_restarts_without_progress = o.max_restarts_without_progress.value_or(0);
   a.prefix_template = o.prefix;
   a.no_prefix = o.no_prefix;
   a.tee = o.tee;

@@ -252,6 +252,24 @@ void add_auth_options(CLI::App& app, core::Options& o) {
                  "MIN:MAX or standbys, also after a lost node (elastic)")
       ->envname(env("MAX_RESTARTS"))
       ->group(g);
+  app.add_option("--max-restarts-without-progress", o.max_restarts_without_progress,
+                 "Stop restarting after K restarts in a row whose workers reached no higher step (written "
+                 "to DDPRUN_HEARTBEAT_FILE) than before; exit 123 (default off)")
+      ->envname(env("MAX_RESTARTS_WITHOUT_PROGRESS"))
+      ->group(g)
+      ->type_name("K");
+  app.add_option("--requeue-on", o.requeue_on,
+                 "In a batch script (plain ddprun, self-launch): when the job ends with one of these exit "
+                 "codes, run scontrol requeue for it, at most --max-requeues times (e.g. 140,143,200-210; "
+                 "default off)")
+      ->envname(env("REQUEUE_ON"))
+      ->group(g)
+      ->type_name("CODES");
+  app.add_option("--max-requeues", o.max_requeues,
+                 "--requeue-on requeues only while SLURM_RESTART_COUNT (unset: 0) is below N (default 1)")
+      ->envname(env("MAX_REQUEUES"))
+      ->group(g)
+      ->type_name("N");
 }
 
 void add_run_options(CLI::App& app, core::Options& o) {

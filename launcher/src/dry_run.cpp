@@ -151,6 +151,7 @@ RunExports run_exports(const agent::AgentOptions& ao, const std::vector<std::str
   x.log_dir = ao.log_dir;
   x.requeue = ao.requeue;
   x.hang = ao.hang_timeout.has_value();
+  x.heartbeat = x.hang || ao.max_restarts_without_progress > 0;
   x.python = agent::python_worker(agent::command_spec(ao));
   for (const auto& kv : agent_env) {
     if (kv.rfind("PYTHONFAULTHANDLER=", 0) == 0) x.user_faulthandler.push_back(kv);
@@ -161,12 +162,12 @@ RunExports run_exports(const agent::AgentOptions& ao, const std::vector<std::str
 }
 
 std::map<std::string, std::string> exported_env(const core::Worker& w, const RunExports& x) {
-  // The same derivations as the supervisor's (HeartbeatFiles::create, ErrorFiles::prepare, hang_env).
+  // The same derivations as the supervisor's (HeartbeatFiles::create, ErrorFiles::prepare, heartbeat_env).
   std::map<std::string, std::string> env = w.env;
-  if (x.hang) {
-    env = agent::hang_env(std::move(env), x.user_faulthandler,
-                          agent::worker_heartbeat_file(x.log_dir, x.requeue, 0, w.rank, x.heartbeat_dir),
-                          x.python);
+  if (x.heartbeat) {
+    env = agent::heartbeat_env(std::move(env), x.user_faulthandler,
+                               agent::worker_heartbeat_file(x.log_dir, x.requeue, 0, w.rank, x.heartbeat_dir),
+                               x.python, x.hang);
   }
   env["TORCHELASTIC_ERROR_FILE"] = agent::worker_error_file(x.log_dir, x.requeue, 0, w.rank, x.error_dir);
   return env;

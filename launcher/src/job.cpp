@@ -279,26 +279,35 @@ struct AttemptEnd {
   std::optional<Failure> root;
 };
 
-// A standby (elastic): no workers; it waits for the active nodes to finish or for the root cause.
-AttemptEnd stand_by(Session& session, int attempt, int max_restarts) {
-  const auto root = session.standby([] { return agent::held_stop_signal() != 0; });
-  const agent::RunResult res = agent::standby_result(root, agent::held_stop_signal());
-  return {agent::after_attempt(res, attempt, max_restarts), res.root_cause};
+// The restart rule after a run, with the run's step recorded in `progress` (its root cause's: the same
+// record, so the same step, on every node).
+AttemptEnd decide(const agent::RunResult& res, int attempt, int max_restarts, agent::ProgressRule& progress) {
+  progress.history =
+      agent::record_step(progress.history, res.root_cause ? res.root_cause->step : std::nullopt, attempt);
+  return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause};
 }
 
-AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, int attempt, int max_restarts) {
+// A standby (elastic): no workers; it waits for the active nodes to finish or for the root cause.
+AttemptEnd stand_by(Session& session, int attempt, int max_restarts, agent::ProgressRule& progress) {
+  const auto root = session.standby([] { return agent::held_stop_signal() != 0; });
+  return decide(agent::standby_result(root, agent::held_stop_signal()), attempt, max_restarts, progress);
+}
+
+AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, int attempt, int max_restarts,
+                     agent::ProgressRule& progress) {
   const core::JobConstants& job = round.table->job;
   ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
   const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
   raise_test_signal();
   // The run named the job's root cause once (the store's); its code is the exit code on every node.
-  return {agent::after_attempt(res, attempt, max_restarts), res.root_cause};
+  return decide(res, attempt, max_restarts, progress);
 }
 
 // The one attempts loop: join, run (or stand by), then restart or exit by agent::after_attempt.
 int run_attempts(Session& session, const core::Options& o, const core::Resolved& r, agent::AgentOptions ao,
                  agent::Events& ev) {
   const int max_restarts = r.job.max_restarts;
+  agent::ProgressRule progress{ao.max_restarts_without_progress, {}};
   std::vector<AttemptRecord> attempts;
   for (int attempt = 0;; ++attempt) {
     // A restart's round: the check again; a node that fails it leaves without joining.
@@ -313,8 +322,8 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
     // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).
     agent::hold_stop_signals();
-    const AttemptEnd end = round.standby ? stand_by(session, attempt, max_restarts)
-                                         : run_round(session, round, ao, attempt, max_restarts);
+    const AttemptEnd end = round.standby ? stand_by(session, attempt, max_restarts, progress)
+                                         : run_round(session, round, ao, attempt, max_restarts, progress);
     agent::AttemptDecision d = end.decision;
     attempts.push_back({attempt, round.table->job.world_size, d.exit_code, end.root ? end.root->reason : ""});
     // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md);
@@ -325,6 +334,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     }
     // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
     if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
+    if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
     if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts);
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt();

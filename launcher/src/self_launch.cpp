@@ -18,6 +18,7 @@
 #include "agent/io.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
+#include "core/requeue.hpp"
 #include "launcher/auth_setup.hpp"
 #include "launcher/system.hpp"
 #include "store/auth.hpp"
@@ -150,7 +151,7 @@ int run_srun(std::vector<char*>& cargv) {
 }
 
 // Elastic mode: srun as a child, then the job's code from the agent on this host.
-[[noreturn]] void run_elastic(std::vector<char*>& cargv) {
+int run_elastic(std::vector<char*>& cargv) {
   std::error_code ec;
   std::string dir = (std::filesystem::temp_directory_path(ec) / "ddprun-self-launch.XXXXXX").string();
   if (ec || ::mkdtemp(dir.data()) == nullptr) {
@@ -171,10 +172,62 @@ int run_srun(std::vector<char*>& cargv) {
   int code = 0;
   if (std::ifstream in(result); in >> code) agent_code = code;
   std::filesystem::remove_all(dir, ec);
-  std::exit(elastic_exit_code(srun_code, agent_code));
+  return elastic_exit_code(srun_code, agent_code);
+}
+
+// `scontrol requeue TARGET`; its exit status, or why it could not run.
+std::optional<std::string> run_scontrol_requeue(const std::string& target) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execlp("scontrol", "scontrol", "requeue", target.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  if (pid < 0) return fmt::format("cannot start scontrol: {}", std::strerror(errno));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) return "scontrol not found on PATH";
+  return WIFEXITED(status) ? fmt::format("scontrol exited with code {}", WEXITSTATUS(status))
+                           : fmt::format("scontrol killed by signal {}", WTERMSIG(status));
 }
 
 }  // namespace
+
+int requeue_if_asked(const core::Resolved& r, int code) {
+  if (r.requeue_on.empty()) return code;
+  switch (core::requeue_verdict(code, r.requeue_on, r.job.requeue_count, r.max_requeues)) {
+    case core::RequeueVerdict::not_listed:
+      return code;
+    case core::RequeueVerdict::budget_spent:
+      fmt::print(stderr,
+                 "ddprun: exit code {} is in --requeue-on, but the job has been requeued {} time{} "
+                 "(SLURM_RESTART_COUNT; --max-requeues {}): not requeued\n",
+                 code, r.job.requeue_count, r.job.requeue_count == 1 ? "" : "s", r.max_requeues);
+      return code;
+    case core::RequeueVerdict::requeue:
+      break;
+  }
+  const auto target = core::requeue_target(snapshot_environ());
+  if (!target) {
+    fmt::print(stderr, "ddprun: error: --requeue-on: no SLURM_JOB_ID to requeue; exit code {} kept\n", code);
+    return code;
+  }
+  // Slurm stops this batch script once the requeue is accepted (TERM, then KILL): the line still gets out.
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGHUP, SIG_IGN);
+  if (const auto why = run_scontrol_requeue(*target)) {
+    fmt::print(stderr, "ddprun: error: --requeue-on: scontrol requeue {} failed ({}); exit code {} kept\n",
+               *target, *why, code);
+    return code;
+  }
+  fmt::print(stderr,
+             "ddprun: exit code {} is in --requeue-on: requeued job {} (requeue {} of --max-requeues {})\n",
+             code, *target, r.job.requeue_count + 1, r.max_requeues);
+  return code;
+}
+
+namespace {}  // namespace
 
 void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv) {
   std::error_code ec;
@@ -206,7 +259,10 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   // The step plans with the job id, as this batch context did (its dry run shows the run's run id and ports).
   const auto job = env.find("SLURM_JOB_ID") != env.end() ? env.find("SLURM_JOB_ID") : env.find("SLURM_JOBID");
   if (job != env.end()) ::setenv(core::kSelfLaunchJobVar, job->second.c_str(), 1);
-  if (r.elastic) run_elastic(cargv);
+  // The job's code is needed here (elastic: the local agent's; --requeue-on: to requeue on it): srun
+  // runs as a child. Otherwise srun replaces this process.
+  if (r.elastic || !r.requeue_on.empty())
+    std::exit(requeue_if_asked(r, r.elastic ? run_elastic(cargv) : run_srun(cargv)));
   ::execvp(cargv[0], cargv.data());
   throw core::Error(
       fmt::format("cannot run srun to start ddprun on the allocation's nodes: {}; is Slurm's srun on PATH?",

@@ -645,8 +645,9 @@ TEST_CASE("a worker that changes directory still finds its error and heartbeat f
   CHECK(std::filesystem::exists(dir / "logs/attempt_0/rank_0/error.json"));
 }
 
-TEST_CASE("the dry run's env is exactly what a run exports to each worker", "[cli][dryrun]") {
-  // A Python worker that writes its whole environment out; run and dry run see the same environment.
+// A Python worker that writes its whole environment out; run and dry run with `flags` see the same one.
+// `faulthandler`: the run sets PYTHONFAULTHANDLER (--hang-timeout).
+void check_dry_run_env(const std::vector<std::string>& flags, bool faulthandler) {
   ddprun::test::TempDir dir;
   const std::string script = dir / "dump_env.py";
   std::ofstream(script)
@@ -658,17 +659,10 @@ TEST_CASE("the dry run's env is exactly what a run exports to each worker", "[cl
   // A port of its own: a busy default would be replaced at the run, as the dry run says it may be.
   const HeldPort held;
   const std::string port = held.str();
-  const std::vector<std::string> args = {"--nproc-per-node",
-                                         "2",
-                                         "--hang-timeout",
-                                         "60",
-                                         "--log-dir",
-                                         dir / "logs",
-                                         "--python",
-                                         "/usr/bin/python3",
-                                         "--master-port",
-                                         port,
-                                         script};
+  std::vector<std::string> args = {"--nproc-per-node", "2",        "--log-dir",
+                                   dir / "logs",       "--python", "/usr/bin/python3",
+                                   "--master-port",    port,       script};
+  args.insert(args.begin(), flags.begin(), flags.end());
   std::vector<std::string> dry = {"--dry-run", "--format", "json"};
   dry.insert(dry.end(), args.begin(), args.end());
   const auto plan = run_process(cmdline(dry), base);
@@ -699,9 +693,17 @@ TEST_CASE("the dry run's env is exactly what a run exports to each worker", "[cl
       CHECK(shown.count(k) == 1);
     }
     CHECK(shown.count("DDPRUN_HEARTBEAT_FILE") == 1);
-    CHECK(shown.count("PYTHONFAULTHANDLER") == 1);
+    CHECK(shown.count("PYTHONFAULTHANDLER") == (faulthandler ? 1 : 0));
     CHECK(shown.count("TORCHELASTIC_ERROR_FILE") == 1);
   }
+}
+
+TEST_CASE("the dry run's env is exactly what a run exports to each worker", "[cli][dryrun]") {
+  check_dry_run_env({"--hang-timeout", "60"}, true);
+  // Steps for --max-restarts-without-progress: the heartbeat file without --hang-timeout.
+  check_dry_run_env({"--max-restarts-without-progress", "2"}, false);
+  ddprun::test::TempDir dir;
+  const std::map<std::string, std::string> base = {{"TMPDIR", dir.str()}};
   // Without --log-dir the run makes private directories: the dry run names them with their template.
   const auto tmp = run_process(
       cmdline({"--dry-run", "--format", "json", "--hang-timeout", "60", "--no-python", "--", "true"}), base);

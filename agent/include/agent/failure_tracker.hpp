@@ -58,6 +58,9 @@ class FailureTracker {
   void offer_local(const Failure& f);
   // The same while the loop does not run (a command that cannot start): publishes here, bounded.
   void offer_local_now(const Failure& f);
+  // Where this node's failures get their step (Failure::step): the highest its ranks reported, read
+  // when the failure is kept, before it is published, so every node decides on the same step.
+  void set_step_source(std::function<std::optional<std::int64_t>()> step) { step_ = std::move(step); }
   // Our own failure echoed back by the store.
   bool is_echo(const Failure& remote) const;
   // A cause from the coordinator: the store's root cause (`from_store`), or one only this node saw
@@ -91,6 +94,7 @@ class FailureTracker {
   std::chrono::steady_clock::time_point settled_at_{};  // the first pending failure is not decided before
   std::function<void(const Failure&)> decided_;
   std::function<void()> published_;
+  std::function<std::optional<std::int64_t>()> step_;
   boost::asio::steady_timer stderr_timer_;
   std::vector<const Proc*> pending_;
   std::optional<Failure> local_;       // this node's first failure

@@ -1,6 +1,7 @@
 #pragma once
 // Everything --hang-timeout adds to one run, for the supervisor: the workers' heartbeat files and
-// variables, the progress watch, and the collection of stacks that precedes a hang's teardown.
+// variables, the progress watch, and the collection of stacks that precedes a hang's teardown. With
+// --max-restarts-without-progress alone: the heartbeat files, read for the steps they hold.
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "agent/hang_watch.hpp"
+#include "agent/heartbeat_step.hpp"
 #include "agent/proc.hpp"
 #include "agent/stacks.hpp"
 #include "agent/supervisor.hpp"
@@ -25,6 +27,10 @@ class HangGuard {
             const AgentOptions& opts, std::function<void(const std::vector<HungRank>&)> hung);
 
   bool enabled() const { return watch_.enabled(); }
+  // Heartbeat files: with --hang-timeout, or for the steps of --max-restarts-without-progress.
+  bool heartbeats() const { return enabled() || opts_.max_restarts_without_progress > 0; }
+  // The highest step this node's ranks wrote to their heartbeat files (heartbeat_step.hpp).
+  std::optional<Step> best_step() const { return best_heartbeat_step(paths_); }
   std::chrono::milliseconds timeout() const {
     return opts_.hang_timeout.value_or(std::chrono::milliseconds{0});
   }
@@ -51,6 +57,7 @@ class HangGuard {
   HangWatch watch_;
   StackCollector stacks_;
   std::optional<HeartbeatFiles> heartbeats_;  // removed with the guard, after the run
+  std::vector<std::string> paths_;            // the workers' heartbeat files
   bool python_ = false;                       // stacks by faulthandler, else eu-stack
   std::string path_env_;
   bool declared_ = false;

@@ -53,6 +53,12 @@ std::map<std::string, std::string> hang_env(std::map<std::string, std::string> e
                                             const std::vector<std::string>& base,
                                             const std::string& heartbeat, bool python);
 
+// A worker's variables with heartbeat files: hang_env with --hang-timeout (`hang`), else (steps for
+// --max-restarts-without-progress only) DDPRUN_HEARTBEAT_FILE alone.
+std::map<std::string, std::string> heartbeat_env(std::map<std::string, std::string> env,
+                                                 const std::vector<std::string>& base,
+                                                 const std::string& heartbeat, bool python, bool hang);
+
 // `stack` cut to `limit` bytes at a line end, with a note of what was left out.
 std::string cap_stack(std::string stack, std::size_t limit = 16 * 1024);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/coordinator.hpp"
+#include "agent/heartbeat_step.hpp"
 #include "agent/policy.hpp"
 
 namespace ddprun::agent {
@@ -57,13 +58,42 @@ struct RunResult {
 struct AttemptDecision {
   bool restart = false;
   int exit_code = 0;
+  bool no_progress = false;  // ended by --max-restarts-without-progress (exit_code kNoProgressExitCode)
+};
+
+// The exit code of a job stopped by --max-restarts-without-progress, on every node: below the hang's
+// 124 and the health check's 125, so a batch script can tell it from a crash and not requeue it.
+inline constexpr int kNoProgressExitCode = 123;
+
+// The steps the attempts reached, as every node knows them: each attempt's step is its root cause's
+// (Failure::step), the same record on every node.
+struct StepHistory {
+  std::optional<Step> best;  // the highest step of any attempt so far
+  std::optional<Step> last;  // the last attempt's
+  int stalled = 0;           // restarts in a row that made no progress
+};
+
+// `h` with attempt `attempt` recorded. A restart (attempt > 0) made progress when its step is higher
+// than every earlier attempt's; one without a step made none. The first attempt is no restart.
+StepHistory record_step(StepHistory h, std::optional<Step> step, int attempt);
+
+// --max-restarts-without-progress: `limit` restarts in a row without progress (0: off), and the
+// history with this attempt recorded.
+struct ProgressRule {
+  int limit = 0;
+  StepHistory history;
 };
 
 // The one restart rule, for every mode, standbys included. The run's root cause is the job's, as
 // every node names it (choose_root_cause), and its exit code is that cause's. A failed attempt
 // restarts while restarts are left, unless the agent was stopped by a signal or the root cause
-// ends the job (core::ends_job).
-AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts);
+// ends the job (core::ends_job). A failure that could be restarted, after `progress.limit` restarts
+// in a row without progress, ends the job with kNoProgressExitCode instead, restarts left or not.
+AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
+                              const ProgressRule& progress = {});
+
+// The one line that says why the job stopped without progress.
+std::string no_progress_line(const ProgressRule& progress);
 
 // A standby's attempt (elastic) as a run: it ended with the job's root cause (nullopt: the active
 // nodes finished), or with a stopping signal the agent got meanwhile (`held_signal`, 0 if none).

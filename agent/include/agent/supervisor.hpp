@@ -33,6 +33,9 @@ struct AgentOptions {
   std::chrono::milliseconds signal_settle{0};
   // A rank without output or heartbeat for this long is hung (hang_watch.hpp); null: never.
   std::optional<std::chrono::milliseconds> hang_timeout;
+  // --max-restarts-without-progress (0: off): the workers get heartbeat files for their steps, also
+  // without hang_timeout. The rule itself is the attempts loop's (result.hpp, after_attempt).
+  int max_restarts_without_progress = 0;
   std::optional<std::string> prefix_template;  // default "[{rank}]: "; set = prefix on
   bool no_prefix = false;
   bool tee = false;                                 // accepted for torchrun users; needs log_dir

@@ -33,8 +33,11 @@ struct Options {
   std::optional<std::string> local_addr;
   bool standalone = false;
   std::optional<int> max_restarts;
-  std::string rdzv_auth = "auto";              // auto | munge | token | none (docs/security.md)
-  std::optional<std::string> rdzv_token_file;  // shared secret file, mode 0600
+  std::optional<int> max_restarts_without_progress;  // restarts in a row without a higher step; unset: off
+  std::optional<std::string> requeue_on;             // exit codes that requeue a batch job: "140,143,200-210"
+  int max_requeues = 1;                              // requeues of the job (SLURM_RESTART_COUNT) at most
+  std::string rdzv_auth = "auto";                    // auto | munge | token | none (docs/security.md)
+  std::optional<std::string> rdzv_token_file;        // shared secret file, mode 0600
   std::optional<int> gpus_per_proc;
   bool virtual_local_rank = false;  // torchrun 2.x: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES only its own GPUs
   std::optional<int> procs_per_replica;
@@ -114,6 +117,9 @@ struct Resolved {
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
   std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use
+  // --requeue-on (core/requeue.hpp), parsed; empty: off. --max-requeues.
+  std::set<int> requeue_on;
+  int max_requeues = 1;
   int het_components = 0;      // batch context of a heterogeneous job: self-launch runs on every component
   bool gpus_on_nodes = false;  // batch context without GPU variables: GPU counts come from the nodes
   CommandSpec command_spec;    // command_spec(options)

@@ -4,6 +4,8 @@
 // that every node compares the same timestamps when it names the root cause.
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +54,9 @@ struct Failure {
   // A node was lost (its agent killed, its host gone, its heartbeat silent): host and node_rank
   // name it. In an elastic job (docs/elastic.md) the survivors go on without it.
   bool lost = false;
+  // The highest training step the ranks of the failing node had written to their heartbeat files
+  // when this failure was recorded (docs/agent.md, "Restarts without progress"); nullopt: none.
+  std::optional<std::int64_t> step;
 };
 
 // Bound on error_message + traceback in one record (it travels through the store with the abort).

@@ -17,14 +17,16 @@
 namespace ddprun::launcher {
 
 // What a run adds to every worker's variables besides the plan's, set by the agent as it starts the
-// worker: TORCHELASTIC_ERROR_FILE, and with --hang-timeout DDPRUN_HEARTBEAT_FILE and, for a Python
-// command, PYTHONFAULTHANDLER=1 unless the user set it. Without --log-dir those files are in
+// worker: TORCHELASTIC_ERROR_FILE, with --hang-timeout or --max-restarts-without-progress
+// DDPRUN_HEARTBEAT_FILE, and with --hang-timeout, for a Python command, PYTHONFAULTHANDLER=1 unless
+// the user set it. Without --log-dir those files are in
 // directories each run makes, shown as <TMPDIR>/ddprun-<what>-XXXXXX.
 struct RunExports {
   std::optional<std::string> log_dir;  // absolute, as in the agent's options
   int requeue = 0;
-  bool hang = false;                           // --hang-timeout
-  bool python = false;                         // stacks by faulthandler (agent::python_worker)
+  bool hang = false;       // --hang-timeout
+  bool heartbeat = false;  // heartbeat files: --hang-timeout or --max-restarts-without-progress
+  bool python = false;     // stacks by faulthandler (agent::python_worker)
   std::vector<std::string> user_faulthandler;  // PYTHONFAULTHANDLER=... of the agent's environment, if any
   std::string error_dir, heartbeat_dir;        // the private directories' names
 };

@@ -772,3 +772,24 @@ TEST_CASE("local address: bad combinations are one-line errors", "[config][iface
   b.rdzv_iface = "ib0";
   CHECK(resolve(b, batch, sys()).rdzv_iface == "ib0");
 }
+
+TEST_CASE("no-progress limit and requeue codes: checked before anything starts", "[config]") {
+  auto o = cmd();
+  o.max_restarts_without_progress = 1;
+  o.requeue_on = "140,143,200-210";
+  o.max_requeues = 0;
+  const auto r = resolve(o, {}, sys());
+  CHECK(r.requeue_on.size() == 13);
+  CHECK(r.requeue_on.count(205) == 1);
+  CHECK(r.max_requeues == 0);
+  o.max_restarts_without_progress = 0;
+  CHECK_THROWS_WITH(resolve(o, {}, sys()),
+                    "--max-restarts-without-progress 0 must be at least 1 (leave it out for no limit)");
+  o.max_restarts_without_progress.reset();
+  o.max_requeues = -1;
+  CHECK_THROWS_WITH(resolve(o, {}, sys()), "--max-requeues -1 is negative; give 0 or more");
+  o.max_requeues = 1;
+  o.requeue_on = "140,300";
+  CHECK_THROWS_WITH(resolve(o, {}, sys()),
+                    Catch::Contains("--requeue-on '140,300': '300' is not an exit code"));
+}

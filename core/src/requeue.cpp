@@ -1,0 +1,63 @@
+#include "core/requeue.hpp"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace ddprun::core {
+
+namespace {
+
+std::optional<int> exit_code(std::string_view s) {
+  int v = -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < 0 || v > 255) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::set<int> parse_exit_codes(std::string_view text) {
+  std::set<int> out;
+  const auto bad = [&](std::string_view part) {
+    return Error(
+        fmt::format("--requeue-on '{}': '{}' is not an exit code 0-255 or a range LO-HI; give e.g. "
+                    "--requeue-on 140,143,200-210",
+                    text, part));
+  };
+  std::string_view rest = text;
+  while (true) {
+    const auto comma = rest.find(',');
+    const std::string_view part = rest.substr(0, comma);
+    const auto dash = part.find('-');
+    const auto lo = exit_code(part.substr(0, dash));
+    const auto hi = dash == std::string_view::npos ? lo : exit_code(part.substr(dash + 1));
+    if (!lo || !hi || *hi < *lo) throw bad(part);
+    for (int c = *lo; c <= *hi; ++c) out.insert(c);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+RequeueVerdict requeue_verdict(int code, const std::set<int>& codes, int restart_count, int max_requeues) {
+  if (codes.count(code) == 0) return RequeueVerdict::not_listed;
+  return restart_count < max_requeues ? RequeueVerdict::requeue : RequeueVerdict::budget_spent;
+}
+
+std::optional<std::string> requeue_target(const EnvSnapshot& env) {
+  const auto get = [&](const char* k) -> std::string {
+    const auto it = env.find(k);
+    return it == env.end() ? "" : it->second;
+  };
+  const std::string array_job = get("SLURM_ARRAY_JOB_ID"), task = get("SLURM_ARRAY_TASK_ID");
+  if (!array_job.empty() && !task.empty()) return array_job + "_" + task;
+  std::string job = get("SLURM_JOB_ID");
+  if (job.empty()) job = get("SLURM_JOBID");
+  if (job.empty()) return std::nullopt;
+  return job;
+}
+
+}  // namespace ddprun::core

@@ -1,0 +1,84 @@
+// --max-restarts-without-progress: workers write their step to DDPRUN_HEARTBEAT_FILE (no
+// --hang-timeout needed); a job failing at the same step on every restart stops with exit 123 on
+// every node, one that gets further each time keeps restarting.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+
+#include "e2e/job.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Two agents, one worker each. Every worker leaves attempt.<restart>.<rank>, writes `step` (a shell
+// expression) to its heartbeat file; rank 1 then fails with exit 3, rank 0 waits to be torn down.
+void start_two(Job& job, const std::string& step, const std::vector<std::string>& more) {
+  const std::string script =
+      "touch \"$DIR/attempt.$TORCHELASTIC_RESTART_COUNT.$RANK\"; "
+      "[ -n \"$DDPRUN_HEARTBEAT_FILE\" ] || { echo 'no DDPRUN_HEARTBEAT_FILE' >&2; exit 99; }; "
+      "echo \"step " +
+      step +
+      "\" > \"$DDPRUN_HEARTBEAT_FILE\"; "
+      "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60";
+  for (int n = 0; n < 2; ++n) {
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(n),
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(job.port),
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--rdzv-timeout",
+                                     "600",
+                                     "--term-timeout",
+                                     "3"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    for (const char* w : {"--", "/bin/sh", "-c"}) argv.emplace_back(w);
+    argv.push_back(script);
+    std::map<std::string, std::string> vars = {{"DDPRUN_TEST_TOKEN", job.token}, {"DIR", job.dir.path()}};
+    job.agents.push_back(ddprun::test::start(argv, vars, job.dir.path(), "agent" + std::to_string(n)));
+  }
+}
+
+int attempts_started(const std::filesystem::path& dir) {
+  int n = 0;
+  while (std::filesystem::exists(dir / ("attempt." + std::to_string(n) + ".1"))) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("no progress: a job failing at the same step stops after K restarts with exit 123 on every node",
+          "[e2e][progress]") {
+  Job job;
+  start_two(job, "1200", {"--max-restarts", "10", "--max-restarts-without-progress", "2"});
+  for (auto& a : job.agents) REQUIRE(wait_for(a, 240s));
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 123);
+    CHECK_THAT(a.err(),
+               Catch::Contains("no progress in 2 restarts in a row (--max-restarts-without-progress 2)") &&
+                   Catch::Contains("the last attempt failed at step 1200, the best step is 1200"));
+  }
+  // The first attempt and two restarts, not the ten --max-restarts allows.
+  CHECK(attempts_started(job.dir.path()) == 3);
+}
+
+TEST_CASE("no progress: a job that gets further on every attempt keeps restarting to --max-restarts",
+          "[e2e][progress]") {
+  Job job;
+  start_two(job, "$((100 * (TORCHELASTIC_RESTART_COUNT + 1)))",
+            {"--max-restarts", "3", "--max-restarts-without-progress", "1"});
+  for (auto& a : job.agents) REQUIRE(wait_for(a, 240s));
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 3);  // the failure's own code once restarts are used up
+    CHECK_THAT(a.err(), !Catch::Contains("no progress"));
+  }
+  CHECK(attempts_started(job.dir.path()) == 4);
+}

@@ -1,0 +1,57 @@
+// --requeue-on / --max-requeues: the codes, the verdict and the job that scontrol requeue names.
+#include <catch2/catch.hpp>
+
+#include "core/error.hpp"
+#include "core/requeue.hpp"
+
+using namespace ddprun::core;
+
+TEST_CASE("parse_exit_codes: single codes and ranges, 0-255") {
+  CHECK(parse_exit_codes("140") == std::set<int>{140});
+  CHECK(parse_exit_codes("140,143") == std::set<int>{140, 143});
+  CHECK(parse_exit_codes("200-203,1") == std::set<int>{1, 200, 201, 202, 203});
+  CHECK(parse_exit_codes("0-255").size() == 256);
+  CHECK(parse_exit_codes("7-7") == std::set<int>{7});
+  for (const char* bad : {"", ",", "140,", ",140", "256", "-1", "a", "1-", "-5", "5-3", "1.5", " 140", "140 ",
+                          "1--2", "0x10", "140;143"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_exit_codes(bad), Error);
+  }
+  try {
+    parse_exit_codes("140,300");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.exit_code() == kUsageExit);
+    CHECK(std::string(e.what()) ==
+          "--requeue-on '140,300': '300' is not an exit code 0-255 or a range LO-HI; give e.g. --requeue-on "
+          "140,143,200-210");
+  }
+}
+
+TEST_CASE("requeue_verdict: a listed code requeues while SLURM_RESTART_COUNT is below --max-requeues") {
+  const std::set<int> codes{140, 143};
+  struct Row {
+    int code, restarts, max;
+    RequeueVerdict v;
+  };
+  const std::vector<Row> rows{
+      {140, 0, 1, RequeueVerdict::requeue},      {143, 1, 2, RequeueVerdict::requeue},
+      {140, 1, 1, RequeueVerdict::budget_spent}, {140, 5, 2, RequeueVerdict::budget_spent},
+      {140, 0, 0, RequeueVerdict::budget_spent}, {123, 0, 5, RequeueVerdict::not_listed},
+      {0, 0, 5, RequeueVerdict::not_listed},     {1, 9, 1, RequeueVerdict::not_listed},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.code, r.restarts, r.max);
+    CHECK(requeue_verdict(r.code, codes, r.restarts, r.max) == r.v);
+  }
+  CHECK(requeue_verdict(0, {0}, 0, 1) == RequeueVerdict::requeue);  // success too, when listed
+}
+
+TEST_CASE("requeue_target: an array task as ARRAYJOB_TASK, else the job id") {
+  CHECK(requeue_target({{"SLURM_JOB_ID", "42"}}) == "42");
+  CHECK(requeue_target({{"SLURM_JOBID", "43"}}) == "43");
+  CHECK(requeue_target(
+            {{"SLURM_JOB_ID", "45"}, {"SLURM_ARRAY_JOB_ID", "44"}, {"SLURM_ARRAY_TASK_ID", "3"}}) == "44_3");
+  CHECK(requeue_target({{"SLURM_JOB_ID", "45"}, {"SLURM_ARRAY_JOB_ID", "44"}}) == "45");
+  CHECK(requeue_target({}) == std::nullopt);
+}
