@@ -42,6 +42,7 @@ class HangGuard {
   void collect(const std::vector<HungRank>& hung, std::function<void()> done);
   // Another node hung: the local ranks that are not printing now (usually waiting for it).
   std::vector<HungRank> silent_now() { return watch_.silent_for(hang_poll_interval(timeout())); }
+  std::optional<SteadyTime> last_progress(std::size_t worker) const { return watch_.last_progress(worker); }
   bool declared() const { return declared_; }
   bool collecting() const { return stacks_.collecting(); }
   const std::vector<HungWorker>& result() const { return stacks_.result(); }
