@@ -143,7 +143,7 @@ int run_live(const TopOptions& o, const JobTarget& t, rdzv::TcpStore& store) {
     const auto nodes = read_job_status(store, t);  // throws: the terminal is restored on the way out
     const auto [cols, rows] = terminal_size();
     std::string frame = "\x1b[H";
-    const std::string text = top_text(nodes, t.describe(), unix_ms_now(), by_node, cols, rows);
+    const std::string text = top_text(nodes, t.describe(), unix_ms_now(), by_node, cols, rows, true);
     std::size_t start = 0;
     while (start < text.size()) {
       const auto nl = text.find('\n', start);
@@ -199,6 +199,11 @@ TopOptions parse_top(int argc, const char* const* argv) {
   app.add_option("--rdzv-token-file", o.query.rdzv_token_file,
                  "File holding the job's shared secret (else DDPRUN_TOKEN)")
       ->envname("DDPRUN_RDZV_TOKEN_FILE");
+  app.add_option(
+      "--job", o.query.slurm_job,
+      "A Slurm job (JOBID or JOBID.STEPID) instead of --rdzv-endpoint; default inside an allocation: "
+      "SLURM_JOB_ID");
+  app.add_option("--step", o.query.slurm_step, "With --job: the step (default: the newest ddprun step)");
   app.add_flag("--once", o.once, "Print one snapshot and exit");
   app.add_option("--format", o.format, "text or json (json prints one snapshot)")
       ->check(CLI::IsMember({"text", "json"}));
@@ -222,12 +227,16 @@ int top_main(int argc, const char* const* argv) {
   try {
     const TopOptions o = parse_top(argc, argv);
     if (o.help) return 0;
-    const JobTarget t = locate_job(o.query);
-    const auto auth = observer_auth(o.query, snapshot_environ());
+    const auto env = snapshot_environ();
+    const bool slurm = !o.query.rdzv_endpoint && (o.query.slurm_job || env.count("SLURM_JOB_ID") != 0);
+    JobTarget t;
+    if (!slurm) t = locate_job(o.query);
+    const auto auth = observer_auth(o.query, env);
     if (!o.once && ::isatty(STDOUT_FILENO) == 0) {
       throw core::Error("the live view needs a terminal; use --once (or --format json) for a snapshot");
     }
-    const auto store = connect_job(t, auth, kObserveTimeout);
+    const auto store = slurm ? connect_slurm_job(o.query, env, auth, t, kObserveTimeout)
+                             : connect_job(t, auth, kObserveTimeout);
     return o.once ? run_once(o, t, *store) : run_live(o, t, *store);
   } catch (const core::Error& e) {
     fmt::print(stderr, "ddprun top: error: {}\n", e.what());

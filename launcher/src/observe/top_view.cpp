@@ -154,15 +154,16 @@ std::string fit_columns(const std::string& s, std::size_t width) {
 }
 
 std::string top_text(const std::vector<core::NodeStatus>& nodes, const std::string& target,
-                     std::int64_t now_ms, bool by_node, std::size_t width, std::size_t max_lines) {
+                     std::int64_t now_ms, bool by_node, std::size_t width, std::size_t max_lines, bool keys) {
   std::vector<std::string> lines;
   if (!nodes.empty()) {
     const auto& lead = nodes.front();
     lines.push_back(fmt::format("ddprun top  {}  {}", target, clock_text(now_ms)));
-    lines.push_back(fmt::format(
-        "attempt {}  world size {}  nodes {}/{} reporting  elastic events {}  ({})", lead.attempt,
-        lead.world_size, nodes.size(), lead.nnodes, lead.elastic_events,
-        by_node ? "per node; n: per rank, q: quit" : "per rank, slowest first; n: per node, q: quit"));
+    const char* view = by_node ? "per node" : "per rank, slowest first";
+    const char* hint = !keys ? "" : by_node ? "; n: per rank, q: quit" : "; n: per node, q: quit";
+    lines.push_back(fmt::format("attempt {}  world size {}  nodes {}/{} reporting  elastic events {}  ({}{})",
+                                lead.attempt, lead.world_size, nodes.size(), lead.nnodes, lead.elastic_events,
+                                view, hint));
   }
   lines.emplace_back();
   if (by_node) {

@@ -2,6 +2,7 @@
 // fields, the text table, cutting to the terminal.
 #include <catch2/catch.hpp>
 
+#include "core/config.hpp"
 #include "launcher/observe/job_locator.hpp"
 #include "launcher/observe/top_view.hpp"
 
@@ -119,4 +120,45 @@ TEST_CASE("top: the job is named by --rdzv-endpoint and --rdzv-id, both required
   CHECK(locate_job(q).port == 29400);
   q.rdzv_endpoint = "node-a:notaport";
   CHECK_THROWS(locate_job(q));
+}
+
+TEST_CASE("top under Slurm: the steps squeue lists, the newest ddprun step, never top's own") {
+  const std::string out =
+      "12.batch|batch|node1\n"
+      "12.extern|extern|node[1-2]\n"
+      "12.0|ddprun|node[1-2]\n"
+      "12.1|python3|node3\n"
+      "12.3|ddprun|node[2-3]\n"
+      "12.10|ddprun|node1\n"
+      "garbage\n";
+  const auto steps = parse_squeue_steps(out);
+  REQUIRE(steps.size() == 4);
+  CHECK(steps[0].job_id == "12");
+  CHECK(steps[0].step_id == "0");
+  CHECK(steps[0].nodelist == "node[1-2]");
+  CHECK(choose_step(steps, std::nullopt)->step_id == "10");       // numerically newest, not "3" > "10"
+  CHECK(choose_step(steps, std::nullopt, "10")->step_id == "3");  // `srun ddprun top` is step 10
+  CHECK(choose_step(steps, std::string("1"))->name == "python3");
+  CHECK_FALSE(choose_step(steps, std::string("7")));
+  CHECK(choose_step(parse_squeue_steps("12.4|python3|n1\n"), std::nullopt)->step_id ==
+        "4");  // no ddprun step
+  CHECK_FALSE(choose_step({}, std::nullopt));
+}
+
+TEST_CASE("top under Slurm: the store's places, as the agents derive them") {
+  const SlurmStep step{"12", "3", "ddprun", "node[2-3]"};
+  const auto t = slurm_targets(step, std::nullopt);
+  REQUIRE(t.size() == 2 * (1 + core::kStorePortFallbacks));
+  CHECK(t[0].host == "node2");  // node rank 0: the step's first host
+  CHECK(t[0].port == core::derive_ports("12.3").store);
+  CHECK(t[0].run_id == "12.3");
+  CHECK(t[1].port == core::store_port_fallbacks("12.3").front());
+  CHECK(t[8].port == core::derive_ports("12").store);  // a self-launch plans with the job id
+  CHECK(t[8].run_id == "12");
+  const auto resv = slurm_targets(step, std::uint16_t{4000});
+  CHECK(resv[0].port == 4000);  // srun --resv-ports: the first reserved port, no fallbacks
+  CHECK(resv[1].run_id == "12");
+  const auto named = slurm_targets(step, std::nullopt, std::string("myrun"));
+  CHECK(named[0].run_id == "myrun (step 12.3)");
+  CHECK(named[8].run_id == "myrun");
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/slurm_env.hpp"
 #include "core/status.hpp"
 #include "store/auth.hpp"
@@ -30,6 +31,16 @@ struct JobQuery {
   std::optional<std::string> rdzv_id;
   std::string rdzv_auth = "auto";
   std::optional<std::string> rdzv_token_file;
+  // Slurm (no endpoint): the job (--job, else SLURM_JOB_ID) and its step (--step, else the newest ddprun
+  // step).
+  std::optional<std::string> slurm_job;
+  std::optional<std::string> slurm_step;
+};
+
+// The store refused our credential (connect_job): final, wherever else the job might be.
+class CredentialRefused : public core::Error {
+ public:
+  using core::Error::Error;
 };
 
 // Where the job's store is and which run it serves.
@@ -42,6 +53,35 @@ struct JobTarget {
 
 // Pure: the target from the query. Throws core::Error (exit 2) naming what is missing.
 JobTarget locate_job(const JobQuery& q);
+
+// A step of a Slurm job, as `squeue -s -h -o '%i|%j|%N'` lists it.
+struct SlurmStep {
+  std::string job_id;
+  std::string step_id;  // a number (batch and extern steps are left out)
+  std::string name;
+  std::string nodelist;
+};
+// Pure: the numbered steps in `squeue` output; other lines are ignored.
+std::vector<SlurmStep> parse_squeue_steps(const std::string& text);
+// Pure: `step` when given (nullopt when it is not running), else the newest step named ddprun, else the
+// newest step; never `self`, the step `top` itself runs in (srun ... ddprun top is a ddprun step too).
+std::optional<SlurmStep> choose_step(const std::vector<SlurmStep>& steps,
+                                     const std::optional<std::string>& step,
+                                     const std::optional<std::string>& self = std::nullopt);
+// Pure: where such a step's store may be, in the order to try, at the step's first host: with run id
+// JOBID.STEPID its reserved port (srun --resv-ports), else the port derived from JOBID.STEPID and its
+// fallbacks; then, for a self-launch from a batch script, run id JOBID on JOBID's derived port and fallbacks
+// (config.hpp, derive_ports). A job started with --rdzv-id ID serves run "ID (step JOBID.STEPID)" under
+// srun, "ID" when self-launched.
+std::vector<JobTarget> slurm_targets(const SlurmStep& step,
+                                     const std::optional<std::uint16_t>& reserved_store,
+                                     const std::optional<std::string>& rdzv_id = std::nullopt);
+
+// Finds the job's store from Slurm (squeue, scontrol show step) and connects: the first target that
+// serves the run. Throws core::Error (kObserveExit) naming the job when none does.
+std::shared_ptr<rdzv::TcpStore> connect_slurm_job(const JobQuery& q, const core::EnvSnapshot& env,
+                                                  const rdzv::auth::Config& auth, JobTarget& found,
+                                                  std::chrono::milliseconds timeout);
 
 // The credential as the agents make it: DDPRUN_TOKEN or --rdzv-token-file, MUNGE where munged
 // answers (its socket as Slurm finds it). Throws core::Error (exit 2) on an unusable policy.

@@ -30,9 +30,11 @@ nlohmann::json top_json(const std::vector<core::NodeStatus>& nodes, const std::s
                         const std::string& run_id, std::int64_t now_ms);
 
 // The text view: a header, then one line per rank (slowest first) or per node, each cut to
-// `width` columns (0: not cut); at most `max_lines` lines in all (0: every line).
+// `width` columns (0: not cut); at most `max_lines` lines in all (0: every line); `keys`: the header
+// names the live view's keys.
 std::string top_text(const std::vector<core::NodeStatus>& nodes, const std::string& target,
-                     std::int64_t now_ms, bool by_node, std::size_t width = 0, std::size_t max_lines = 0);
+                     std::int64_t now_ms, bool by_node, std::size_t width = 0, std::size_t max_lines = 0,
+                     bool keys = false);
 
 // Cuts `s` to `width` columns (one per character; UTF-8 aware).
 std::string fit_columns(const std::string& s, std::size_t width);
