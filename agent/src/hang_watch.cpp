@@ -124,4 +124,11 @@ std::vector<HungRank> HangWatch::silent_for(std::chrono::milliseconds threshold)
   return hung_ranks(std::chrono::steady_clock::now(), progress_, threshold);
 }
 
+std::optional<SteadyTime> HangWatch::last_progress(std::size_t worker) const {
+  for (const auto& p : progress_) {
+    if (p.worker == worker) return p.last;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ddprun::agent

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <csignal>
@@ -49,8 +50,10 @@ RunResult Supervisor::run() {
     for (auto& p : procs_) p->watch(*this);
     arm_signal();
     running_ = true;
+    status_.start([this] { return status_snapshot(); }, [this] { return hang_.heartbeat_files(); });
     io_.run();
     running_ = false;
+    status_.stop();  // before the exit barrier, which holds the store connection
   }
   failures_.join();  // bounded; its answer was handled on the loop, or is posted
   deliver_posted();
@@ -91,6 +94,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
       return StartFailure{e.what(), start_exit_code(e.exit_code()), i};
     }
     procs_.push_back(std::move(p));
+    status_.started(i);
     on_spawned(*procs_.back(), cmd.argv);
   }
   return std::nullopt;
@@ -122,6 +126,7 @@ void Supervisor::on_spawned(Proc& p, const std::vector<std::string>& argv) {
 void Supervisor::on_line(Proc& p, bool is_err, std::string_view line) {
   relay_.line(p.index(), is_err, line);
   hang_.line(p.index(), is_err, line);
+  status_.line(p.index(), line);
 }
 
 void Supervisor::on_read(Proc& p, bool is_err) {
@@ -164,6 +169,7 @@ void Supervisor::on_local_failure(const Failure& f) {
 void Supervisor::on_hang(const std::vector<HungRank>& hung) {
   failures_.settle();  // a worker that failed by itself is this node's failure, not the silence
   if (teardown_.started() || hang_.declared() || failures_.any()) return;
+  for (const auto& h : hung) hung_workers_.push_back(h.worker);
   const Failure f = hang_failure(hung, *procs_.at(hung.front().worker), hang_.timeout());
   failures_.offer_local(f);  // and published
   reporter_.hang_detected(f, hang_.timeout());
@@ -368,6 +374,55 @@ void Supervisor::wait_exit_barrier(SignalWatcher& sigw) {
       reporter_.signal_received(s, "stop");
     }
   }
+}
+
+// What `ddprun top` shows of this node now (the status thread adds RSS and CPU%).
+core::NodeStatus Supervisor::status_snapshot() const {
+  core::NodeStatus s;
+  s.node_rank = node_rank_;
+  s.host = host_;
+  s.attempt = opts_.attempt;
+  s.world_size = world_size_;
+  s.nnodes = opts_.plan_nodes > 0 ? opts_.plan_nodes : opts_.agents;
+  s.elastic_events = opts_.elastic_events;
+  bool all_exited = true;
+  const auto now = SteadyClock::now();
+  const auto secs = [](SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); };
+  for (const auto& p : procs_) {
+    const std::size_t i = p->index();
+    core::RankStatus r;
+    r.rank = p->worker().rank;
+    r.local_rank = p->worker().local_rank;
+    r.pid = p->pid();
+    r.restarts = opts_.attempt;
+    r.last_line = status_.last_line(i);
+    const auto start = status_.start_time(i);
+    const auto output = status_.last_output(i);
+    // Progress: an output line, or a heartbeat touch as the hang watch last saw it (--hang-timeout).
+    std::optional<SteadyClock::time_point> progress = output;
+    if (const auto beat = hang_.last_progress(i); beat && *beat > start) {
+      progress = progress ? std::max(*progress, *beat) : *beat;
+    }
+    if (p->end.exited) {
+      r.state = p->end.stopped_by_ddprun ? core::RankState::stopped : core::RankState::exited;
+      r.exit_code = p->end.status.exit_code;
+      r.run_seconds = secs(p->end.duration);
+    } else {
+      all_exited = false;
+      const bool hung = std::find(hung_workers_.begin(), hung_workers_.end(), i) != hung_workers_.end();
+      r.state = hung       ? core::RankState::hung
+                : progress ? core::RankState::running
+                           : core::RankState::starting;
+      r.run_seconds = secs(now - start);
+      r.progress_age = secs(now - progress.value_or(start));
+    }
+    s.ranks.push_back(std::move(r));
+  }
+  s.agent_state = all_exited            ? "finished"
+                  : hang_.collecting()  ? "collecting_stacks"
+                  : teardown_.started() ? "stopping"
+                                        : "running";
+  return s;
 }
 
 RunResult Supervisor::base_result() const {

@@ -17,6 +17,7 @@
 #include "agent/reaper.hpp"
 #include "agent/reporter.hpp"
 #include "agent/signals.hpp"
+#include "agent/status_publisher.hpp"
 #include "agent/teardown.hpp"
 
 namespace ddprun::agent::detail {
@@ -54,7 +55,9 @@ class Supervisor final : ProcListener {
             io_, coord, relay_, publish_bound(opts.term_timeout), opts.signal_settle,
             [this](const Failure& f) { on_local_failure(f); }, [this] { check_done(); }),
         hang_(io_, procs_, opts, [this](const std::vector<HungRank>& h) { on_hang(h); }),
-        sig_sd_(io_) {
+        sig_sd_(io_),
+        world_size_(world_size),
+        status_(io_, coord, std::chrono::milliseconds(core::status_interval_ms(opts.agents))) {
     failures_.set_step_source([this] { return hang_.best_step(); });
   }
 
@@ -87,6 +90,7 @@ class Supervisor final : ProcListener {
   RunResult base_result() const;
   std::vector<WorkerExit> exits() const;
   RunResult finish();
+  core::NodeStatus status_snapshot() const;
 
   const std::vector<core::Worker>& local_;
   bool has_peers_;  // other nodes (or tasks) run workers of this job
@@ -110,6 +114,9 @@ class Supervisor final : ProcListener {
   std::vector<int> late_signals_;
   int agent_signal_ = 0;     // the first stopping signal the agent got
   bool on_request_ = false;  // a failure came within the grace after a checkpoint signal
+  int world_size_;
+  std::vector<std::size_t> hung_workers_;  // the ranks of a hang declared here (by worker index)
+  StatusPublisher status_;                 // last: stopped before anything its snapshots read goes
 };
 
 }  // namespace ddprun::agent::detail

@@ -32,7 +32,9 @@ constexpr const char* kDescription =
 constexpr const char* kUsage =
     "Usage: ddprun [OPTIONS] [--] COMMAND [ARGS...]\n"
     "       ddprun --dry-run [--format text|json] [OPTIONS] [--] COMMAND [ARGS...]\n"
-    "       ddprun hostlist EXPR...        expand Slurm hostlists, one host per line\n";
+    "       ddprun hostlist EXPR...        expand Slurm hostlists, one host per line\n"
+    "       ddprun top [--once] [--format text|json] --rdzv-endpoint HOST:PORT --rdzv-id ID | --job JOBID\n"
+    "                                      a running job's ranks, live (docs/observe.md)\n";
 
 // `ddprun --help` starts with our usage lines, once (CLI11's own would read `ddprun [OPTIONS]
 // [COMMAND...] [SUBCOMMAND]`), then the description and the options. Subcommands keep CLI11's layout.

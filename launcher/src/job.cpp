@@ -309,6 +309,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
   const int max_restarts = r.job.max_restarts;
   agent::ProgressRule progress{ao.max_restarts_without_progress, {}};
   std::vector<AttemptRecord> attempts;
+  int elastic_events = 0;  // rounds whose size differed from the round before (`ddprun top`)
   for (int attempt = 0;; ++attempt) {
     // A restart's round: the check again; a node that fails it leaves without joining.
     if (attempt > 0) {
@@ -319,6 +320,9 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     ao.on_started = announce(ev, o, round, attempt);
     if (round.standby && ao.on_started) ao.on_started();  // runs no workers
     ao.attempt = attempt;
+    if (!attempts.empty() && attempts.back().world_size != round.table->job.world_size) ++elastic_events;
+    ao.elastic_events = elastic_events;
+    ao.plan_nodes = round.table->job.nnodes;
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
     // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).
     agent::hold_stop_signals();

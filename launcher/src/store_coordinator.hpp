@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/coordinator.hpp"
+#include "core/status.hpp"
 #include "rendezvous/rendezvous.hpp"
 
 namespace ddprun::launcher {
@@ -27,6 +28,9 @@ class StoreCoordinator final : public agent::Coordinator {
     return {std::move(end.root), end.from_store};
   }
   bool publish_result(const std::string& record) override { return rz_.publish_result(record); }
+  bool publish_status(int node_rank, const std::string& record) override {
+    return rz_.publish_status(core::status_key(node_rank), record);
+  }
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
                                                 std::optional<int> lost) override;
 

@@ -58,6 +58,31 @@ bool Rendezvous::publish_result(const std::string& record) {
   }
 }
 
+bool Rendezvous::publish_status(const std::string& key, const std::string& record) {
+  if (server_) {
+    try {
+      ServerStore(*server_).set(key, record);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+  std::shared_ptr<TcpStore> conn;
+  {
+    // abort() may replace the connection under this lock: take it only when free, and not beside a
+    // barrier's wait, which holds the connection for as long as the job runs elsewhere.
+    std::unique_lock lk(barrier_mu_, std::try_to_lock);
+    if (!lk.owns_lock() || barrier_waiting_ || master_lost_) return false;
+    conn = client_;
+  }
+  if (!conn || !conn->connected()) return false;
+  try {
+    return conn->try_set(key, record);
+  } catch (const Error&) {
+    return false;  // the connection is gone: the watch reports the master lost
+  }
+}
+
 std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::optional<int> lost) {
   std::vector<ResultRecord> out;
   if (!server_ || !joined_) return out;

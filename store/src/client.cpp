@@ -59,6 +59,34 @@ void TcpStore::set(const std::string& key, const std::string& value) {
   impl_->call(q, Millis{0}, /*pipelined=*/true);
 }
 
+bool TcpStore::try_set(const std::string& key, const std::string& value) {
+  impl_->check_key(key, "set");
+  std::unique_lock lk(impl_->mu, std::try_to_lock);
+  if (!lk.owns_lock() || impl_->hello_pending) return false;
+  impl_->require_connected("set", key);
+  if (impl_->unacked.size() >= detail::kMaxUnacked) {
+    impl_->pump();  // the answers that have come, without waiting
+    while (!impl_->unacked.empty() && !impl_->answers.empty()) {
+      const proto::Response r = std::move(impl_->answers.front());
+      impl_->answers.pop_front();
+      if (r.status != proto::Status::ok)
+        impl_->fail(Error::Kind::rejected, "set", impl_->unacked.front(), r.value);
+      impl_->unacked.erase(impl_->unacked.begin());
+    }
+    if (impl_->unacked.size() >= detail::kMaxUnacked) return false;
+  }
+  proto::Request q;
+  q.op = proto::Op::set;
+  q.key = key;
+  q.value = value;
+  const std::string frame = proto::encode_request(q);
+  if (frame.size() - proto::kHeaderSize > impl_->opts.limits.max_message) return false;
+  // A few kilobytes behind at most kMaxUnacked others: the socket's buffer takes it at once.
+  impl_->write_all(frame, Clock::now() + impl_->opts.op_timeout, "set", key);
+  impl_->unacked.push_back(key);
+  return true;
+}
+
 std::optional<std::string> TcpStore::get(const std::string& key, Millis timeout) {
   impl_->check_key(key, "get");
   proto::Request q;

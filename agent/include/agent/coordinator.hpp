@@ -72,6 +72,14 @@ class Coordinator {
     (void)record;
     return false;
   }
+  // `ddprun top` (docs/observe.md): overwrites node `node_rank`'s status record where the job's
+  // store keeps it. Called about once a second from the status thread (status_publisher.hpp), beside
+  // every other call; must never wait on the other nodes. False: not published this time.
+  virtual bool publish_status(int node_rank, const std::string& record) {
+    (void)node_rank;
+    (void)record;
+    return false;
+  }
   // On the lead only: every agent's record of this run in plan order, waiting at most `timeout`
   // (less once nobody who could still report is left), and not at all for `lost`, a node known to
   // be gone. Empty: no job-wide view here.

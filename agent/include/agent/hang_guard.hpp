@@ -31,6 +31,8 @@ class HangGuard {
   bool heartbeats() const { return enabled() || opts_.max_restarts_without_progress > 0; }
   // The highest step this node's ranks wrote to their heartbeat files (heartbeat_step.hpp).
   std::optional<Step> best_step() const { return best_heartbeat_step(paths_); }
+  // Each worker's heartbeat file, in spawn (worker index) order; empty without heartbeat files.
+  const std::vector<std::string>& heartbeat_files() const { return paths_; }
   std::chrono::milliseconds timeout() const {
     return opts_.hang_timeout.value_or(std::chrono::milliseconds{0});
   }
@@ -48,6 +50,7 @@ class HangGuard {
   void collect(const std::vector<HungRank>& hung, std::function<void()> done);
   // Another node hung: the local ranks that are not printing now (usually waiting for it).
   std::vector<HungRank> silent_now() { return watch_.silent_for(hang_poll_interval(timeout())); }
+  std::optional<SteadyTime> last_progress(std::size_t worker) const { return watch_.last_progress(worker); }
   bool declared() const { return declared_; }
   bool collecting() const { return stacks_.collecting(); }
   const std::vector<HungWorker>& result() const { return stacks_.result(); }

@@ -76,6 +76,9 @@ class HangWatch {
   void stop();  // no more checks (teardown, or a hang being handled)
   // The live workers silent for `threshold` now (heartbeats read first).
   std::vector<HungRank> silent_for(std::chrono::milliseconds threshold);
+  // A worker's last progress as last seen (start, output, heartbeat as last polled); nullopt when
+  // disabled. For `ddprun top`'s status.
+  std::optional<SteadyTime> last_progress(std::size_t worker) const;
 
  private:
   struct Beat {

@@ -43,7 +43,9 @@ struct AgentOptions {
   std::optional<std::set<int>> local_ranks_filter;  // local ranks shown on the console
   std::optional<std::string> error_file;            // JSON report of a failed run; may hold {node_rank}
   int attempt = 0;                                  // restarts of this launch (--max-restarts)
-  int requeue = 0;                                  // SLURM_RESTART_COUNT: Slurm requeues of the job
+  int elastic_events = 0;        // membership changes of an elastic job so far (`ddprun top`'s header)
+  int plan_nodes = 0;            // active nodes of this attempt's plan (`ddprun top`); 0: `agents`
+  int requeue = 0;               // SLURM_RESTART_COUNT: Slurm requeues of the job
   int agents = 1;                // ddprun agents in the job (nodes; tasks in per-task mode)
   std::optional<int> task_rank;  // per-task mode: the rank of this agent's one worker
   bool quiet = false;            // no summary table; a failure still gets the brief report (root cause)

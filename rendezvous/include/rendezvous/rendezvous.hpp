@@ -233,6 +233,12 @@ class Rendezvous {
   std::vector<ResultRecord> gather_results(std::chrono::milliseconds timeout,
                                            std::optional<int> lost = std::nullopt);
 
+  // `ddprun top`'s status (docs/observe.md): overwrites this node's record under `key` (outside the
+  // attempts' namespaces). Never waits: on the master straight into its store; elsewhere a pipelined
+  // set on the agent's one connection, skipped (false) while another call holds it (a barrier, an
+  // abort) or the master has not answered the last few. Safe beside the other calls; never throws.
+  bool publish_status(const std::string& key, const std::string& record);
+
   // Master: after an abort, keeps serving until the other agents have disconnected (at most
   // `limit`), so that each of them reads the root cause instead of seeing a lost master. Agents
   // whose watch was lost or never came (stopped, gone) are not waited for.

@@ -71,6 +71,11 @@ class TcpStore final : public Store {
   bool wait(const std::vector<std::string>& keys, Millis timeout) override;
   std::optional<std::size_t> wait_any(const std::vector<std::string>& keys, Millis timeout) override;
 
+  // A pipelined set that never waits (a status record, overwritten each second): false, and nothing
+  // sent, when another call holds the connection, the hello is unanswered, or kMaxUnacked sets are
+  // still unanswered after reading what has come. Throws Error once the connection is lost.
+  bool try_set(const std::string& key, const std::string& value);
+
   // Reads every outstanding answer (the hello's, pipelined sets'); throws what they report.
   void flush();
   // The same, bounded by `limit` instead of op_timeout (an end-of-run record on a hung master).

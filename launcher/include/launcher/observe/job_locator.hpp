@@ -1,0 +1,102 @@
+#pragma once
+// Finding a running job's store and reading it, for the commands that look inside a job (`ddprun
+// top`; docs/observe.md): where the store is (the endpoint and run id the job was started with), a
+// read-only connection authenticated as the agents are (MUNGE or the token), and the status records.
+// Every step is bounded: a wrong id, a wrong token, a finished job or nothing listening is one line
+// (core::Error, exit 1), never a wait.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/slurm_env.hpp"
+#include "core/status.hpp"
+#include "store/auth.hpp"
+
+namespace ddprun::rdzv {
+class TcpStore;
+}
+
+namespace ddprun::launcher {
+
+// Exit code of an observation that could not be made (no job there, refused, ...).
+inline constexpr int kObserveExit = 1;
+
+// How the user named the job.
+struct JobQuery {
+  std::optional<std::string> rdzv_endpoint;  // HOST:PORT
+  std::optional<std::string> rdzv_id;
+  std::string rdzv_auth = "auto";
+  std::optional<std::string> rdzv_token_file;
+  // Slurm (no endpoint): the job (--job, else SLURM_JOB_ID) and its step (--step, else the newest ddprun
+  // step).
+  std::optional<std::string> slurm_job;
+  std::optional<std::string> slurm_step;
+};
+
+// The store refused our credential (connect_job): final, wherever else the job might be.
+class CredentialRefused : public core::Error {
+ public:
+  using core::Error::Error;
+};
+
+// Where the job's store is and which run it serves.
+struct JobTarget {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string run_id;
+  std::string describe() const;  // "HOST:PORT (--rdzv-id ID)" for messages
+};
+
+// Pure: the target from the query. Throws core::Error (exit 2) naming what is missing.
+JobTarget locate_job(const JobQuery& q);
+
+// A step of a Slurm job, as `squeue -s -h -o '%i|%j|%N'` lists it.
+struct SlurmStep {
+  std::string job_id;
+  std::string step_id;  // a number (batch and extern steps are left out)
+  std::string name;
+  std::string nodelist;
+};
+// Pure: the numbered steps in `squeue` output; other lines are ignored.
+std::vector<SlurmStep> parse_squeue_steps(const std::string& text);
+// Pure: `step` when given (nullopt when it is not running), else the newest step named ddprun, else the
+// newest step; never `self`, the step `top` itself runs in (srun ... ddprun top is a ddprun step too).
+std::optional<SlurmStep> choose_step(const std::vector<SlurmStep>& steps,
+                                     const std::optional<std::string>& step,
+                                     const std::optional<std::string>& self = std::nullopt);
+// Pure: where such a step's store may be, in the order to try, at the step's first host: with run id
+// JOBID.STEPID its reserved port (srun --resv-ports), else the port derived from JOBID.STEPID and its
+// fallbacks; then, for a self-launch from a batch script, run id JOBID on JOBID's derived port and fallbacks
+// (config.hpp, derive_ports). A job started with --rdzv-id ID serves run "ID (step JOBID.STEPID)" under
+// srun, "ID" when self-launched.
+std::vector<JobTarget> slurm_targets(const SlurmStep& step,
+                                     const std::optional<std::uint16_t>& reserved_store,
+                                     const std::optional<std::string>& rdzv_id = std::nullopt);
+
+// Finds the job's store from Slurm (squeue, scontrol show step) and connects: the first target that
+// serves the run. Throws core::Error (kObserveExit) naming the job when none does.
+std::shared_ptr<rdzv::TcpStore> connect_slurm_job(const JobQuery& q, const core::EnvSnapshot& env,
+                                                  const rdzv::auth::Config& auth, JobTarget& found,
+                                                  std::chrono::milliseconds timeout);
+
+// The credential as the agents make it: DDPRUN_TOKEN or --rdzv-token-file, MUNGE where munged
+// answers (its socket as Slurm finds it). Throws core::Error (exit 2) on an unusable policy.
+rdzv::auth::Config observer_auth(const JobQuery& q, const core::EnvSnapshot& env);
+
+// A read-only connection to the job's store, the hello answered before it returns. Throws
+// core::Error (kObserveExit) with one line: nothing listening (the job finished or never started
+// there), another run's store (wrong id), a refused credential, no answer in time.
+std::shared_ptr<rdzv::TcpStore> connect_job(const JobTarget& t, const rdzv::auth::Config& auth,
+                                            std::chrono::milliseconds timeout);
+
+// Every node's status record: node rank 0's first, which says how many nodes the job has; nodes
+// whose record is missing or malformed are left out. Throws core::Error (kObserveExit) when node
+// rank 0 has published none (a job still joining, or a ddprun without `top`), or the store stops
+// answering.
+std::vector<core::NodeStatus> read_job_status(rdzv::TcpStore& store, const JobTarget& t);
+
+}  // namespace ddprun::launcher
