@@ -31,9 +31,10 @@ TopologyGroup topology_group(std::string_view addr) {
   });
   if (bad != addr.end()) return {std::nullopt, "SLURM_TOPOLOGY_ADDR holds spaces or control characters"};
   const auto last = addr.rfind('.');
-  // Without a topology plugin Slurm sets the node's own name: nothing to group by.
+  // Without a topology plugin Slurm sets the node's own name: nothing to group by. Not named here, so
+  // that every such node shares one line of the description.
   if (last == std::string_view::npos)
-    return {std::nullopt, fmt::format("SLURM_TOPOLOGY_ADDR '{}' names no switch or block", addr)};
+    return {std::nullopt, "SLURM_TOPOLOGY_ADDR names no switch or block (no topology plugin?)"};
   const std::string_view path = addr.substr(0, last);
   if (path.empty() || last + 1 == addr.size() || path.front() == '.' || path.back() == '.' ||
       path.find("..") != std::string_view::npos)

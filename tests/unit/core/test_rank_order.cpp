@@ -17,7 +17,7 @@ TEST_CASE("a topology address's switch or block is everything but its last compo
       {"b3.node17", "b3", ""},
       {"s1.n2", "s1", ""},
       {"", std::nullopt, "no SLURM_TOPOLOGY_ADDR"},
-      {"node7", std::nullopt, "SLURM_TOPOLOGY_ADDR 'node7' names no switch or block"},
+      {"node7", std::nullopt, "SLURM_TOPOLOGY_ADDR names no switch or block (no topology plugin?)"},
       {"s0..node7", std::nullopt, "SLURM_TOPOLOGY_ADDR 's0..node7' has an empty component"},
       {".node7", std::nullopt, "SLURM_TOPOLOGY_ADDR '.node7' has an empty component"},
       {"s0.", std::nullopt, "SLURM_TOPOLOGY_ADDR 's0.' has an empty component"},
