@@ -88,7 +88,7 @@ std::vector<std::string> describe_order(const std::vector<OrderedNode>& order,
                                                : fmt::format("node ranks {}-{}", first, end - 1);
     const auto& g = order[first].group;
     lines.push_back(g.path ? fmt::format("{}: switch/block {} ({})", ranks, *g.path, list)
-                           : fmt::format("{}: {}, in Slurm's order ({})", ranks, g.why, list));
+                           : fmt::format("{}: {}, kept in node-rank order ({})", ranks, g.why, list));
     first = end;
   }
   return lines;

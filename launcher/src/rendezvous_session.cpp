@@ -176,7 +176,7 @@ class RendezvousSession final : public Session {
     }
     std::vector<std::string> lines = core::describe_order(order, hosts);
     if (!spares.empty()) {
-      lines.push_back(fmt::format("node ranks {}-{}: standbys, in Slurm's order ({})", order.size(),
+      lines.push_back(fmt::format("node ranks {}-{}: standbys, in node-rank order ({})", order.size(),
                                   nodes.size() - 1, fmt::join(spares, ",")));
     }
     if (ev_.json()) {

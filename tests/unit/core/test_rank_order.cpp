@@ -82,7 +82,7 @@ TEST_CASE("the order's description names each run of node ranks and its group", 
   CHECK(describe_order(topology_order(in), {"n1", "n2", "n3", "n4"}) ==
         std::vector<std::string>{"node ranks 0-1: switch/block s0.s1 (n[1,3])",
                                  "node rank 2: switch/block s0.s2 (n2)",
-                                 "node rank 3: no SLURM_TOPOLOGY_ADDR, in Slurm's order (n4)"});
+                                 "node rank 3: no SLURM_TOPOLOGY_ADDR, kept in node-rank order (n4)"});
 }
 
 TEST_CASE("a lost node's place goes to a free standby of its switch or block first",
