@@ -112,7 +112,7 @@ TEST_CASE("dry-run text is a table naming node, host, rank, local rank and GPUs"
                         Catch::Contains("0,1,2,3"));
 }
 
-TEST_CASE("--rank-order topology: the dry run names this node's switch or block, or why it has none",
+TEST_CASE("rank order topology: the dry run names this node's switch or block, or why it has none",
           "[cli][dryrun][rank_order]") {
   auto env = slurm_step(1);
   env["SLURM_TOPOLOGY_ADDR"] = "s0.s3.gpu08";
