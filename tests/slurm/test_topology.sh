@@ -5,7 +5,8 @@
 # nodes the other tests' jobs get.)
 #  1. srun -N4: every node's RANK and GROUP_RANK follow the switches (node1 node3 | node2 node4); without the
 #     flag Slurm's order holds.
-#  2. block addresses (NVL72-style b1.node2), injected per task: the store node's block first.
+#  2. block addresses (NVL72-style b1.node2), injected per task: the store node's block first; node 0's
+#     rank_order event (--log-format json) names the blocks.
 #  3. sbatch -N5 --nnodes 3:3 (two standbys: node4 on s2, node5 on s1) through DDPRUN_RANK_ORDER and a
 #     self-launch; node3 (s1) is lost: node5, its switch's standby, takes its place, not Slurm's first
 #     standby node4.
@@ -50,9 +51,11 @@ rm -rf out && mkdir out
 timeout 120 srun -N4 -w 'node[1-4]' bash -c '
   case $(hostname) in node1|node4) b=b2 ;; *) b=b1 ;; esac
   SLURM_TOPOLOGY_ADDR=$b.$(hostname) SLURM_TOPOLOGY_ADDR_PATTERN=block.node exec "$@"' sh \
-  "$DDPRUN" --rank-order topology --nproc-per-node 1 --no-python -- "$WORK/worker.sh" "$WORK/out" \
-  > block.out 2> block.err || fail "srun ddprun --rank-order topology (blocks) failed"
+  "$DDPRUN" --rank-order topology --log-format json --nproc-per-node 1 --no-python -- "$WORK/worker.sh" \
+  "$WORK/out" > block.out 2> block.err || fail "srun ddprun --rank-order topology (blocks) failed"
 expect_eq "ranks by block" "node1:0:0 node4:1:1 node2:2:2 node3:3:3" "$(ranks 0)"
+grep -q '"event":"rank_order".*"node ranks 0-1: switch/block b2 (node\[1,4\])","node ranks 2-3: switch/block b1' \
+  block.err || fail "node 0 did not emit the rank_order event with the blocks"
 
 note "3. sbatch -N5, --nnodes 3:3 --max-restarts 1, DDPRUN_RANK_ORDER=topology; node3 (s1) is lost"
 rm -rf out && mkdir out
