@@ -358,17 +358,19 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
     for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = i >= max;
   } else {
     const auto group = [](const std::string& addr) { return core::topology_group(addr).path.value_or(""); };
+    std::set<int> was_active;  // O(n log n): a round may hold thousands of nodes
+    for (const auto& m : previous) {
+      if (!m.spare) was_active.insert(m.orig_rank);
+    }
     std::vector<core::StandbyCandidate> candidates;
+    std::set<int> back;
     for (const auto& j : joined) {
-      const auto was = std::find_if(previous.begin(), previous.end(),
-                                    [&](const core::Member& m) { return m.orig_rank == j.node_rank; });
-      candidates.push_back({group(j.topology), was != previous.end() && !was->spare});
+      candidates.push_back({group(j.topology), was_active.contains(j.node_rank)});
+      back.insert(j.node_rank);
     }
     std::vector<std::string> lost_groups;
     for (const auto& m : previous) {
-      const bool back = std::any_of(joined.begin(), joined.end(),
-                                    [&](const JoinInfo& j) { return j.node_rank == m.orig_rank; });
-      if (m.spare || back) continue;
+      if (m.spare || back.contains(m.orig_rank)) continue;
       const auto addr = previous_addrs.find(m.orig_rank);
       lost_groups.push_back(addr == previous_addrs.end() ? std::string() : group(addr->second));
     }
