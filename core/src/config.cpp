@@ -246,6 +246,10 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
     throw Error(fmt::format("--worker-store {}: expected agent, rank0 or relay", o.worker_store));
   }
   job.worker_store = *ws;
+  const auto order = parse_rank_order(o.rank_order);
+  if (!order) throw Error(fmt::format("--rank-order {}: expected slurm or topology", o.rank_order));
+  r.rank_order = *order;
+  r.topology_addr = s.topology_addr.value_or("");
   job.virtual_local_rank = o.virtual_local_rank;
   job.user_omp_num_threads = env_get(env, "OMP_NUM_THREADS");
   job.user_set_nccl_async = env_get(env, "NCCL_ASYNC_ERROR_HANDLING").has_value() ||
@@ -537,6 +541,11 @@ Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo&
   }
   job.mode = r.mode;
   if (r.rdzv_run_id.empty()) r.rdzv_run_id = job.run_id;
+  if (r.rank_order == RankOrder::topology && r.mode == Mode::per_task) {
+    throw Error(
+        "--rank-order topology needs one ddprun per node (agent mode); under srun --ntasks-per-node=K each "
+        "ddprun is one worker whose rank is its SLURM_PROCID: run one task per node, or drop --rank-order");
+  }
   if (job.worker_store == WorkerStore::relay && r.mode == Mode::per_task) {
     throw Error(
         "--worker-store relay needs one ddprun per node (agent mode); under srun --ntasks-per-node=K each "

@@ -184,6 +184,7 @@ SlurmEnv read_slurm_env(const EnvSnapshot& env) {
   }
   s.restart_count = opt_int(env, "SLURM_RESTART_COUNT", 0);
   s.resv_ports = get(env, "SLURM_STEP_RESV_PORTS");
+  s.topology_addr = get(env, "SLURM_TOPOLOGY_ADDR");
   return s;
 }
 

@@ -227,6 +227,16 @@ void add_store_options(CLI::App& app, core::Options& o) {
       {"agent", "rank0", "relay"})
       ->envname(env("WORKER_STORE"))
       ->group(g);
+  one_of(
+      app.add_option("--rank-order", o.rank_order,
+                     "How node ranks are numbered: slurm (default: SLURM_NODEID, --node-rank) or topology "
+                     "(node 0 orders the nodes by each one's SLURM_TOPOLOGY_ADDR, so that consecutive node "
+                     "ranks share a switch or block: its own first, Slurm's order within each, nodes "
+                     "without one last; a lost node's standby comes from its switch or block when one is "
+                     "free; node 0 prints the order; one agent per node only)"),
+      {"slurm", "topology"})
+      ->envname(env("RANK_ORDER"))
+      ->group(g);
   ignored<std::string>(app, "--rdzv-backend,--rdzv_backend", "Accepted for torchrun compatibility; ignored",
                        g);
   ignored<std::string>(app, "--rdzv-conf,--rdzv_conf", "Accepted for torchrun compatibility; ignored", g);

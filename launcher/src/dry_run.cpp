@@ -12,6 +12,7 @@
 #include "agent/stacks.hpp"
 #include "core/command.hpp"
 #include "core/elastic.hpp"
+#include "core/rank_order.hpp"
 #include "plan_writer.hpp"
 
 namespace ddprun::launcher {
@@ -56,6 +57,24 @@ std::string elastic_line(const core::Resolved& r) {
       "elastic: a lost node restarts the job without it (--max-restarts {}) while at least {} of {} nodes "
       "remain; {}; each loss must leave a strict majority of the last round (docs/elastic.md)\n",
       r.job.max_restarts, floor, r.nnodes_max, spares);
+}
+
+// --rank-order topology: each node knows only its own SLURM_TOPOLOGY_ADDR, so the order is made by node 0
+// when the nodes join; the plan shows this node's switch or block, or why it has none.
+std::string rank_order_line(const core::Resolved& r) {
+  if (r.rank_order != core::RankOrder::topology || r.job.mode != core::Mode::agent) return {};
+  if (r.context == core::SlurmContext::none) {
+    return "rank order: topology (--rank-order): not under Slurm, so no node has a SLURM_TOPOLOGY_ADDR (read "
+           "in a Slurm job only): the node ranks stay as --node-rank gives them\n";
+  }
+  const auto g = core::topology_group(r.topology_addr);
+  return fmt::format(
+      "rank order: topology (--rank-order): node 0 orders the node ranks by each node's SLURM_TOPOLOGY_ADDR "
+      "when they join (its own switch or block first, Slurm's order within each, nodes without one last) and "
+      "prints the order; the table below is in Slurm's order. This node ({}): {}\n",
+      r.self.host.value_or("?"),
+      g.path ? fmt::format("switch/block {} (SLURM_TOPOLOGY_ADDR {})", *g.path, r.topology_addr)
+             : fmt::format("{}: it would come after the nodes with one", g.why));
 }
 
 // Who serves init_process_group's store on the master port (docs/rendezvous.md, "The workers' store").
@@ -135,7 +154,7 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
                              r.rdzv_host)
                : fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
   }
-  return out + address_line(r) + elastic_line(r) + cpu_bind_line(r);
+  return out + address_line(r) + elastic_line(r) + cpu_bind_line(r) + rank_order_line(r);
 }
 
 std::string joined(const std::vector<std::string>& argv) {

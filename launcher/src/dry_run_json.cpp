@@ -5,6 +5,7 @@
 
 #include "core/command.hpp"
 #include "core/json.hpp"
+#include "core/rank_order.hpp"
 #include "launcher/dry_run.hpp"
 #include "plan_writer.hpp"
 
@@ -110,6 +111,18 @@ nlohmann::json skeleton(const core::Resolved& r, const core::PlanTable& t) {
   }
   // Elastic mode only (issue 14), so that fail-fast plans keep their keys.
   if (r.elastic) j["elastic"] = true;
+  // --rank-order topology only, likewise: this node's switch or block; node 0 makes the order at the join.
+  if (r.rank_order == core::RankOrder::topology && job.mode == core::Mode::agent) {
+    const auto g = core::topology_group(r.topology_addr);
+    j["rank_order"] = {{"order", "topology"},
+                       {"topology_addr", r.topology_addr},
+                       {"group", g.path ? nlohmann::json(*g.path) : nlohmann::json(nullptr)}};
+    if (!g.path) {
+      j["rank_order"]["why"] = r.context == core::SlurmContext::none
+                                   ? "not under Slurm: SLURM_TOPOLOGY_ADDR is read in a Slurm job only"
+                                   : g.why;
+    }
+  }
   nlohmann::json standbys = nlohmann::json::array();
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     if (!t.nodes[n].spare) continue;

@@ -1,10 +1,12 @@
 // Agent mode: one agent per node, every agent a participant of the master's round; elastic jobs
 // (docs/elastic.md) go on without a lost node, promote a standby, or move the store to a survivor.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "agent/signals.hpp"
 #include "core/elastic.hpp"
 #include "core/node_count.hpp"
+#include "core/rank_order.hpp"
 #include "launcher/job.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
@@ -51,6 +53,8 @@ class RendezvousSession final : public Session {
     me_.addr = r.local_addr.empty() ? me_.hostname : r.local_addr;
     me_.local_world_size = r.self.local_world_size;
     me_.gpus = r.self.gpus;
+    // Cut past the longest address taken (O(1) bytes a node); the cut one then reads as malformed.
+    me_.topology = r.topology_addr.substr(0, core::kMaxTopologyAddr + 1);
     if (r.rdzv_port == 0) announce_store();
   }
 
@@ -141,6 +145,7 @@ class RendezvousSession final : public Session {
     job.node_rank = 0;
     // After a failover this agent hosts the store, and worker rank 0 runs here.
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
+    if (r_.rank_order == core::RankOrder::topology) report_order(nodes, attempt);
     core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
     if (table.job.worker_store == core::WorkerStore::rank0) {
       auto chosen = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given,
@@ -153,6 +158,32 @@ class RendezvousSession final : public Session {
                        nodes.size() > 1, worker_store_peers(nodes, rz_.peer_hosts()));
     }
     return table;
+  }
+
+  // --rank-order topology: node 0 says which node ranks share which switch or block, and why a node is
+  // where it is (no address, a malformed one), once per round.
+  void report_order(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
+    std::vector<core::OrderedNode> order;
+    std::vector<std::string> hosts;
+    std::vector<std::string> spares;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      hosts.push_back(nodes[i].hostname);
+      if (nodes[i].spare) {
+        spares.push_back(nodes[i].hostname);
+      } else {
+        order.push_back({i, core::topology_group(nodes[i].topology)});
+      }
+    }
+    std::vector<std::string> lines = core::describe_order(order, hosts);
+    if (!spares.empty()) {
+      lines.push_back(fmt::format("node ranks {}-{}: standbys, in node-rank order ({})", order.size(),
+                                  nodes.size() - 1, fmt::join(spares, ",")));
+    }
+    if (ev_.json()) {
+      ev_.emit("rank_order", {{"attempt", attempt}, {"order", "topology"}, {"groups", lines}});
+    } else if (!quiet_) {
+      for (const auto& line : lines) fmt::print(stderr, "ddprun: --rank-order topology: {}\n", line);
+    }
   }
 
   const core::Resolved& r_;
@@ -184,6 +215,7 @@ rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::R
   ro.nnodes_max = r.nnodes_max;
   ro.elastic = r.elastic;
   ro.nagents = r.nagents;
+  ro.rank_order = r.rank_order;
   // Survivors are back once their teardown (the grace, then SIGKILL) is over.
   ro.rejoin_timeout = to_ms(o.term_timeout) + ro.heartbeat_timeout + std::chrono::milliseconds(10000);
   // Up to the last known host: an unknown one reads as a name past the list's end (outside Slurm only

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "core/rank_order.hpp"
 #include "deadline.hpp"
 #include "keys.hpp"
 #include "rendezvous/plan_record.hpp"
@@ -24,7 +25,8 @@ using nlohmann::json;
 void to_json(json& j, const JoinInfo& info) {
   j = {{"node_rank", info.node_rank}, {"hostname", info.hostname},
        {"addr", info.addr},           {"local_world_size", info.local_world_size},
-       {"gpus", info.gpus},           {"spare", info.spare}};
+       {"gpus", info.gpus},           {"topology", info.topology},
+       {"spare", info.spare}};
 }
 
 void from_json(const json& j, JoinInfo& info) {
@@ -33,6 +35,8 @@ void from_json(const json& j, JoinInfo& info) {
   info.addr = j.at("addr").get<std::string>();
   info.local_world_size = core::json_int<int>(j, "local_world_size");
   info.gpus = j.at("gpus").get<std::vector<std::string>>();
+  info.topology = j.at("topology").get<std::string>();
+  if (info.topology.size() > core::kMaxTopologyAddr + 1) throw core::Error("topology address too long");
   info.spare = j.at("spare").get<bool>();
 }
 
@@ -207,10 +211,14 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
     if (opts_.attempt == 0 && s.check({keys::kAbort})) leave_after_start_failure(s);
     in = joined_ranks(s);
   }
-  std::vector<JoinInfo> joined = read_join_records(s, in);
   // The first MAX in node order run workers; the rest are standbys (elastic only: otherwise no rank
-  // beyond MAX can join).
-  for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = static_cast<int>(i) >= opts_.nnodes_max;
+  // beyond MAX can join). --rank-order topology reorders them.
+  std::vector<JoinInfo> joined = arrange_round(read_join_records(s, in), opts_.nnodes_max, opts_.rank_order,
+                                               opts_.node_rank, previous_, topology_addrs_);
+  topology_addrs_.clear();
+  for (const auto& j : joined) {
+    if (!j.topology.empty()) topology_addrs_.emplace(j.node_rank, j.topology);
+  }
   std::string plan;
   try {
     plan = make_plan(joined);
@@ -342,6 +350,48 @@ std::vector<JoinInfo> Rendezvous::read_join_records(PrefixStore& s, const std::v
   return joined;
 }
 
+std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max, core::RankOrder order,
+                                    int store_rank, const std::vector<core::Member>& previous,
+                                    const std::map<int, std::string>& previous_addrs) {
+  const auto max = static_cast<std::size_t>(std::max(nnodes_max, 0));
+  if (order == core::RankOrder::slurm || previous.empty()) {
+    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = i >= max;
+  } else {
+    const auto group = [](const std::string& addr) { return core::topology_group(addr).path.value_or(""); };
+    std::set<int> was_active;  // O(n log n): a round may hold thousands of nodes
+    for (const auto& m : previous) {
+      if (!m.spare) was_active.insert(m.orig_rank);
+    }
+    std::vector<core::StandbyCandidate> candidates;
+    std::set<int> back;
+    for (const auto& j : joined) {
+      candidates.push_back({group(j.topology), was_active.contains(j.node_rank)});
+      back.insert(j.node_rank);
+    }
+    std::vector<std::string> lost_groups;
+    for (const auto& m : previous) {
+      if (m.spare || back.contains(m.orig_rank)) continue;
+      const auto addr = previous_addrs.find(m.orig_rank);
+      lost_groups.push_back(addr == previous_addrs.end() ? std::string() : group(addr->second));
+    }
+    const auto active = core::choose_actives(candidates, lost_groups, static_cast<int>(max));
+    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = !active[i];
+  }
+  // Active nodes first (the plan record's rule), each part in node-rank order: stable.
+  std::stable_partition(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.spare; });
+  if (order == core::RankOrder::slurm) return joined;
+  const auto actives = static_cast<std::size_t>(
+      std::count_if(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.spare; }));
+  std::vector<core::OrderInput> in;
+  for (std::size_t i = 0; i < actives; ++i)
+    in.push_back({joined[i].topology, joined[i].node_rank == store_rank});
+  std::vector<JoinInfo> out;
+  out.reserve(joined.size());
+  for (const auto& n : core::topology_order(in)) out.push_back(std::move(joined[n.index]));
+  for (std::size_t i = actives; i < joined.size(); ++i) out.push_back(std::move(joined[i]));
+  return out;
+}
+
 // ---- every agent: the published plan
 
 Joined Rendezvous::read_plan(const std::string& published) {
@@ -352,7 +402,8 @@ Joined Rendezvous::read_plan(const std::string& published) {
     throw Error(Error::Kind::protocol, fmt::format("rendezvous {}: {}", endpoint(), e.what()), "join",
                 endpoint());
   }
-  const auto mine = std::lower_bound(rec.node_ranks.begin(), rec.node_ranks.end(), opts_.node_rank);
+  // In the round's node order, which --rank-order topology may have changed: not sorted.
+  const auto mine = std::find(rec.node_ranks.begin(), rec.node_ranks.end(), opts_.node_rank);
   if (mine == rec.node_ranks.end() || *mine != opts_.node_rank) {
     throw Error(Error::Kind::join,
                 fmt::format("rendezvous {} (run {}): the round closed without this node (node "

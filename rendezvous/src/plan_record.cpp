@@ -2,6 +2,9 @@
 // "active": N}. "hosts": [...] replaces "hostlist" when a name cannot be in a hostlist.
 #include "rendezvous/plan_record.hpp"
 
+#include <algorithm>
+#include <limits>
+
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
@@ -35,17 +38,22 @@ json rank_runs(const std::vector<int>& ranks) {
   return runs;
 }
 
+// Runs in the round's node order, which --rank-order topology makes other than ascending; each node
+// rank once.
 std::vector<int> expand_runs(const json& runs) {
   std::vector<int> out;
-  long long last = -1;
   for (const auto& run : runs) {
     const auto first = core::json_int<long long>(run.at(0));
     const auto end = core::json_int<long long>(run.at(1));
-    if (first <= last || end < first || static_cast<std::size_t>(end - first) >= kMaxNodes - out.size())
+    if (first < 0 || end < first || end > std::numeric_limits<int>::max() ||
+        static_cast<std::size_t>(end - first) >= kMaxNodes - out.size())
       malformed(fmt::format("node rank run [{}, {}] out of order or too long", first, end));
     for (long long r = first; r <= end; ++r) out.push_back(static_cast<int>(r));
-    last = end;
   }
+  std::vector<int> sorted = out;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end()) malformed(fmt::format("node rank {} listed twice", *twice));
   return out;
 }
 

@@ -112,6 +112,33 @@ TEST_CASE("dry-run text is a table naming node, host, rank, local rank and GPUs"
                         Catch::Contains("0,1,2,3"));
 }
 
+TEST_CASE("rank order topology: the dry run names this node's switch or block, or why it has none",
+          "[cli][dryrun][rank_order]") {
+  auto env = slurm_step(1);
+  env["SLURM_TOPOLOGY_ADDR"] = "s0.s3.gpu08";
+  auto r = run_process(cmdline({"--dry-run", "--rank-order", "topology", "true"}), env);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("rank order: topology") &&
+                 Catch::Contains("This node (gpu08): switch/block s0.s3 (SLURM_TOPOLOGY_ADDR s0.s3.gpu08)"));
+  env["DDPRUN_RANK_ORDER"] = "topology";
+  env["SLURM_TOPOLOGY_ADDR"] = "b3.gpu08";
+  r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), env);
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out).at("rank_order") ==
+        nlohmann::json({{"order", "topology"}, {"topology_addr", "b3.gpu08"}, {"group", "b3"}}));
+  env["SLURM_TOPOLOGY_ADDR"] = "gpu08";  // no topology plugin: the node's own name
+  r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), env);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out).at("rank_order");
+  CHECK(j.at("group").is_null());
+  CHECK(j.at("why") == "SLURM_TOPOLOGY_ADDR names no switch or block (no topology plugin?)");
+  // The default plan says nothing of it.
+  r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), slurm_step(1));
+  REQUIRE(r.code == 0);
+  CHECK_FALSE(nlohmann::json::parse(r.out).contains("rank_order"));
+}
+
 TEST_CASE("flags beat DDPRUN_* variables, which beat defaults", "[cli][precedence]") {
   auto env = std::map<std::string, std::string>{{"DDPRUN_NPROC_PER_NODE", "3"}};
   auto r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), env);
@@ -394,6 +421,12 @@ TEST_CASE("bad input table", "[cli][error]") {
   env = slurm_step(0);
   env["SLURM_STEP_NUM_NODES"] = "3";
   check_bad({"true"}, "SLURM_STEP_NUM_NODES=3", env);
+  check_bad({"--rank-order", "rack", "true"}, "--rank-order: rack not in {slurm,topology}");
+  env = slurm_step(0);
+  env["SLURM_STEP_NUM_TASKS"] = "4";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
+  check_bad({"--dry-run", "--rank-order", "topology", "true"},
+            "--rank-order topology needs one ddprun per node", env);
 }
 
 TEST_CASE("log format json: every ddprun line on stderr is one JSON event", "[cli][events]") {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A throw-away N-node Slurm cluster on one machine, for tests and demos.
 #
-#   cluster.sh start N [--gpus K] [--cpus C] [--kill-wait S] [--timeout S]
+#   cluster.sh start N [--gpus K] [--cpus C] [--kill-wait S] [--timeout S] [--switches 'LEAF:NODES ...']
 #   cluster.sh stop                 # idempotent: kills every daemon, step and task, removes the state dir
 #   cluster.sh env                  # prints `export SLURM_CONF=...` (eval it in a client shell)
 #   cluster.sh exec CMD [ARGS...]   # runs CMD with the cluster's client environment
@@ -17,7 +17,10 @@
 #  - each daemon runs under `unshare --mount --uts`, so it gets its own hostname (nodeK) and a bind-mounted
 #    /etc/hosts mapping nodeK to 127.0.1.K (its NodeAddr). Steps and tasks inherit these namespaces, which is
 #    also how `stop` finds every process that belongs to the cluster;
-#  - fake GPUs: gres.conf File= entries are symlinks to /dev/null (plain files are rejected by slurmd).
+#  - fake GPUs: gres.conf File= entries are symlinks to /dev/null (plain files are rejected by slurmd);
+#  - --switches 's1:node[1,3] s2:node[2,4]': TopologyPlugin=topology/tree with these leaf switches under one
+#    spine s0 (topology.conf), so every task gets SLURM_TOPOLOGY_ADDR=s0.s1.node1. Opt-in: the scheduler then
+#    packs jobs by switch, which would change which nodes the other tests' jobs get.
 set -euo pipefail
 
 STATE_DIR=${DDPRUN_SLURM_DIR:-/tmp/ddprun-slurm-$(id -un)}
@@ -95,8 +98,8 @@ pick_ports() {
 }
 
 write_config() {
-  local nodes=$1 gpus=$2 cpus=$3 killwait=$4
-  shift 4
+  local nodes=$1 gpus=$2 cpus=$3 killwait=$4 switches=$5
+  shift 5
   local ctld_port=$1; shift
   local etc="$STATE_DIR/etc" k
   {
@@ -141,6 +144,7 @@ write_config() {
     echo "MinJobAge=600"
     echo "InactiveLimit=0"
     if (( gpus > 0 )); then echo "GresTypes=gpu"; fi
+    if [[ -n $switches ]]; then echo "TopologyPlugin=topology/tree"; fi
     for ((k = 1; k <= nodes; k++)); do
       local gres=""
       (( gpus > 0 )) && gres=" Gres=gpu:$gpus"
@@ -150,6 +154,15 @@ write_config() {
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
   } >"$etc/slurm.conf"
   : >"$etc/plugstack.conf"
+  if [[ -n $switches ]]; then
+    local sw leaves=()
+    for sw in $switches; do
+      [[ $sw =~ ^([A-Za-z0-9_-]+):(.+)$ ]] || die "--switches: '$sw' is not LEAF:NODES (e.g. s1:node[1,3])"
+      echo "SwitchName=${BASH_REMATCH[1]} Nodes=${BASH_REMATCH[2]}"
+      leaves+=("${BASH_REMATCH[1]}")
+    done >"$etc/topology.conf"
+    (IFS=,; echo "SwitchName=s0 Switches=${leaves[*]}") >>"$etc/topology.conf"
+  fi
   {
     echo "AutoDetect=off"
     if (( gpus > 0 )); then
@@ -191,13 +204,14 @@ all_idle() {
 }
 
 cmd_start() {
-  local nodes="" gpus=8 cpus=16 killwait=30 timeout=30
+  local nodes="" gpus=8 cpus=16 killwait=30 timeout=30 switches=""
   while (( $# )); do
     case $1 in
       --gpus) gpus=${2:?--gpus needs a count}; shift 2 ;;
       --cpus) cpus=${2:?--cpus needs a count}; shift 2 ;;
       --kill-wait) killwait=${2:?--kill-wait needs seconds}; shift 2 ;;
       --timeout) timeout=${2:?--timeout needs seconds}; shift 2 ;;
+      --switches) switches=${2:?--switches needs 'LEAF:NODES ...'}; shift 2 ;;
       -*) die "unknown option '$1' for start (see: cluster.sh --help)" ;;
       *) [[ -z $nodes ]] || die "start takes one node count, got '$nodes' and '$1'"; nodes=$1; shift ;;
     esac
@@ -235,7 +249,7 @@ cmd_start() {
 
   local ports
   read -r -a ports <<<"$(pick_ports $((nodes + 1)))"
-  write_config "$nodes" "$gpus" "$cpus" "$killwait" "${ports[@]}"
+  write_config "$nodes" "$gpus" "$cpus" "$killwait" "$switches" "${ports[@]}"
 
   # --force: munged refuses to start as root or with a key it thinks is insecure otherwise.
   DDPRUN_SLURM_CLUSTER=$STATE_DIR munged --force --foreground \

@@ -11,6 +11,7 @@
 #include "core/cpu_bind.hpp"
 #include "core/node_count.hpp"
 #include "core/plan.hpp"
+#include "core/rank_order.hpp"
 #include "core/slurm_env.hpp"
 
 namespace ddprun::core {
@@ -45,6 +46,7 @@ struct Options {
   std::optional<std::string> start_method;  // torchrun's --start_method: checked, ignored
   std::string cpu_bind = "none";            // none | cores | numa | gpu (core/cpu_bind.hpp)
   std::string worker_store = "agent";       // agent | rank0 | relay (core/worker_store.hpp)
+  std::string rank_order = "slurm";         // slurm | topology (core/rank_order.hpp)
 
   // How to run the command.
   std::vector<std::string> command;
@@ -126,6 +128,10 @@ struct Resolved {
   std::vector<std::string> command;  // final argv: build_argv(command_spec); per worker: worker_argv
   std::optional<std::set<int>> local_ranks_filter;
   CpuBind cpu_bind = CpuBind::none;  // applied by each agent to its own workers (agent/topology.hpp)
+  // --rank-order: topology lets node 0 order the node ranks by each agent's SLURM_TOPOLOGY_ADDR, which
+  // travels in its join record (docs/slurm.md, "Topology-aware node ranks").
+  RankOrder rank_order = RankOrder::slurm;
+  std::string topology_addr;  // this node's SLURM_TOPOLOGY_ADDR, "" when unset
 };
 
 // Deterministic ports for a Slurm step ("JOBID.STEPID"; a batch context plans with the job id): every

@@ -49,6 +49,9 @@ struct SlurmEnv {
   std::optional<std::string> cuda_visible_devices;  // CUDA_VISIBLE_DEVICES; set and empty: no GPUs
   std::optional<int> restart_count;                 // SLURM_RESTART_COUNT
   std::optional<std::string> resv_ports;            // SLURM_STEP_RESV_PORTS (srun --resv-ports)
+  // SLURM_TOPOLOGY_ADDR: this task's own node's place among the switches ("s0.s3.node7") or blocks
+  // ("b3.node17"); the node's name alone without a topology plugin. Each task sees only its own.
+  std::optional<std::string> topology_addr;
 };
 
 // Reads the variables; throws Error naming the variable when a number is malformed.

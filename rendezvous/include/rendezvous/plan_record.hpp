@@ -10,8 +10,10 @@
 namespace ddprun::rdzv {
 
 struct PlanRecord {
-  std::string plan;                // opaque here
-  std::vector<int> node_ranks;     // the node ranks that joined, ascending; index = rank in the plan
+  std::string plan;  // opaque here
+  // The node ranks that joined, in the round's node order (ascending unless --rank-order topology
+  // reordered them; each once); index = rank in the plan.
+  std::vector<int> node_ranks;
   std::vector<std::string> hosts;  // by rank in the plan
   std::size_t active = 0;          // the first `active` run workers; the rest are standbys
   bool operator==(const PlanRecord&) const = default;

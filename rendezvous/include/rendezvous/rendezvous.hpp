@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +27,7 @@
 
 #include "core/elastic.hpp"
 #include "core/failure.hpp"
+#include "core/rank_order.hpp"
 #include "store/auth.hpp"
 #include "store/error.hpp"
 
@@ -41,6 +43,9 @@ struct JoinInfo {
   std::string addr;  // an address the other nodes can reach this node at
   int local_world_size = 1;
   std::vector<std::string> gpus;
+  // Its SLURM_TOPOLOGY_ADDR (at most core::kMaxTopologyAddr + 1 bytes: a longer one is cut, and then
+  // malformed), which node 0 orders the node ranks by under --rank-order topology; "" when unset.
+  std::string topology = {};
   bool spare = false;  // set by the master: a standby of this round (elastic, docs/elastic.md)
 };
 // Its JSON codec: every field required when reading, integers checked (a join record comes from
@@ -104,10 +109,15 @@ struct RendezvousOptions {
   // then leaves with that agent's exit code, which a signal from srun --kill-on-bad-exit, sent once the
   // first of them exits, must not change (the launcher holds the stopping signals here).
   std::function<void()> on_start_failure;
+  // --rank-order (docs/slurm.md, "Topology-aware node ranks"): topology lets the master order the plan's
+  // node ranks by the join records' topology addresses, and prefer a lost node's switch or block when it
+  // promotes a standby (arrange_round).
+  core::RankOrder rank_order = core::RankOrder::slurm;
 };
 
-// The master builds the plan from the nodes that joined (sorted by their node rank); the plan is
-// an opaque payload here, published to every agent as it is.
+// The master builds the plan from the nodes that joined, in the round's node order (their node rank, or
+// --rank-order topology's order), active nodes first; the plan is an opaque payload here, published to
+// every agent as it is.
 using PlanFn = std::function<std::string(const std::vector<JoinInfo>& joined)>;
 
 // What join() hands back: the published plan, and this node's place in the round.
@@ -321,7 +331,8 @@ class Rendezvous {
   // Elastic: the last round's members, and who of them is known to be gone (node ranks there).
   std::vector<core::Member> previous_;
   std::set<int> previous_lost_;
-  std::set<int> dropped_;  // master: orig ranks lost during this attempt
+  std::set<int> dropped_;                      // master: orig ranks lost during this attempt
+  std::map<int, std::string> topology_addrs_;  // master: the last round's topology addresses by orig rank
   int failovers_ = 0;
   std::optional<core::Failure> start_failure_;
 
@@ -347,6 +358,17 @@ class Rendezvous {
 };
 
 // ---- pure helpers (unit-tested)
+
+// The master's round: who of `joined` (sorted by node rank) runs workers, and in which node order.
+// slurm: the first nnodes_max run, in node-rank order (standbys are the ranks beyond). topology: the
+// first round as slurm, a later one keeps the last round's active nodes and fills a lost one's place
+// with a standby of its switch or block first (core::choose_actives); the active nodes then follow
+// core::topology_order with the node `store_rank` first, the standbys after them in node-rank order.
+// `previous`: the last round's members (empty: the first round); `previous_addrs`: their topology
+// addresses by node rank, as far as known (after a failover the new master knows none of the lost ones).
+std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max, core::RankOrder order,
+                                    int store_rank, const std::vector<core::Member>& previous,
+                                    const std::map<int, std::string>& previous_addrs);
 
 LivenessTiming liveness_timing(std::chrono::milliseconds heartbeat_interval,
                                std::chrono::milliseconds heartbeat_timeout, int nnodes);

@@ -829,6 +829,57 @@ TEST_CASE("the published plan record folds node ranks and host names", "[plan_re
   r.hosts[2] = "odd,name";
   CHECK(nlohmann::json::parse(encode_plan_record(r)).contains("hosts"));
   CHECK(decode_plan_record(encode_plan_record(r)) == r);
+
+  // --rank-order topology's order: node ranks as they come, not sorted.
+  r.node_ranks = {0, 2, 1, 3, 4};
+  r.hosts = {"n1", "n3", "n2", "n4", "n5"};
+  CHECK(nlohmann::json::parse(encode_plan_record(r)).at("ranks") ==
+        nlohmann::json::parse("[[0,0],[2,2],[1,1],[3,4]]"));
+  CHECK(decode_plan_record(encode_plan_record(r)) == r);
+}
+
+namespace {
+JoinInfo joiner(int rank, const std::string& topology) {
+  JoinInfo j;
+  j.node_rank = rank;
+  j.hostname = fmt::format("n{}", rank);
+  j.topology = topology;
+  return j;
+}
+// "rank:spare" in the arranged order.
+std::string arranged(const std::vector<JoinInfo>& v) {
+  std::string out;
+  for (const auto& j : v) out += fmt::format("{}{}{} ", j.node_rank, j.spare ? "s" : "", "");
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the master's round orders the nodes by topology and promotes a lost node's neighbour",
+          "[rank_order]") {
+  const std::vector<JoinInfo> five = {joiner(0, "s0.s1.n0"), joiner(1, "s0.s2.n1"), joiner(2, "s0.s1.n2"),
+                                      joiner(3, "s0.s2.n3"), joiner(4, "s0.s1.n4")};
+  const std::map<int, std::string> addrs = {
+      {0, "s0.s1.n0"}, {1, "s0.s2.n1"}, {2, "s0.s1.n2"}, {3, "s0.s2.n3"}, {4, "s0.s1.n4"}};
+  SECTION("slurm: node-rank order, the ranks beyond MAX standbys") {
+    CHECK(arranged(arrange_round(five, 3, core::RankOrder::slurm, 0, {}, {})) == "0 1 2 3s 4s ");
+  }
+  SECTION("topology, first round: the same standbys, the active nodes by switch") {
+    CHECK(arranged(arrange_round(five, 3, core::RankOrder::topology, 0, {}, {})) == "0 2 1 3s 4s ");
+  }
+  SECTION("topology, node 2 (s1) lost: node 4 (s1) replaces it, not node 3") {
+    const std::vector<core::Member> before = {
+        {0, "n0", false}, {2, "n2", false}, {1, "n1", false}, {3, "n3", true}, {4, "n4", true}};
+    const std::vector<JoinInfo> back = {five[0], five[1], five[3], five[4]};
+    CHECK(arranged(arrange_round(back, 3, core::RankOrder::topology, 0, before, addrs)) == "0 4 1 3s ");
+    // Slurm's order promotes the first standby.
+    CHECK(arranged(arrange_round(back, 3, core::RankOrder::slurm, 0, before, addrs)) == "0 1 3 4s ");
+  }
+  SECTION("topology, after a failover the store node comes first") {
+    const std::vector<core::Member> before = {
+        {0, "n0", false}, {2, "n2", false}, {1, "n1", false}, {3, "n3", true}, {4, "n4", true}};
+    const std::vector<JoinInfo> back = {five[1], five[2], five[3], five[4]};
+    CHECK(arranged(arrange_round(back, 3, core::RankOrder::topology, 2, before, {})) == "2 1 3 4s ");
+  }
 }
 
 TEST_CASE("a malformed plan record is one protocol error", "[plan_record]") {
@@ -836,7 +887,8 @@ TEST_CASE("a malformed plan record is one protocol error", "[plan_record]") {
       {"{", "parse error"},
       {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-2]"})", "active"},
       {R"({"plan":"p","ranks":[[1,0]],"hostlist":"n1","active":1})", "out of order"},
-      {R"({"plan":"p","ranks":[[0,1],[1,2]],"hostlist":"n[1-3]","active":1})", "out of order"},
+      {R"({"plan":"p","ranks":[[0,1],[1,2]],"hostlist":"n[1-3]","active":1})", "node rank 1 listed twice"},
+      {R"({"plan":"p","ranks":[[2,2],[0,2]],"hostlist":"n[1-4]","active":1})", "node rank 2 listed twice"},
       {R"({"plan":"p","ranks":[[-3,-2]],"hostlist":"n[1-2]","active":1})", "out of order"},
       {R"({"plan":"p","ranks":[[0,2000000000]],"hostlist":"n1","active":1})", "too long"},
       {R"({"plan":"p","ranks":[[0,1]],"hostlist":"n[1-3]","active":1})", "3 hosts for 2 node ranks"},
