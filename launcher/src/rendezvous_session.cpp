@@ -5,6 +5,7 @@
 #include "agent/signals.hpp"
 #include "core/elastic.hpp"
 #include "core/node_count.hpp"
+#include "launcher/health_check.hpp"
 #include "launcher/job.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
@@ -75,6 +76,13 @@ class RendezvousSession final : public Session {
     round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
     // --worker-store relay: this node's workers reach node 0's store through a relay of this attempt.
     store_.relay(round.table->job, joined.node_rank, round.local);
+    // An elastic job's first round may close without a node of the step (one that failed its health
+    // check exits without joining): node rank 0 says which, since nothing else would.
+    if (attempt == 0 && round.announce && r_.elastic && r_.context == core::SlurmContext::step) {
+      std::vector<int> in;
+      for (const auto& m : joined.members) in.push_back(m.orig_rank);
+      if (const auto line = left_out_line(r_.nagents, in, rz_.expected_hosts())) ev_.warn(*line);
+    }
     if (attempt > 0 && round.announce) {
       report_membership(ev_, quiet_, attempt, previous_, joined.members, last_table_->job.world_size,
                         round.table->job.world_size);

@@ -301,12 +301,26 @@ void Rendezvous::wait_for_arrivals(PrefixStore& s) {
   // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
   // only to say, now and then, who is still missing.
   // The first round also ends when an agent could not start (fail_start): the caller looks.
+  // Under Slurm an elastic job's master knows its standbys (the step's nodes beyond MAX): they count
+  // towards MIN, so that an active node that never comes (a failed --health-check) leaves its place
+  // to a standby after the last call, as a lost node does.
+  const bool standbys_count = opts_.elastic && opts_.nagents > opts_.nnodes_max;
   std::vector<std::string> watched = {keys::arrived(opts_.nnodes_min)};
   if (opts_.attempt == 0) watched.emplace_back(keys::kAbort);
   for (;;) {
+    if (standbys_count) {
+      const std::int64_t active = s.add(keys::kArrivals, 0);
+      const std::int64_t spare = s.add(keys::kStandbys, 0);
+      if (active + spare >= opts_.nnodes_min) return;
+      watched = {keys::arrived(active + 1), keys::standby_arrived(spare + 1)};
+      if (opts_.attempt == 0) watched.emplace_back(keys::kAbort);
+    }
     const Millis left = left_until(deadline);
     const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
-    if (s.wait_any(watched, slice)) return;
+    if (const auto i = s.wait_any(watched, slice)) {
+      if (!standbys_count || watched[*i] == keys::kAbort) return;
+      continue;  // one more arrival: count again
+    }
     if (slice >= left || Clock::now() >= deadline) break;
     const auto ranks = joined_ranks(s);
     opts_.on_progress(fmt::format("rendezvous {} waiting {:.0f} s: {} of {} node(s) joined; missing: {}",

@@ -139,6 +139,8 @@ class Rendezvous {
 
   std::uint16_t port() const { return port_; }
   std::string endpoint() const;  // "host:port" as used in messages
+  // Each node rank's host, as given (RendezvousOptions::expected_hosts).
+  const std::vector<std::string>& expected_hosts() const { return opts_.expected_hosts; }
   int attempt() const { return opts_.attempt; }
   // Master only (else empty): the numeric addresses the agents connected from, each once; the
   // workers' store admits no other remote peer (docs/security.md).
