@@ -310,9 +310,20 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
   agent::ProgressRule progress{ao.max_restarts_without_progress, {}};
   std::vector<AttemptRecord> attempts;
   for (int attempt = 0;; ++attempt) {
-    // A restart's round: the check again; a node that fails it leaves without joining.
+    // A restart's round: the check again; a node that fails it leaves without joining, and a fail-fast
+    // job's other nodes leave with its line at once (docs/agent.md, "Health check").
     if (attempt > 0) {
-      if (const auto bad = check_node_health(o, r)) throw core::Error(*bad, kHealthCheckExitCode);
+      if (const auto bad = check_node_health(o, r)) {
+        core::Failure f;
+        f.host = r.self.host.value_or("");
+        f.node_rank = r.job.node_rank;
+        f.exit_code = kHealthCheckExitCode;
+        f.reason = *bad;
+        f.fatal = true;
+        fail_line(ev, *bad, kHealthCheckExitCode);
+        session.fail_start(f);
+        return kHealthCheckExitCode;
+      }
     }
     Round round = session.join(attempt);
     bind_cpus(ev, r, round, attempt);

@@ -93,6 +93,15 @@ class RendezvousSession final : public Session {
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
+  void fail_start(const core::Failure& cause) override {
+    // This agent leaves with its own code, which srun's SIGTERM (sent once an agent exits) must not change.
+    agent::hold_stop_signals();
+    try {
+      rz_.fail_start(cause);
+    } catch (const std::exception&) {
+      // The others cannot be told (the store is gone): they end at their round's timeout.
+    }
+  }
   std::optional<core::Failure> standby(const std::function<bool()>& stop) override {
     return rz_.standby(stop);
   }

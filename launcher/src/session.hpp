@@ -38,6 +38,9 @@ class Session {
     (void)stop;
     return std::nullopt;
   }
+  // Before a restart's round this node cannot join (a failed --health-check): tell the others where
+  // they would wait for it (a fail-fast job's round); an elastic round goes on without it.
+  virtual void fail_start(const core::Failure& cause) { (void)cause; }
   // After an attempt that ended with `root` (`restart_due`: after_attempt would restart): nullopt when
   // the next round may run, or the job ends for another reason; else why a lost node ends the job
   // here (core::loss_ends_job: the job is not elastic, fewer than MIN left, no strict majority).
