@@ -172,6 +172,8 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
 
 std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r) {
   if (!o.health_check) return std::nullopt;
+  // Per-task mode: the node's check is its relay's (local task 0), which tells the others.
+  if (r.mode == core::Mode::per_task && r.job.task_local_rank.value_or(0) != 0) return std::nullopt;
   const HealthCheckRun run = run_health_check(*o.health_check, o.health_check_timeout);
   return judge_health_check(run, r.self.host.value_or("localhost"), r.job.node_rank, o.health_check_timeout);
 }

@@ -9,6 +9,7 @@
 #include "launcher/job.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
+#include "per_task_session.hpp"
 #include "session.hpp"
 #include "store_coordinator.hpp"
 #include "worker_store.hpp"
@@ -222,6 +223,23 @@ bool shares_start_errors(const core::Options& o, const core::Resolved& r) {
 }  // namespace
 
 void publish_start_error(const core::Options& o, const core::Resolved& r, const std::string& what, int code) {
+  // Per-task mode: only a relay's failed health check is published, by the session that relays.
+  if (r.mode == core::Mode::per_task && !o.dry_run && code == kHealthCheckExitCode) {
+    agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
+    ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
+    core::Failure f;
+    f.host = r.self.host.value_or("");
+    f.node_rank = r.job.node_rank;
+    f.exit_code = code;
+    f.reason = what;
+    f.fatal = true;
+    try {
+      make_per_task_session(o, r, resolve_auth(r, o.quiet, ev), ev)->fail_start(f);
+    } catch (const std::exception&) {
+      // Printed on this node already; the others end at their --rdzv-timeout.
+    }
+    return;
+  }
   if (!shares_start_errors(o, r)) return;
   agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
   ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);

@@ -6,7 +6,9 @@
 #  2. fail-fast, a batch script's plain ddprun (self-launch): the same, and the job ends FAILED 125:0;
 #  3. elastic, --nnodes 2:3 --max-restarts 1 on 3 nodes: the job runs on the 2 others and ends COMPLETED 0:0;
 #     node rank 0 names the node left out;
-#  4. elastic with a standby, --nnodes 2 --max-restarts 1 on 3 nodes: the standby takes the node's place.
+#  4. elastic with a standby, --nnodes 2 --max-restarts 1 on 3 nodes: the standby takes the node's place;
+#  5. per-task mode, srun --ntasks-per-node=2 ddprun on 2 nodes: local task 0 runs its node's check, and every
+#     task of the step ends at once with 125 and the line, no worker started.
 source "$(dirname "$0")/lib.sh"
 setup
 need_ddprun
@@ -92,4 +94,22 @@ note "3. sbatch -N3, --nnodes 2:3 --max-restarts 1: node2's check fails, the job
 elastic_case shrink 2:3 node2 "node1 0 2 node3 1 2"
 note "4. sbatch -N3, --nnodes 2 --max-restarts 1 (node3 a standby): node2's check fails, node3 takes its place"
 elastic_case spare 2 node2 "node1 0 2 node3 1 2"
+
+rm -f "$WORK"/started.*
+note "5. srun -N2 --ntasks-per-node=2 ddprun (per-task mode): node2's check fails"
+BAD=node2 timeout 200 srun -N2 -w 'node[1-2]' --ntasks-per-node=2 -l "$DDPRUN" --rdzv-timeout 120 \
+  --health-check "$check" -- sh -c "$worker" > per_task.out 2> per_task.err
+rc=$?
+sed 's/^/   /' per_task.err
+expect_eq "per-task srun exit code" 125 "$rc"
+grep -qE "^2: ddprun: error: node 1 \(node2\) failed its health check \(--health-check\): $tail_re" per_task.err \
+  || fail "per-task: node2's task 0 did not report its failed check"
+for t in 0 1 3; do
+  grep -qE "^$t: ddprun: error: node2 \(node rank 1\) could not start: node 1 \(node2\) failed its health check.*$tail_re" \
+    per_task.err || fail "per-task: task $t does not name node2 and the check's output"
+done
+grep -qE "node1: tasks 0-1: Exited with exit code 125" per_task.err || fail "per-task: node1's tasks did not exit 125"
+grep -qE "node2: tasks 2-3: Exited with exit code 125" per_task.err || fail "per-task: node2's tasks did not exit 125"
+no_wait per-task per_task.err
+no_worker_started per-task
 pass
