@@ -8,7 +8,8 @@
 #     node rank 0 names the node left out;
 #  4. elastic with a standby, --nnodes 2 --max-restarts 1 on 3 nodes: the standby takes the node's place;
 #  5. per-task mode, srun --ntasks-per-node=2 ddprun on 2 nodes: local task 0 runs its node's check, and every
-#     task of the step ends at once with 125 and the line, no worker started.
+#     task of the step ends at once with 125 and the line, no worker started;
+#  6. elastic, but the failing node is node rank 0, whose store the others need: all end at once with 125.
 source "$(dirname "$0")/lib.sh"
 setup
 need_ddprun
@@ -112,4 +113,17 @@ grep -qE "node1: tasks 0-1: Exited with exit code 125" per_task.err || fail "per
 grep -qE "node2: tasks 2-3: Exited with exit code 125" per_task.err || fail "per-task: node2's tasks did not exit 125"
 no_wait per-task per_task.err
 no_worker_started per-task
+
+note "6. srun -N3 ddprun --nnodes 2:3 --max-restarts 1: node1 (node rank 0, the store's host) fails its check"
+BAD=node1 timeout 200 srun -N3 -w 'node[1-3]' -l "$DDPRUN" --nnodes 2:3 --max-restarts 1 --rdzv-timeout 120 \
+  --nproc-per-node 1 --health-check "$check" -- sh -c "$worker" > master.out 2> master.err
+rc=$?
+sed 's/^/   /' master.err
+expect_eq "srun exit code (node rank 0's check failed)" 125 "$rc"
+for t in 1 2; do
+  grep -qE "^$t: ddprun: error: node1 \(node rank 0\) could not start: node 0 \(node1\) failed its health check.*$tail_re" \
+    master.err || fail "master: task $t does not name node1 and the check's output"
+done
+no_wait master master.err
+no_worker_started master
 pass
