@@ -9,7 +9,9 @@
 #  4. elastic with a standby, --nnodes 2 --max-restarts 1 on 3 nodes: the standby takes the node's place;
 #  5. per-task mode, srun --ntasks-per-node=2 ddprun on 2 nodes: local task 0 runs its node's check, and every
 #     task of the step ends at once with 125 and the line, no worker started;
-#  6. elastic, but the failing node is node rank 0, whose store the others need: all end at once with 125.
+#  6. elastic, but the failing node is node rank 0, whose store the others need: all end at once with 125;
+#  7. per-task mode with --max-restarts 1: the check runs again before the restart (once per node), fails
+#     there on node2, and every task ends at once with 125.
 source "$(dirname "$0")/lib.sh"
 setup
 need_ddprun
@@ -126,4 +128,25 @@ for t in 1 2; do
 done
 no_wait master master.err
 no_worker_started master
+
+note "7. srun -N2 --ntasks-per-node=2 ddprun --max-restarts 1 (per-task): attempt 0's workers fail, node2's check fails at the restart"
+# The check counts its runs per node (checks.HOST) and fails from the second on BAD only.
+counting='f=$DIR/checks.$(hostname); n=$(cat "$f" 2>/dev/null || echo 0); echo $((n + 1)) > "$f"; test "$n" = 0 || { '"$check"'; }'
+failing="touch $WORK/started.\$RANK.\$TORCHELASTIC_RESTART_COUNT; [ \$TORCHELASTIC_RESTART_COUNT != 0 ] || exit 3"
+rm -f "$WORK"/started.*
+DIR=$WORK BAD=node2 timeout 200 srun -N2 -w 'node[1-2]' --ntasks-per-node=2 -l "$DDPRUN" --rdzv-timeout 120 \
+  --max-restarts 1 --term-timeout 3 --health-check "$counting" -- sh -c "$failing" > restart.out 2> restart.err
+rc=$?
+grep -E 'ddprun: (error|attempt)' restart.err | sed 's/^/   /'
+expect_eq "per-task restart: srun exit code" 125 "$rc"
+expect_eq "per-task restart: check runs per node (node1 node2)" "2 2" "$(cat checks.node1) $(cat checks.node2)"
+expect_eq "per-task restart: attempt 0's workers" 4 "$(ls "$WORK"/started.*.0 | wc -l)"
+if compgen -G "$WORK/started.*.1" > /dev/null; then fail "per-task restart: a worker of the restart started"; fi
+grep -qE "^2: ddprun: error: node 1 \(node2\) failed its health check \(--health-check\): exited with code 3; output: GPU 3" \
+  restart.err || fail "per-task restart: node2's task 0 did not report its failed check"
+for t in 0 1 3; do
+  grep -qE "^$t: ddprun: error: node2 \(node rank 1\) could not start: node 1 \(node2\) failed its health check" \
+    restart.err || fail "per-task restart: task $t does not name node2"
+done
+no_wait per-task-restart restart.err
 pass
