@@ -115,7 +115,7 @@ TEST_CASE("health check: a passing check changes nothing", "[e2e][health]") {
   CHECK(std::filesystem::exists(job.dir.path() / "started.1"));
 }
 
-TEST_CASE("health check: it runs again before a restart; a fail-fast job ends there with 125 on every node",
+TEST_CASE("health check: it runs again before a restart, where a fail-fast job ends with 125 on every node",
           "[e2e][health]") {
   Job job;
   start_agents(job, 2, "2", kSickAtRestart, {"--max-restarts", "1"}, kFailFirstAttempt);
