@@ -314,14 +314,8 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // job's other nodes leave with its line at once (docs/agent.md, "Health check").
     if (attempt > 0) {
       if (const auto bad = check_node_health(o, r)) {
-        core::Failure f;
-        f.host = r.self.host.value_or("");
-        f.node_rank = r.job.node_rank;
-        f.exit_code = kHealthCheckExitCode;
-        f.reason = *bad;
-        f.fatal = true;
         fail_line(ev, *bad, kHealthCheckExitCode);
-        session.fail_start(f);
+        session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
         return kHealthCheckExitCode;
       }
     }

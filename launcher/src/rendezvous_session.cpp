@@ -222,17 +222,24 @@ bool shares_start_errors(const core::Options& o, const core::Resolved& r) {
 
 }  // namespace
 
+core::Failure start_failure(const core::Resolved& r, const std::string& what, int code) {
+  core::Failure f;
+  f.host = r.self.host.value_or("");
+  f.node_rank = r.job.node_rank;
+  f.exit_code = code;
+  f.reason = what;
+  f.fatal = true;  // input that cannot start, a node that failed its check: no restart helps
+  return f;
+}
+
 void publish_start_error(const core::Options& o, const core::Resolved& r, const std::string& what, int code) {
+  const bool per_task_check = r.mode == core::Mode::per_task && !o.dry_run && code == kHealthCheckExitCode;
+  if (!per_task_check && !shares_start_errors(o, r)) return;
+  agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
+  ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
+  const core::Failure f = start_failure(r, what, code);
   // Per-task mode: only a relay's failed health check is published, by the session that relays.
-  if (r.mode == core::Mode::per_task && !o.dry_run && code == kHealthCheckExitCode) {
-    agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
-    ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
-    core::Failure f;
-    f.host = r.self.host.value_or("");
-    f.node_rank = r.job.node_rank;
-    f.exit_code = code;
-    f.reason = what;
-    f.fatal = true;
+  if (per_task_check) {
     try {
       make_per_task_session(o, r, resolve_auth(r, o.quiet, ev), ev)->fail_start(f);
     } catch (const std::exception&) {
@@ -240,15 +247,6 @@ void publish_start_error(const core::Options& o, const core::Resolved& r, const 
     }
     return;
   }
-  if (!shares_start_errors(o, r)) return;
-  agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
-  ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
-  core::Failure f;
-  f.host = r.self.host.value_or("");
-  f.node_rank = r.job.node_rank;
-  f.exit_code = code;
-  f.reason = what;
-  f.fatal = true;  // input that cannot start: no restart helps
   try {
     rdzv::RendezvousOptions ro = agent_rdzv_options(o, r, resolve_auth(r, o.quiet, ev), ev);
     ro.on_progress = nullptr;  // this agent waits for nobody's plan

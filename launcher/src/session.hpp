@@ -52,6 +52,10 @@ class Session {
   }
 };
 
+// What a node that cannot start (or cannot join a restart's round) publishes as the root cause: its
+// host and node rank, `what` and exit code `code`.
+core::Failure start_failure(const core::Resolved& r, const std::string& what, int code);
+
 // Agent mode's rendezvous options: the common ones, the store's endpoint, the node counts.
 rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::Resolved& r,
                                            rdzv::auth::Config auth, agent::Events& ev);
