@@ -334,9 +334,10 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
       ->group(g)
       ->type_name("SECONDS");
   app.add_option("--health-check", o.health_check,
-                 "Shell command (sh -c) every agent runs before it joins a rendezvous round; a node whose "
-                 "check fails or times out does not join and exits 125, and a fail-fast job ends on every "
-                 "node (see examples/health/gpu_node_check.sh)")
+                 "Shell command (sh -c) every agent (per-task mode: each node's local task 0) runs before "
+                 "it joins a rendezvous round; a node whose check fails or times out does not join and "
+                 "exits 125; a fail-fast job ends on every node, an elastic one goes on without the node "
+                 "(see examples/health/gpu_node_check.sh)")
       ->envname(env("HEALTH_CHECK"))
       ->group(g)
       ->type_name("CMD");

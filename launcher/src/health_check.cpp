@@ -8,12 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 
@@ -58,6 +60,22 @@ std::optional<std::string> judge_health_check(const HealthCheckRun& run, const s
   return fmt::format(
       "{} failed its health check (--health-check): {}; {}; fix the node or leave it out of the job", node,
       what, tail.empty() ? std::string("no output") : "output: " + tail);
+}
+
+std::optional<std::string> left_out_line(int nagents, const std::vector<int>& joined_ranks,
+                                         const std::vector<std::string>& hosts) {
+  std::vector<std::string> missing;
+  for (int r = 0; r < nagents; ++r) {
+    if (std::find(joined_ranks.begin(), joined_ranks.end(), r) != joined_ranks.end()) continue;
+    const auto i = static_cast<std::size_t>(r);
+    missing.push_back(i < hosts.size() && !hosts[i].empty() ? fmt::format("{} (node rank {})", hosts[i], r)
+                                                            : fmt::format("node rank {}", r));
+  }
+  if (missing.empty()) return std::nullopt;
+  return fmt::format(
+      "the first round closed without {} of the step's {} nodes: {} (did not join: a failed --health-check, "
+      "or not started in time); the job runs on the other {}",
+      missing.size(), nagents, fmt::join(missing, ", "), nagents - static_cast<int>(missing.size()));
 }
 
 namespace {
@@ -154,6 +172,8 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
 
 std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r) {
   if (!o.health_check) return std::nullopt;
+  // Per-task mode: the node's check is its relay's (local task 0), which tells the others.
+  if (r.mode == core::Mode::per_task && r.job.task_local_rank.value_or(0) != 0) return std::nullopt;
   const HealthCheckRun run = run_health_check(*o.health_check, o.health_check_timeout);
   return judge_health_check(run, r.self.host.value_or("localhost"), r.job.node_rank, o.health_check_timeout);
 }

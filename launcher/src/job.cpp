@@ -311,9 +311,14 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
   std::vector<AttemptRecord> attempts;
   int elastic_events = 0;  // rounds whose size differed from the round before (`ddprun top`)
   for (int attempt = 0;; ++attempt) {
-    // A restart's round: the check again; a node that fails it leaves without joining.
+    // A restart's round: the check again; a node that fails it leaves without joining, and a fail-fast
+    // job's other nodes leave with its line at once (docs/agent.md, "Health check").
     if (attempt > 0) {
-      if (const auto bad = check_node_health(o, r)) throw core::Error(*bad, kHealthCheckExitCode);
+      if (const auto bad = check_node_health(o, r)) {
+        fail_line(ev, *bad, kHealthCheckExitCode);
+        session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
+        return kHealthCheckExitCode;
+      }
     }
     Round round = session.join(attempt);
     bind_cpus(ev, r, round, attempt);

@@ -107,10 +107,12 @@ int main(int argc, char** argv) {
       core::resolve_node(o, env, sys, resolved);
       if (const auto dry_run_code = validate_or_dry_run(o, resolved, agent_opts)) return *dry_run_code;
       // --health-check (docs/agent.md): a bad node stops here, before the first round. In a fail-fast
-      // job every node learns of it as of a start-up error; an elastic job goes on without this node.
+      // job every node learns of it as of a start-up error; an elastic job goes on without this node,
+      // unless it is node rank 0, whose store the others need: then they end at once too.
       if (resolved.context != core::SlurmContext::batch) {
         if (const auto bad = launcher::check_node_health(o, resolved)) {
-          if (resolved.elastic) return fail(*bad, launcher::kHealthCheckExitCode);
+          if (resolved.elastic && resolved.job.node_rank != 0)
+            return fail(*bad, launcher::kHealthCheckExitCode);
           return start_error(*bad, launcher::kHealthCheckExitCode);
         }
       }

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "agent/signals.hpp"
+#include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/per_task.hpp"
 #include "launcher/system.hpp"
@@ -46,6 +48,19 @@ class PerTaskSession final : public Session {
   void next_attempt() override {
     if (up_) up_->next_attempt();
     if (down_) down_->next_attempt();
+  }
+  // The relay's start-up error (its node's failed --health-check, the only one run there): first to
+  // its node's tasks, then to the job's other relays, which pass it down to theirs (join()).
+  void fail_start(const core::Failure& cause) override {
+    agent::hold_stop_signals();
+    for (auto* rz : {down_.get(), up_.get()}) {
+      if (!rz) continue;
+      try {
+        rz->fail_start(cause);
+      } catch (const std::exception&) {
+        // That store is out of reach: its side ends at its round's timeout.
+      }
+    }
   }
 
  private:
@@ -168,6 +183,16 @@ Round PerTaskSession::join(int attempt) {
                     [&](const std::vector<rdzv::JoinInfo>& joined) { return master_plan(attempt, joined); })
               .plan;
     } catch (const std::exception& e) {
+      // Another node could not start: its cause, and its exit code, for this node's tasks too.
+      if (const auto& f = up_->start_failure()) {
+        if (down_) {
+          try {
+            down_->fail_start(*f);
+          } catch (const std::exception&) {
+          }
+        }
+        throw core::Error(e.what(), f->exit_code);
+      }
       pass_down_join_error(e.what());
       throw;
     }
@@ -175,8 +200,13 @@ Round PerTaskSession::join(int attempt) {
   }
   if (down_) {
     // The relay publishes the job's plan to its node as it is; a member reads it here.
-    text = down_->join(join_info(place_.local, 1), [&](const std::vector<rdzv::JoinInfo>&) { return text; })
-               .plan;
+    try {
+      text = down_->join(join_info(place_.local, 1), [&](const std::vector<rdzv::JoinInfo>&) { return text; })
+                 .plan;
+    } catch (const rdzv::Error& e) {
+      if (const auto& f = down_->start_failure()) throw core::Error(e.what(), f->exit_code);
+      throw;
+    }
     if (from.empty()) from = down_->endpoint();
   }
   Round round;

@@ -7,9 +7,11 @@
 #include "core/elastic.hpp"
 #include "core/node_count.hpp"
 #include "core/rank_order.hpp"
+#include "launcher/health_check.hpp"
 #include "launcher/job.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
+#include "per_task_session.hpp"
 #include "session.hpp"
 #include "store_coordinator.hpp"
 #include "worker_store.hpp"
@@ -79,6 +81,13 @@ class RendezvousSession final : public Session {
     round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
     // --worker-store relay: this node's workers reach node 0's store through a relay of this attempt.
     store_.relay(round.table->job, joined.node_rank, round.local);
+    // An elastic job's first round may close without a node of the step (one that failed its health
+    // check exits without joining): node rank 0 says which, since nothing else would.
+    if (attempt == 0 && round.announce && r_.elastic && r_.context == core::SlurmContext::step) {
+      std::vector<int> in;
+      for (const auto& m : joined.members) in.push_back(m.orig_rank);
+      if (const auto line = left_out_line(r_.nagents, in, rz_.expected_hosts())) ev_.warn(*line);
+    }
     if (attempt > 0 && round.announce) {
       report_membership(ev_, quiet_, attempt, previous_, joined.members, last_table_->job.world_size,
                         round.table->job.world_size);
@@ -89,6 +98,15 @@ class RendezvousSession final : public Session {
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
+  void fail_start(const core::Failure& cause) override {
+    // This agent leaves with its own code, which srun's SIGTERM (sent once an agent exits) must not change.
+    agent::hold_stop_signals();
+    try {
+      rz_.fail_start(cause);
+    } catch (const std::exception&) {
+      // The others cannot be told (the store is gone): they end at their round's timeout.
+    }
+  }
   std::optional<core::Failure> standby(const std::function<bool()>& stop) override {
     return rz_.standby(stop);
   }
@@ -236,16 +254,31 @@ bool shares_start_errors(const core::Options& o, const core::Resolved& r) {
 
 }  // namespace
 
-void publish_start_error(const core::Options& o, const core::Resolved& r, const std::string& what, int code) {
-  if (!shares_start_errors(o, r)) return;
-  agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
-  ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
+core::Failure start_failure(const core::Resolved& r, const std::string& what, int code) {
   core::Failure f;
   f.host = r.self.host.value_or("");
   f.node_rank = r.job.node_rank;
   f.exit_code = code;
   f.reason = what;
-  f.fatal = true;  // input that cannot start: no restart helps
+  f.fatal = true;  // input that cannot start, a node that failed its check: no restart helps
+  return f;
+}
+
+void publish_start_error(const core::Options& o, const core::Resolved& r, const std::string& what, int code) {
+  const bool per_task_check = r.mode == core::Mode::per_task && !o.dry_run && code == kHealthCheckExitCode;
+  if (!per_task_check && !shares_start_errors(o, r)) return;
+  agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
+  ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
+  const core::Failure f = start_failure(r, what, code);
+  // Per-task mode: only a relay's failed health check is published, by the session that relays.
+  if (per_task_check) {
+    try {
+      make_per_task_session(o, r, resolve_auth(r, o.quiet, ev), ev)->fail_start(f);
+    } catch (const std::exception&) {
+      // Printed on this node already; the others end at their --rdzv-timeout.
+    }
+    return;
+  }
   try {
     rdzv::RendezvousOptions ro = agent_rdzv_options(o, r, resolve_auth(r, o.quiet, ev), ev);
     ro.on_progress = nullptr;  // this agent waits for nobody's plan

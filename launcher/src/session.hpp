@@ -38,6 +38,9 @@ class Session {
     (void)stop;
     return std::nullopt;
   }
+  // Before a restart's round this node cannot join (a failed --health-check): tell the others where
+  // they would wait for it (a fail-fast job's round); an elastic round goes on without it.
+  virtual void fail_start(const core::Failure& cause) { (void)cause; }
   // After an attempt that ended with `root` (`restart_due`: after_attempt would restart): nullopt when
   // the next round may run, or the job ends for another reason; else why a lost node ends the job
   // here (core::loss_ends_job: the job is not elastic, fewer than MIN left, no strict majority).
@@ -48,6 +51,10 @@ class Session {
     return std::nullopt;
   }
 };
+
+// What a node that cannot start (or cannot join a restart's round) publishes as the root cause: its
+// host and node rank, `what` and exit code `code`.
+core::Failure start_failure(const core::Resolved& r, const std::string& what, int code);
 
 // Agent mode's rendezvous options: the common ones, the store's endpoint, the node counts.
 rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::Resolved& r,

@@ -103,7 +103,7 @@ bool Rendezvous::wait_for_plan(PrefixStore& s, Clock::time_point start) {
   std::optional<std::size_t> got;
   // The first round also ends when an agent could not start (fail_start).
   std::vector<std::string> watched = {keys::kPlan, keys::kJoinError};
-  if (opts_.attempt == 0) watched.emplace_back(keys::kAbort);
+  if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
   for (;;) {
     const Millis left = left_until(deadline);
     const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
@@ -128,6 +128,8 @@ bool Rendezvous::wait_for_plan(PrefixStore& s, Clock::time_point start) {
 core::Failure Rendezvous::fail_start(const core::Failure& cause_in) {
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
+  // An elastic round after a restart closes without a node that does not come back: nobody waits.
+  if (!start_errors_end_round()) return cause;
   ensure_connected();
   PrefixStore s = store();
   // The round closed without this node (elastic, MIN met): the job runs on, as for a late node.
@@ -203,12 +205,12 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
       const auto deadline = Clock::now() + opts_.last_call;
       for (const auto& key : all) {
         std::vector<std::string> watched = {key};
-        if (opts_.attempt == 0) watched.emplace_back(keys::kAbort);
+        if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
         if (s.wait_any(watched, left_until(deadline)) == std::size_t{1}) break;
       }
     }
     // An agent that could not start ends the first round before any plan.
-    if (opts_.attempt == 0 && s.check({keys::kAbort})) leave_after_start_failure(s);
+    if (start_errors_end_round() && s.check({keys::kAbort})) leave_after_start_failure(s);
     in = joined_ranks(s);
   }
   // The first MAX in node order run workers; the rest are standbys (elastic only: otherwise no rank
@@ -267,6 +269,13 @@ std::vector<int> Rendezvous::joined_ranks(PrefixStore& s) const {
   return {ranks.begin(), ranks.end()};
 }
 
+// Whether a start-up error (fail_start) ends this round on every agent: the first round's, and a
+// fail-fast job's after a restart (a node whose --health-check fails then), where the others would
+// otherwise wait for the node; an elastic round after a restart goes on without it instead.
+bool Rendezvous::start_errors_end_round() const {
+  return opts_.attempt == 0 || !elastic_round();
+}
+
 // A round after a restart of an elastic job: MIN < MAX, or standbys (which the master outside Slurm
 // learns of only when they join).
 bool Rendezvous::elastic_round() const {
@@ -309,12 +318,26 @@ void Rendezvous::wait_for_arrivals(PrefixStore& s) {
   // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
   // only to say, now and then, who is still missing.
   // The first round also ends when an agent could not start (fail_start): the caller looks.
+  // Under Slurm an elastic job's master knows its standbys (the step's nodes beyond MAX): they count
+  // towards MIN, so that an active node that never comes (a failed --health-check) leaves its place
+  // to a standby after the last call, as a lost node does.
+  const bool standbys_count = opts_.elastic && opts_.nagents > opts_.nnodes_max;
   std::vector<std::string> watched = {keys::arrived(opts_.nnodes_min)};
-  if (opts_.attempt == 0) watched.emplace_back(keys::kAbort);
+  if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
   for (;;) {
+    if (standbys_count) {
+      const std::int64_t active = s.add(keys::kArrivals, 0);
+      const std::int64_t spare = s.add(keys::kStandbys, 0);
+      if (active + spare >= opts_.nnodes_min) return;
+      watched = {keys::arrived(active + 1), keys::standby_arrived(spare + 1)};
+      if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
+    }
     const Millis left = left_until(deadline);
     const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
-    if (s.wait_any(watched, slice)) return;
+    if (const auto i = s.wait_any(watched, slice)) {
+      if (!standbys_count || watched[*i] == keys::kAbort) return;
+      continue;  // one more arrival: count again
+    }
     if (slice >= left || Clock::now() >= deadline) break;
     const auto ranks = joined_ranks(s);
     opts_.on_progress(fmt::format("rendezvous {} waiting {:.0f} s: {} of {} node(s) joined; missing: {}",

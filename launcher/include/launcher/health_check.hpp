@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/config.hpp"
 
@@ -38,6 +39,12 @@ std::string output_tail(std::string_view output, std::size_t lines);
 // /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the timeout the
 // whole group is killed (SIGKILL). Throws core::Error when the command cannot be started at all.
 HealthCheckRun run_health_check(const std::string& command, double timeout_s);
+
+// On node rank 0 of an elastic job's first round under Slurm, where the step says which nodes should
+// come: nullopt when all `nagents` did; else one line naming the nodes that did not join (by their own
+// node rank, SLURM_NODEID, and host where known), for instance after a failed health check.
+std::optional<std::string> left_out_line(int nagents, const std::vector<int>& joined_ranks,
+                                         const std::vector<std::string>& hosts);
 
 // The check of this node under `o` (--health-check, its timeout): nullopt when healthy or when there
 // is no check; else judge_health_check's line.

@@ -149,6 +149,8 @@ class Rendezvous {
 
   std::uint16_t port() const { return port_; }
   std::string endpoint() const;  // "host:port" as used in messages
+  // Each node rank's host, as given (RendezvousOptions::expected_hosts).
+  const std::vector<std::string>& expected_hosts() const { return opts_.expected_hosts; }
   int attempt() const { return opts_.attempt; }
   // Master only (else empty): the numeric addresses the agents connected from, each once; the
   // workers' store admits no other remote peer (docs/security.md).
@@ -188,8 +190,9 @@ class Rendezvous {
   std::optional<core::Failure> aborted();
 
   // Start-up errors (docs/rendezvous.md): this agent cannot start (its own input, found before it could
-  // join: no GPUs here for --nproc-per-node gpu, too few cores for --cpu-bind). Publishes `cause` as the
-  // first attempt's root cause, unless another agent's came first or the round closed without this
+  // join: no GPUs here for --nproc-per-node gpu, too few cores for --cpu-bind; or a failed --health-check,
+  // also before a fail-fast job's restart round, not an elastic one's). Publishes `cause` as the
+  // attempt's root cause, unless another agent's came first or the round closed without this
   // node, and returns once every agent of the job has read it (at most join_timeout), so that nobody
   // waits for this node; the cause that won. The master serves its store for that long. Throws Error
   // when the store cannot be reached (connect, up to join_timeout).
@@ -283,6 +286,7 @@ class Rendezvous {
   void wait_for_arrivals(PrefixStore& s);
   std::vector<int> wait_for_survivors(PrefixStore& s);  // the node ranks that joined
   bool elastic_round() const;
+  bool start_errors_end_round() const;
   std::vector<int> joined_ranks(PrefixStore& s) const;
   std::vector<JoinInfo> read_join_records(PrefixStore& s, const std::vector<int>& ranks);
   [[noreturn]] void fail_join(const std::string& message);

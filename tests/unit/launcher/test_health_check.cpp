@@ -66,3 +66,16 @@ TEST_CASE("health check runner: code, output, timeout", "[launcher][health]") {
   CHECK(hung.timed_out);
   CHECK(hung.output == "started\n");
 }
+
+TEST_CASE("health check: the first round's nodes that did not join, named on node rank 0",
+          "[launcher][health]") {
+  using ddprun::launcher::left_out_line;
+  CHECK_FALSE(left_out_line(3, {0, 1, 2}, {"n1", "n2", "n3"}));
+  CHECK(left_out_line(3, {0, 2}, {"n1", "n2", "n3"}) ==
+        "the first round closed without 1 of the step's 3 nodes: n2 (node rank 1) (did not join: a failed "
+        "--health-check, or not started in time); the job runs on the other 2");
+  // A host not known is named by node rank alone.
+  CHECK(left_out_line(4, {0, 1}, {"n1", "n2", ""}) ==
+        "the first round closed without 2 of the step's 4 nodes: node rank 2, node rank 3 (did not join: a "
+        "failed --health-check, or not started in time); the job runs on the other 2");
+}
