@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -138,6 +139,8 @@ class Rendezvous {
   Rendezvous& operator=(const Rendezvous&) = delete;
 
   std::uint16_t port() const { return port_; }
+  // Whether this agent serves the store (the master, node rank 0, or the survivor after a failover).
+  bool serving() const { return server_ != nullptr; }
   std::string endpoint() const;  // "host:port" as used in messages
   int attempt() const { return opts_.attempt; }
   // Master only (else empty): the numeric addresses the agents connected from, each once; the
@@ -238,6 +241,10 @@ class Rendezvous {
   // set on the agent's one connection, skipped (false) while another call holds it (a barrier, an
   // abort) or the master has not answered the last few. Safe beside the other calls; never throws.
   bool publish_status(const std::string& key, const std::string& record);
+  // --metrics-port (docs/observe.md): the record under `key` as this agent knows it, never waiting:
+  // on the master what its store holds (every node's), elsewhere only what this agent last
+  // published under that key. Safe from any thread; never throws.
+  std::optional<std::string> local_status(const std::string& key);
 
   // Master: after an abort, keeps serving until the other agents have disconnected (at most
   // `limit`), so that each of them reads the root cause instead of seeing a lost master. Agents
@@ -317,6 +324,8 @@ class Rendezvous {
   // A barrier's wait holds the main connection: abort() then goes around it (abort_beside_barrier).
   // Set and read under barrier_mu_ by abort(); the watch reads it to end a wait on a lost master.
   std::mutex barrier_mu_;
+  std::mutex status_mu_;
+  std::map<std::string, std::string> published_status_;  // by key: this agent's last (--metrics-port)
   std::atomic<bool> barrier_waiting_{false};
   // Elastic: the last round's members, and who of them is known to be gone (node ranks there).
   std::vector<core::Member> previous_;
