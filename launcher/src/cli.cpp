@@ -333,6 +333,17 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
       ->envname(env("HANG_TIMEOUT"))
       ->group(g)
       ->type_name("SECONDS");
+  app.add_option("--metrics-port", o.metrics_port,
+                 "Serve every rank's status (state, RSS, CPU%, seconds since progress, restarts) in "
+                 "Prometheus text format at http://NODE:PORT/metrics from node 0's agent (docs/observe.md)")
+      ->envname(env("METRICS_PORT"))
+      ->check(CLI::Range(1, 65535))
+      ->group(g)
+      ->type_name("PORT");
+  app.add_flag("--metrics-all-nodes", o.metrics_all_nodes,
+               "With --metrics-port: every node's agent serves its own node's ranks on that port")
+      ->envname(env("METRICS_ALL_NODES"))
+      ->group(g);
   app.add_option("--health-check", o.health_check,
                  "Shell command (sh -c) every agent (per-task mode: each node's local task 0) runs before "
                  "it joins a rendezvous round; a node whose check fails or times out does not join and "

@@ -366,6 +366,11 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
       if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) ev.warn(*none);
     }
     std::unique_ptr<Session> session;
+    if (o.metrics_port && r.mode != core::Mode::agent) {
+      ev.warn(
+          "--metrics-port is served by agents that meet at a rendezvous store (one agent per node); "
+          "this launch has none, so no metrics are served: give --rdzv-endpoint");
+    }
     if (r.mode == core::Mode::standalone) {
       session = std::make_unique<LocalSession>(r, ev);
     } else if (r.mode == core::Mode::per_task) {

@@ -3,12 +3,18 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
+#include <memory>
+
 #include "agent/signals.hpp"
 #include "core/elastic.hpp"
+#include "core/error.hpp"
 #include "core/node_count.hpp"
 #include "core/rank_order.hpp"
+#include "core/status.hpp"
 #include "launcher/health_check.hpp"
 #include "launcher/job.hpp"
+#include "launcher/observe/metrics_server.hpp"
 #include "launcher/system.hpp"
 #include "membership_report.hpp"
 #include "per_task_session.hpp"
@@ -58,6 +64,28 @@ class RendezvousSession final : public Session {
     // Cut past the longest address taken (O(1) bytes a node); the cut one then reads as malformed.
     me_.topology = r.topology_addr.substr(0, core::kMaxTopologyAddr + 1);
     if (r.rdzv_port == 0) announce_store();
+    // Node 0's agent serves the whole job's metrics; with --metrics-all-nodes every agent its own.
+    if (o.metrics_port && (rz_.serving() || o.metrics_all_nodes)) {
+      try {
+        metrics_ =
+            std::make_unique<MetricsServer>("", static_cast<std::uint16_t>(*o.metrics_port),
+                                            [this, own = !rz_.serving()] { return metrics_source(own); });
+      } catch (const core::Error& e) {
+        // As any start-up error: every node ends with it, none waits for this one.
+        core::Failure f;
+        f.host = me_.hostname;
+        f.node_rank = r.job.node_rank;
+        f.exit_code = e.exit_code();
+        f.reason = e.what();
+        f.fatal = true;
+        try {
+          rz_.fail_start(f);
+        } catch (const std::exception&) {
+          // The others cannot be told; this node's line is printed all the same.
+        }
+        throw;
+      }
+    }
   }
 
   Round join(int attempt) override {
@@ -73,6 +101,7 @@ class RendezvousSession final : public Session {
       if (const auto& f = rz_.start_failure()) throw core::Error(e.what(), f->exit_code);
       throw;
     }
+    node_rank_ = joined.node_rank;
     Round round;
     round.table = std::make_shared<const core::PlanTable>(parse_published_plan(joined.plan, rz_.endpoint()));
     joined.plan = std::string();
@@ -136,6 +165,29 @@ class RendezvousSession final : public Session {
   }
 
  private:
+  // The records --metrics-port shows, read without waiting (the metrics thread): on the store's host
+  // every node's, elsewhere this node's own.
+  std::vector<core::NodeStatus> metrics_source(bool own_only) {
+    std::vector<core::NodeStatus> out;
+    const auto read = [&](int node) {
+      if (const auto rec = rz_.local_status(core::status_key(node))) {
+        try {
+          out.push_back(core::decode_node_status(*rec));
+        } catch (const core::Error&) {
+          // A malformed record: that node has no series this time.
+        }
+      }
+    };
+    if (own_only) {
+      if (const int me = node_rank_.load(); me >= 0) read(me);
+      return out;
+    }
+    read(0);
+    const int nnodes = out.empty() ? 0 : out.front().nnodes;
+    for (int n = 1; n < nnodes; ++n) read(n);
+    return out;
+  }
+
   // --rdzv-endpoint HOST:0 (only the master, core::resolve): the port the store got, which the other
   // agents need, so said even under --quiet.
   void announce_store() {
@@ -213,9 +265,11 @@ class RendezvousSession final : public Session {
   // The last round, for the next one (elastic).
   std::vector<core::Member> previous_;
   std::shared_ptr<const core::PlanTable> last_table_;
-  std::vector<int> lost_;  // node ranks of the last round known to be gone
-  WorkerStoreHost store_;  // the workers' store, while this agent is the master
-  PortHold master_hold_;   // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
+  std::vector<int> lost_;           // node ranks of the last round known to be gone
+  WorkerStoreHost store_;           // the workers' store, while this agent is the master
+  PortHold master_hold_;            // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
+  std::atomic<int> node_rank_{-1};  // this agent's in the last round (the metrics thread reads it)
+  std::unique_ptr<MetricsServer> metrics_;  // --metrics-port; declared last: stopped first
 };
 
 }  // namespace

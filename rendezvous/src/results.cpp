@@ -59,6 +59,10 @@ bool Rendezvous::publish_result(const std::string& record) {
 }
 
 bool Rendezvous::publish_status(const std::string& key, const std::string& record) {
+  {
+    std::lock_guard lk(status_mu_);
+    published_status_[key] = record;
+  }
   if (server_) {
     try {
       ServerStore(*server_).set(key, record);
@@ -81,6 +85,22 @@ bool Rendezvous::publish_status(const std::string& key, const std::string& recor
   } catch (const Error&) {
     return false;  // the connection is gone: the watch reports the master lost
   }
+}
+
+std::optional<std::string> Rendezvous::local_status(const std::string& key) {
+  if (server_) {
+    try {
+      ServerStore s(*server_);
+      if (!s.check({key})) return std::nullopt;
+      return s.get(key, Millis{0});
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  }
+  std::lock_guard lk(status_mu_);
+  const auto it = published_status_.find(key);
+  if (it == published_status_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::optional<int> lost) {

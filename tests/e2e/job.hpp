@@ -16,8 +16,9 @@ struct Job {
   std::string token = "ddprun-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(free_port());
   int port = free_port();
   std::vector<Proc> agents;
-  std::map<std::string, std::string> env;  // more variables for the agents
-  std::map<int, int> port_of;              // node rank -> another rendezvous port (a ByteProxy's)
+  std::map<std::string, std::string> env;            // more variables for the agents
+  std::map<int, int> port_of;                        // node rank -> another rendezvous port (a ByteProxy's)
+  std::map<int, std::vector<std::string>> extra_of;  // node rank -> more options for that agent alone
 
   // Starts `nnodes` agents, each running `nproc` workers of `command`.
   void start(int nnodes, int nproc, const std::vector<std::string>& command,
@@ -37,6 +38,8 @@ struct Job {
                                        "--term-timeout",
                                        "3"};
       argv.insert(argv.end(), extra.begin(), extra.end());
+      if (const auto it = extra_of.find(n); it != extra_of.end())
+        argv.insert(argv.end(), it->second.begin(), it->second.end());
       argv.push_back("--");
       argv.insert(argv.end(), command.begin(), command.end());
       auto vars = env;

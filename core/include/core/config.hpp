@@ -61,6 +61,8 @@ struct Options {
   std::optional<double> hang_timeout;       // seconds without progress before a rank is hung; unset: off
   std::optional<std::string> health_check;  // sh -c command each agent runs before each round
   double health_check_timeout = 60.0;
+  std::optional<int> metrics_port;  // --metrics-port: Prometheus text over HTTP (docs/observe.md)
+  bool metrics_all_nodes = false;   // every node serves its own ranks, not only node 0 the job's
   std::optional<std::string> prefix;
   bool no_prefix = false;
   bool tee = false;

@@ -148,6 +148,8 @@ class Rendezvous {
   Rendezvous& operator=(const Rendezvous&) = delete;
 
   std::uint16_t port() const { return port_; }
+  // Whether this agent serves the store (the master, node rank 0, or the survivor after a failover).
+  bool serving() const { return server_ != nullptr; }
   std::string endpoint() const;  // "host:port" as used in messages
   // Each node rank's host, as given (RendezvousOptions::expected_hosts).
   const std::vector<std::string>& expected_hosts() const { return opts_.expected_hosts; }
@@ -251,6 +253,10 @@ class Rendezvous {
   // set on the agent's one connection, skipped (false) while another call holds it (a barrier, an
   // abort) or the master has not answered the last few. Safe beside the other calls; never throws.
   bool publish_status(const std::string& key, const std::string& record);
+  // --metrics-port (docs/observe.md): the record under `key` as this agent knows it, never waiting:
+  // on the master what its store holds (every node's), elsewhere only what this agent last
+  // published under that key. Safe from any thread; never throws.
+  std::optional<std::string> local_status(const std::string& key);
 
   // Master: after an abort, keeps serving until the other agents have disconnected (at most
   // `limit`), so that each of them reads the root cause instead of seeing a lost master. Agents
@@ -331,6 +337,8 @@ class Rendezvous {
   // A barrier's wait holds the main connection: abort() then goes around it (abort_beside_barrier).
   // Set and read under barrier_mu_ by abort(); the watch reads it to end a wait on a lost master.
   std::mutex barrier_mu_;
+  std::mutex status_mu_;
+  std::map<std::string, std::string> published_status_;  // by key: this agent's last (--metrics-port)
   std::atomic<bool> barrier_waiting_{false};
   // Elastic: the last round's members, and who of them is known to be gone (node ranks there).
   std::vector<core::Member> previous_;
