@@ -98,7 +98,11 @@ void Rendezvous::start_server(std::uint16_t port) {
     so.auth = opts_.auth;
     so.log = opts_.log;
     so.on_lost = [this](const std::string& label, const std::string& reason) { on_lost(label, reason); };
-    server_ = std::make_unique<StoreServer>(std::move(so));
+    auto server = std::make_unique<StoreServer>(std::move(so));
+    // The status and metrics threads look at server_ (publish_status, local_status): a master's
+    // failover starts it while they run.
+    std::lock_guard lk(status_mu_);
+    server_ = std::move(server);
     port_ = server_->port();
   }
 }

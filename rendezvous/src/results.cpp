@@ -59,13 +59,15 @@ bool Rendezvous::publish_result(const std::string& record) {
 }
 
 bool Rendezvous::publish_status(const std::string& key, const std::string& record) {
+  StoreServer* server = nullptr;  // once started, it lives as long as this Rendezvous
   {
     std::lock_guard lk(status_mu_);
     published_status_[key] = record;
+    server = server_.get();
   }
-  if (server_) {
+  if (server) {
     try {
-      ServerStore(*server_).set(key, record);
+      ServerStore(*server).set(key, record);
       return true;
     } catch (const Error&) {
       return false;
@@ -88,9 +90,14 @@ bool Rendezvous::publish_status(const std::string& key, const std::string& recor
 }
 
 std::optional<std::string> Rendezvous::local_status(const std::string& key) {
-  if (server_) {
+  StoreServer* server = nullptr;
+  {
+    std::lock_guard lk(status_mu_);
+    server = server_.get();
+  }
+  if (server) {
     try {
-      ServerStore s(*server_);
+      ServerStore s(*server);
       if (!s.check({key})) return std::nullopt;
       return s.get(key, Millis{0});
     } catch (const Error&) {
