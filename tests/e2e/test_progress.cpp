@@ -16,33 +16,14 @@ namespace {
 // Two agents, one worker each. Every worker leaves attempt.<restart>.<rank>, writes `step` (a shell
 // expression) to its heartbeat file; rank 1 then fails with exit 3, rank 0 waits to be torn down.
 void start_two(Job& job, const std::string& step, const std::vector<std::string>& more) {
-  const std::string script =
-      "touch \"$DIR/attempt.$TORCHELASTIC_RESTART_COUNT.$RANK\"; "
-      "[ -n \"$DDPRUN_HEARTBEAT_FILE\" ] || { echo 'no DDPRUN_HEARTBEAT_FILE' >&2; exit 99; }; "
-      "echo \"step " +
-      step +
-      "\" > \"$DDPRUN_HEARTBEAT_FILE\"; "
-      "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60";
-  for (int n = 0; n < 2; ++n) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
-                                     "--nnodes",
-                                     "2",
-                                     "--node-rank",
-                                     std::to_string(n),
-                                     "--rdzv-endpoint",
-                                     "127.0.0.1:" + std::to_string(job.port),
-                                     "--nproc-per-node",
-                                     "1",
-                                     "--rdzv-timeout",
-                                     "600",
-                                     "--term-timeout",
-                                     "3"};
-    argv.insert(argv.end(), more.begin(), more.end());
-    for (const char* w : {"--", "/bin/sh", "-c"}) argv.emplace_back(w);
-    argv.push_back(script);
-    std::map<std::string, std::string> vars = {{"DDPRUN_TEST_TOKEN", job.token}, {"DIR", job.dir.path()}};
-    job.agents.push_back(ddprun::test::start(argv, vars, job.dir.path(), "agent" + std::to_string(n)));
-  }
+  job.start(2, 1,
+            sh("touch \"$DIR/attempt.$TORCHELASTIC_RESTART_COUNT.$RANK\"; "
+               "[ -n \"$DDPRUN_HEARTBEAT_FILE\" ] || { echo 'no DDPRUN_HEARTBEAT_FILE' >&2; exit 99; }; "
+               "echo \"step " +
+               step +
+               "\" > \"$DDPRUN_HEARTBEAT_FILE\"; "
+               "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60"),
+            more);
 }
 
 int attempts_started(const std::filesystem::path& dir) {
