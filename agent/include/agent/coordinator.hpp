@@ -80,6 +80,17 @@ class Coordinator {
     (void)record;
     return false;
   }
+  // `ddprun stacks` (docs/observe.md): read and write a key of the job's store outside the attempts,
+  // from the status thread. Never waits on the other nodes; nullopt / false: not this time.
+  virtual std::optional<std::string> read_shared(const std::string& key) {
+    (void)key;
+    return std::nullopt;
+  }
+  virtual bool write_shared(const std::string& key, const std::string& value) {
+    (void)key;
+    (void)value;
+    return false;
+  }
   // On the lead only: every agent's record of this run in plan order, waiting at most `timeout`
   // (less once nobody who could still report is left), and not at all for `lost`, a node known to
   // be gone. Empty: no job-wide view here.

@@ -257,6 +257,13 @@ class Rendezvous {
   // on the master what its store holds (every node's), elsewhere only what this agent last
   // published under that key. Safe from any thread; never throws.
   std::optional<std::string> local_status(const std::string& key);
+  // `ddprun stacks` (docs/observe.md): a key outside the attempts' namespaces read from the store,
+  // from the status thread. On the master its own store; elsewhere one get on the agent's connection
+  // (bounded by its operation timeout), nullopt while another call holds it (a barrier, an abort).
+  // Never throws.
+  std::optional<std::string> read_shared(const std::string& key);
+  // Writes such a key as publish_status does (never waits; false: not written), without keeping it.
+  bool write_shared(const std::string& key, const std::string& value);
 
   // Master: after an abort, keeps serving until the other agents have disconnected (at most
   // `limit`), so that each of them reads the root cause instead of seeing a lost master. Agents
