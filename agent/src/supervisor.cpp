@@ -182,7 +182,7 @@ void Supervisor::on_hang(const std::vector<HungRank>& hung) {
 
 void Supervisor::collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root) {
   grace_.cancel();
-  hang_.collect(hung, [this, reason, root] {
+  hang_.collect(hung, stacks_files_, [this, reason, root] {
     start_teardown(SIGTERM, reason, root);
     check_done();
   });

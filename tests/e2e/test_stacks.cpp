@@ -4,6 +4,7 @@
 // are one line.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -18,7 +19,8 @@ namespace {
 const std::string kSecret = "stacks-e2e-secret";
 
 // Two agents x one worker: rank 0 is Python, waiting inside known_function_xyz; rank 1 is native
-// (fake_worker, waiting in usleep). Both print "ready", then end with 0 once $DIR/go exists.
+// (fake_worker, waiting in usleep). Both print "ready", then end with 0 once $DIR/go exists. The
+// agents' PYTHONPATH holds a sitecustomize of the user's own.
 void start_job(Job& job, const std::string& id) {
   std::ofstream(job.dir / "worker.py")
       << "import os, time\n"
@@ -27,6 +29,10 @@ void start_job(Job& job, const std::string& id) {
          "    while not os.path.exists(os.path.join(os.environ['DIR'], 'go')):\n"
          "        time.sleep(0.05)\n"
          "known_function_xyz()\n";
+  // The user's own sitecustomize, which ddprun's shadows on PYTHONPATH, still runs (chained).
+  std::filesystem::create_directories(job.dir / "usersite");
+  std::ofstream(job.dir / "usersite/sitecustomize.py") << "print('user sitecustomize ran', flush=True)\n";
+  job.env["PYTHONPATH"] = job.dir / "usersite";
   job.env["DDPRUN_TOKEN"] = kSecret;
   job.start(2, 1,
             sh("if [ \"$RANK\" = 0 ]; then exec python3 \"$DIR/worker.py\"; else exec " + kFake +
@@ -111,6 +117,7 @@ TEST_CASE("ddprun stacks shows a Python rank's function and a native rank's fram
     INFO(a.err());
     CHECK(a.code == 0);
   }
+  CHECK_THAT(job.agents[0].out(), Catch::Contains("user sitecustomize ran"));
 }
 
 TEST_CASE("ddprun stacks: a wrong id, a wrong token, an unknown rank and a finished job are one line",
@@ -146,4 +153,30 @@ TEST_CASE("ddprun stacks: a wrong id, a wrong token, an unknown rank and a finis
   CHECK(d.out.empty());
   CHECK(line_count(d.err) == 1);
   CHECK_THAT(d.err, Catch::Contains("no ddprun job is answering"));
+}
+
+TEST_CASE(
+    "hang: a hung Python rank's stack comes through the stacks hook, and it still gets the teardown's "
+    "SIGTERM",
+    "[e2e][stacks][hang]") {
+  // The hang report takes its stacks by the path of `ddprun stacks`: the Python worker dumps and keeps
+  // running (no SIGABRT), so its SIGTERM handler (a checkpoint, say) runs in the teardown.
+  Job job;
+  std::ofstream(job.dir / "hung.py") << "import os, signal, sys, time\n"
+                                        "def on_term(signum, frame):\n"
+                                        "    open(os.path.join(os.environ['DIR'], 'term'), 'w').close()\n"
+                                        "    sys.exit(0)\n"
+                                        "signal.signal(signal.SIGTERM, on_term)\n"
+                                        "def stuck_here_abc():\n"
+                                        "    print('started', flush=True)\n"
+                                        "    while True:\n"
+                                        "        time.sleep(0.05)\n"
+                                        "stuck_here_abc()\n";
+  job.start(1, 1, {"python3", job.dir / "hung.py"}, {"--hang-timeout", "2"});
+  job.wait_all();
+  const std::string err = job.agents[0].err();
+  INFO(err);
+  CHECK(job.agents[0].code == 124);
+  CHECK_THAT(err, Catch::Contains("in stuck_here_abc"));
+  CHECK(std::filesystem::exists(job.dir / "term"));
 }
