@@ -105,7 +105,7 @@ TEST_CASE("groups of one size come in order of their first rank") {
   CHECK(group_stacks({}).empty());
 }
 
-TEST_CASE("stacks requests travel as nonce and selection; malformed ones are refused") {
+TEST_CASE("stacks requests travel as nonce and selection, malformed ones refused") {
   StacksRequest all{"abc123", std::nullopt};
   const auto a = decode_stacks_request(encode_stacks_request(all));
   CHECK(a.nonce == "abc123");
@@ -123,7 +123,7 @@ TEST_CASE("stacks requests travel as nonce and selection; malformed ones are ref
   CHECK(stacks_reply_key("n1", 4) == "/stacks/n1/4");
 }
 
-TEST_CASE("a node's stacks reply round-trips, any bytes in the text") {
+TEST_CASE("a node's stacks reply round-trips with any bytes in the text") {
   NodeStacks n{2, "host-a", {{4, "frame\n\x01\xff\n"}, {5, ""}}};
   const auto back = decode_node_stacks(encode_node_stacks(n));
   CHECK(back.node_rank == 2);
