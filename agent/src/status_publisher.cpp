@@ -137,12 +137,13 @@ namespace {
 constexpr std::chrono::milliseconds kLiveStackBound{3000};
 }  // namespace
 
-// `ddprun stacks`: one read of the request key per publication (about a second); a new nonce is
-// answered once, with this node's selected ranks. Off the loop, like the /proc reads.
+// `ddprun stacks`: after each publication (about a second), the request the store last pushed to
+// this agent's watch; a new nonce is answered once, with this node's selected ranks. Off the loop,
+// like the /proc reads.
 void StatusPublisher::answer_stacks(const core::NodeStatus& s) {
   if (pending_reply_ && coord_.write_shared(pending_reply_->first, pending_reply_->second))
     pending_reply_.reset();
-  const auto text = coord_.read_shared(core::kStacksRequestKey);
+  const auto text = coord_.stacks_request();
   if (!text) return;
   core::StacksRequest req;
   try {

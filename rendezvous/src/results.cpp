@@ -110,31 +110,6 @@ std::optional<std::string> Rendezvous::local_status(const std::string& key) {
   return it->second;
 }
 
-std::optional<std::string> Rendezvous::read_shared(const std::string& key) {
-  StoreServer* server = nullptr;
-  {
-    std::lock_guard lk(status_mu_);
-    server = server_.get();
-  }
-  try {
-    if (server) {
-      ServerStore s(*server);
-      if (!s.check({key})) return std::nullopt;
-      return s.get(key, Millis{0});
-    }
-    std::shared_ptr<TcpStore> conn;
-    {
-      std::unique_lock lk(barrier_mu_, std::try_to_lock);
-      if (!lk.owns_lock() || barrier_waiting_ || master_lost_) return std::nullopt;
-      conn = client_;
-    }
-    if (!conn || !conn->connected()) return std::nullopt;
-    return conn->get(key, Millis{0});
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
 bool Rendezvous::write_shared(const std::string& key, const std::string& value) {
   StoreServer* server = nullptr;
   {

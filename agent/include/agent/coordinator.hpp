@@ -80,12 +80,10 @@ class Coordinator {
     (void)record;
     return false;
   }
-  // `ddprun stacks` (docs/observe.md): read and write a key of the job's store outside the attempts,
-  // from the status thread. Never waits on the other nodes; nullopt / false: not this time.
-  virtual std::optional<std::string> read_shared(const std::string& key) {
-    (void)key;
-    return std::nullopt;
-  }
+  // `ddprun stacks` (docs/observe.md), from the status thread: the latest request the store pushed
+  // to this agent (nullopt: none), and the write of this node's answer under `key`. Neither waits
+  // on the store or the other nodes; false: not written this time.
+  virtual std::optional<std::string> stacks_request() { return std::nullopt; }
   virtual bool write_shared(const std::string& key, const std::string& value) {
     (void)key;
     (void)value;

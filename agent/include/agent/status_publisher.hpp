@@ -48,8 +48,8 @@ class StatusPublisher {
              std::function<std::vector<std::string>()> heartbeat_files = {});
   // Before start(): each worker's stacks file (worker index order, "" for none; live_stacks.hpp) and
   // the workers' PATH (for eu-stack). The thread then answers `ddprun stacks` requests: after each
-  // publication it reads the request key and, for a new nonce, collects the selected ranks' stacks
-  // (each bounded) and writes this node's reply (docs/observe.md).
+  // publication it looks at the request the store last pushed and, for a new nonce, collects the selected
+  // ranks' stacks (each bounded) and writes this node's reply (docs/observe.md).
   void serve_stacks(std::vector<std::string> stacks_files, std::string path_env);
   // After the loop: a last snapshot, published, then the thread ends. Idempotent.
   void stop();
