@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <exception>
+#include <utility>
 
 #include <fmt/format.h>
-#include <utility>
 
 namespace ddprun::agent {
 
