@@ -68,6 +68,11 @@ void Rendezvous::start_liveness() {
   }
   fired_ = false;
   {
+    // A request of an earlier attempt was answered then; one still waiting is pushed again below.
+    std::lock_guard lk(stacks_mu_);
+    stacks_request_.reset();
+  }
+  {
     std::lock_guard lk(cb_mu_);
     master_host_ = host_of(0);  // the Slurm node list's first host until the plan names it
   }
