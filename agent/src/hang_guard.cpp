@@ -31,10 +31,11 @@ void HangGuard::line(std::size_t worker, bool is_err, std::string_view text) {
   stacks_.line(worker, is_err, text);
 }
 
-void HangGuard::collect(const std::vector<HungRank>& hung, std::function<void()> done) {
+void HangGuard::collect(const std::vector<HungRank>& hung, const std::vector<std::string>& stacks_files,
+                        std::function<void()> done) {
   declared_ = true;
   watch_.stop();
-  stacks_.start(hung, python_, path_env_, std::move(done));
+  stacks_.start(hung, python_, path_env_, stacks_files, std::move(done));
 }
 
 }  // namespace ddprun::agent

@@ -14,6 +14,7 @@
 
 #include "agent/command.hpp"
 #include "agent/error.hpp"
+#include "agent/live_stacks.hpp"
 #include "agent/log_paths.hpp"
 #include "agent/spawn.hpp"
 
@@ -113,18 +114,23 @@ StackCollector::StackCollector(boost::asio::io_context& io, const std::vector<st
     : procs_(procs), timer_(io) {}
 
 void StackCollector::start(const std::vector<HungRank>& hung, bool python, const std::string& path_env,
-                           std::function<void()> done) {
+                           const std::vector<std::string>& stacks_files, std::function<void()> done) {
   collecting_ = true;
   done_ = std::move(done);
   started_ = std::chrono::steady_clock::now();
   for (const auto& h : hung) {
     const Proc& p = *procs_.at(h.worker);
-    hung_.push_back({h.rank, p.worker().local_rank, p.pid(), h.silent, python, {}});
-    if (python) {
+    const std::string file = h.worker < stacks_files.size() ? stacks_files[h.worker] : std::string();
+    const bool hooked = hook_registered(p.pid(), file);
+    hung_.push_back({h.rank, p.worker().local_rank, p.pid(), h.silent, python || hooked, {}});
+    if (python && !hooked) {
+      // A Python worker whose hook did not register (python -I or -S, a shell still starting it):
+      // faulthandler's dump on SIGABRT, which ends it.
       targets_.push_back({h.worker, hung_.size() - 1, std::nullopt});
       ::kill(p.pid(), SIGABRT);  // the process only: its children are not what hangs
     } else {
-      hung_.back().stack = cap_stack(native_stack(p.pid(), path_env, kEuStackBound));
+      // The path of `ddprun stacks`: the hook's dump (the worker keeps running), else eu-stack.
+      hung_.back().stack = cap_stack(live_stack(p.pid(), file, path_env, kEuStackBound));
     }
   }
   arm();

@@ -1,12 +1,18 @@
 #include "agent/status_publisher.hpp"
 
+#include "agent/hang_watch.hpp"
 #include "agent/heartbeat_step.hpp"
+#include "agent/live_stacks.hpp"
+#include "core/error.hpp"
+#include "core/stack_groups.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <exception>
 #include <utility>
+
+#include <fmt/format.h>
 
 namespace ddprun::agent {
 
@@ -53,6 +59,12 @@ void StatusPublisher::line(std::size_t worker, std::string_view text) {
   // Blank lines move the progress, not the line shown.
   if (text.find_first_not_of(" \t\r") == std::string_view::npos) return;
   l.line = core::clean_status_line(text);
+}
+
+void StatusPublisher::serve_stacks(std::vector<std::string> stacks_files, std::string path_env) {
+  stacks_files_ = std::move(stacks_files);
+  path_env_ = std::move(path_env);
+  serve_stacks_ = true;
 }
 
 void StatusPublisher::start(std::function<core::NodeStatus()> snapshot,
@@ -116,7 +128,47 @@ void StatusPublisher::run_thread() {
       // The status is best effort: the next one may go through.
     }
     if (last) return;
+    if (serve_stacks_) answer_stacks(s);
   }
+}
+
+namespace {
+// Per rank: eu-stack or the Python dump, each bounded; a node's reply within about ranks x this.
+constexpr std::chrono::milliseconds kLiveStackBound{3000};
+}  // namespace
+
+// `ddprun stacks`: after each publication (about a second), the request the store last pushed to
+// this agent's watch; a new nonce is answered once, with this node's selected ranks. Off the loop,
+// like the /proc reads.
+void StatusPublisher::answer_stacks(const core::NodeStatus& s) {
+  if (pending_reply_ && coord_.write_shared(pending_reply_->first, pending_reply_->second))
+    pending_reply_.reset();
+  const auto text = coord_.stacks_request();
+  if (!text) return;
+  core::StacksRequest req;
+  try {
+    req = core::decode_stacks_request(*text);
+  } catch (const core::Error&) {
+    return;  // not ours to answer
+  }
+  if (req.nonce == answered_nonce_) return;
+  answered_nonce_ = req.nonce;
+  core::NodeStacks out{s.node_rank, s.host, {}};
+  for (std::size_t i = 0; i < s.ranks.size(); ++i) {
+    const auto& r = s.ranks[i];
+    if (req.ranks && req.ranks->count(r.rank) == 0) continue;
+    std::string stack;
+    if (r.state == core::RankState::exited || r.state == core::RankState::stopped || r.pid <= 0) {
+      stack = fmt::format("(no stack: the worker has ended, exit code {})\n", r.exit_code.value_or(-1));
+    } else {
+      const std::string file = i < stacks_files_.size() ? stacks_files_[i] : std::string();
+      stack = live_stack(static_cast<pid_t>(r.pid), file, path_env_, kLiveStackBound);
+    }
+    out.ranks.push_back({r.rank, cap_stack(std::move(stack))});
+  }
+  std::string key = core::stacks_reply_key(req.nonce, s.node_rank);
+  std::string value = core::encode_node_stacks(out);
+  if (!coord_.write_shared(key, value)) pending_reply_.emplace(std::move(key), std::move(value));
 }
 
 // RSS and CPU% of each live worker's process (its group leader), from /proc: off the loop.

@@ -50,6 +50,7 @@ RunResult Supervisor::run() {
     for (auto& p : procs_) p->watch(*this);
     arm_signal();
     running_ = true;
+    status_.serve_stacks(stacks_files_, workers_path_);
     status_.start([this] { return status_snapshot(); }, [this] { return hang_.heartbeat_files(); });
     io_.run();
     running_ = false;
@@ -76,6 +77,7 @@ std::optional<StartFailure> Supervisor::spawn_all() {
                                                      : std::string("/usr/local/bin:/usr/bin:/bin");
     cmd = resolve_command(spec, path);
     hang_.prepare(spec, path);
+    workers_path_ = path;
   } catch (const Error& e) {
     return StartFailure{e.what(), start_exit_code(e.exit_code()), 0};
   }
@@ -87,6 +89,8 @@ std::optional<StartFailure> Supervisor::spawn_all() {
       relay_.add(w, p->host());
       cmd.argv = worker_argv(spec, w.local_rank);
       auto env = hang_.worker_env(w, base_env);
+      env = stack_hook_.env(std::move(env), base_env, w.rank);
+      stacks_files_.push_back(stack_hook_.file(w.rank));
       if (error_files_) env["TORCHELASTIC_ERROR_FILE"] = p->error_file = error_files_->prepare(w.rank);
       p->start(cmd, merge_environment(base_env, env), [this](pid_t pgid) { reaper_.watch(pgid); });
       hang_.started(i, w.rank, env);
@@ -178,7 +182,7 @@ void Supervisor::on_hang(const std::vector<HungRank>& hung) {
 
 void Supervisor::collect_stacks(const std::vector<HungRank>& hung, const char* reason, const Failure& root) {
   grace_.cancel();
-  hang_.collect(hung, [this, reason, root] {
+  hang_.collect(hung, stacks_files_, [this, reason, root] {
     start_teardown(SIGTERM, reason, root);
     check_done();
   });

@@ -11,6 +11,7 @@
 #include "agent/error.hpp"
 #include "agent/failure_tracker.hpp"
 #include "agent/hang_guard.hpp"
+#include "agent/live_stacks.hpp"
 #include "agent/output_relay.hpp"
 #include "agent/proc.hpp"
 #include "agent/python_error.hpp"
@@ -106,6 +107,9 @@ class Supervisor final : ProcListener {
   CheckpointGrace grace_;
   FailureTracker failures_;
   HangGuard hang_;
+  PythonStackHook stack_hook_;             // `ddprun stacks`: its directory outlives the workers' run
+  std::vector<std::string> stacks_files_;  // each worker's stacks file (worker index order)
+  std::string workers_path_;               // the workers' PATH (eu-stack)
   asio::posix::stream_descriptor sig_sd_;
   unsigned char sig_buf_[64] = {};
   std::string host_;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
 
 namespace ddprun::core {
 
@@ -130,6 +131,65 @@ std::string format_stack_groups(const std::vector<StackGroup>& groups) {
     }
   }
   return out;
+}
+
+std::string stacks_reply_key(std::string_view nonce, int node_rank) {
+  return fmt::format("/stacks/{}/{}", nonce, node_rank);
+}
+
+std::string encode_stacks_request(const StacksRequest& r) {
+  nlohmann::json j = {{"nonce", r.nonce}, {"ranks", nullptr}};
+  if (r.ranks) j["ranks"] = format_rank_list({r.ranks->begin(), r.ranks->end()});
+  return dump_json(j);
+}
+
+StacksRequest decode_stacks_request(std::string_view text) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    StacksRequest r;
+    r.nonce = j.at("nonce").get<std::string>();
+    const bool nonce_ok =
+        !r.nonce.empty() && r.nonce.size() <= 64 && std::all_of(r.nonce.begin(), r.nonce.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) != 0;
+        });
+    if (!nonce_ok) throw Error("a stacks request with a bad nonce");
+    if (!j.at("ranks").is_null()) r.ranks = parse_rank_selection(j.at("ranks").get<std::string>());
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("a malformed stacks request: {}", e.what()));
+  }
+}
+
+std::string encode_node_stacks(const NodeStacks& n) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : n.ranks) ranks.push_back({{"rank", r.rank}, {"text", r.text}});
+  return dump_json({{"node_rank", n.node_rank}, {"host", n.host}, {"ranks", ranks}});
+}
+
+NodeStacks decode_node_stacks(std::string_view text) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    NodeStacks n;
+    n.node_rank = json_int<int>(j.at("node_rank"));
+    n.host = j.at("host").get<std::string>();
+    for (const auto& r : j.at("ranks"))
+      n.ranks.push_back({json_int<int>(r.at("rank")), r.at("text").get<std::string>()});
+    return n;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("a malformed stacks reply: {}", e.what()));
+  }
+}
+
+std::optional<long> parse_stacks_marker(std::string_view head) {
+  constexpr std::string_view kTag = "ddprun-stacks ";
+  if (head.substr(0, kTag.size()) != kTag) return std::nullopt;
+  head.remove_prefix(kTag.size());
+  const auto nl = head.find('\n');
+  if (nl == std::string_view::npos) return std::nullopt;  // not written whole yet
+  long pid = 0;
+  const auto [end, ec] = std::from_chars(head.data(), head.data() + nl, pid);
+  if (ec != std::errc() || end != head.data() + nl || pid <= 0) return std::nullopt;
+  return pid;
 }
 
 }  // namespace ddprun::core

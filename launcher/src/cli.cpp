@@ -34,7 +34,10 @@ constexpr const char* kUsage =
     "       ddprun --dry-run [--format text|json] [OPTIONS] [--] COMMAND [ARGS...]\n"
     "       ddprun hostlist EXPR...        expand Slurm hostlists, one host per line\n"
     "       ddprun top [--once] [--format text|json] --rdzv-endpoint HOST:PORT --rdzv-id ID | --job JOBID\n"
-    "                                      a running job's ranks, live (docs/observe.md)\n";
+    "                                      a running job's ranks, live (docs/observe.md)\n"
+    "       ddprun stacks [--rank 3,7-9] [--format text|json] --rdzv-endpoint HOST:PORT --rdzv-id ID | --job "
+    "JOBID\n"
+    "                                      every rank's stack, without stopping the job\n";
 
 // `ddprun --help` starts with our usage lines, once (CLI11's own would read `ddprun [OPTIONS]
 // [COMMAND...] [SUBCOMMAND]`), then the description and the options. Subcommands keep CLI11's layout.

@@ -21,6 +21,7 @@
 #include "launcher/dry_run.hpp"
 #include "launcher/health_check.hpp"
 #include "launcher/job.hpp"
+#include "launcher/observe/stacks.hpp"
 #include "launcher/observe/top.hpp"
 #include "launcher/self_launch.hpp"
 #include "launcher/system.hpp"
@@ -83,8 +84,9 @@ int main(int argc, char** argv) {
   // the largest block freed, and the next tables would come from the heap, whose freed middle stays
   // resident: 1.5 MB of an agent's peak RSS at 16,384 nodes.
   ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-  // `ddprun top` has its own options (docs/observe.md).
+  // `ddprun top` and `ddprun stacks` have their own options (docs/observe.md).
   if (argc > 1 && std::string(argv[1]) == "top") return launcher::top_main(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "stacks") return launcher::stacks_main(argc, argv);
   try {
     auto cli = launcher::parse_cli(argc, argv);
     if (cli.exit_now) return *cli.exit_now;

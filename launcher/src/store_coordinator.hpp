@@ -31,6 +31,10 @@ class StoreCoordinator final : public agent::Coordinator {
   bool publish_status(int node_rank, const std::string& record) override {
     return rz_.publish_status(core::status_key(node_rank), record);
   }
+  std::optional<std::string> stacks_request() override { return rz_.stacks_request(); }
+  bool write_shared(const std::string& key, const std::string& value) override {
+    return rz_.write_shared(key, value);
+  }
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
                                                 std::optional<int> lost) override;
 

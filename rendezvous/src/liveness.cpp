@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 
+#include "core/stack_groups.hpp"
 #include "deadline.hpp"
 #include "keys.hpp"
 #include "rendezvous/rendezvous.hpp"
@@ -67,6 +68,11 @@ void Rendezvous::start_liveness() {
   }
   fired_ = false;
   {
+    // A request of an earlier attempt was answered then; one still waiting is pushed again below.
+    std::lock_guard lk(stacks_mu_);
+    stacks_request_.reset();
+  }
+  {
     std::lock_guard lk(cb_mu_);
     master_host_ = host_of(0);  // the Slurm node list's first host until the plan names it
   }
@@ -75,7 +81,10 @@ void Rendezvous::start_liveness() {
   const LivenessTiming t = liveness_timing(opts_.heartbeat_interval, opts_.heartbeat_timeout, nnodes);
   // One connection per agent: the main one now carries the heartbeat and the abort push too.
   ensure_connected();
-  client_->watch(labels::agent(attempt, opts_.node_rank), t.agent_timeout, {key_prefix() + keys::kAbort});
+  // Index 0 the abort; index 1 `ddprun stacks`' request (docs/observe.md), pushed on each write, so
+  // that no agent reads the store for it.
+  client_->watch(labels::agent(attempt, opts_.node_rank), t.agent_timeout,
+                 {key_prefix() + keys::kAbort, core::kStacksRequestKey});
   if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   watching_ = true;
   watch_thread_ = std::thread([this, conn = client_, t] { watch_loop(conn, t); });
@@ -101,6 +110,18 @@ void Rendezvous::start_monitor() {
 void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t) {
   auto next_beat = Clock::now();
   std::uint64_t beats = 0;
+  // The stacks requests among the events are kept aside; the others are the abort.
+  const auto take_stacks_requests = [this](std::vector<TcpStore::Event> events) {
+    std::vector<TcpStore::Event> aborts;
+    for (auto& e : events) {
+      if (e.index == 1) {
+        keep_stacks_request(std::move(e.value));
+      } else {
+        aborts.push_back(std::move(e));
+      }
+    }
+    return aborts;
+  };
   bool fired = false;  // this attempt's cause went out: from here on only the heartbeats matter
   try {
     while (watching_.load()) {
@@ -114,7 +135,7 @@ void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming
         }
         next_beat = Clock::now() + t.interval;
       }
-      auto events = conn->poll_events(detail::left_until(next_beat), wake_fd_);
+      auto events = take_stacks_requests(conn->poll_events(detail::left_until(next_beat), wake_fd_));
       if (!watching_.load()) return;
       if (fired) continue;
       if (!events.empty()) {
@@ -126,7 +147,7 @@ void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming
       // out a plan to thousands of nodes), never a lost one.
       if (!server_ && Clock::now() - conn->last_heard() > t.master_timeout) {
         // This agent may itself have been stopped: read what came meanwhile before judging.
-        events = conn->poll_events(Millis{0});
+        events = take_stacks_requests(conn->poll_events(Millis{0}));
         if (!events.empty()) {
           fire_event(events.front().value);
           fired = true;
@@ -141,6 +162,16 @@ void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming
   } catch (const Error& e) {
     if (watching_.load() && !fired) fire_lost_master(e.what(), conn.get());
   }
+}
+
+void Rendezvous::keep_stacks_request(std::string value) {
+  std::lock_guard lk(stacks_mu_);
+  stacks_request_ = std::move(value);
+}
+
+std::optional<std::string> Rendezvous::stacks_request() {
+  std::lock_guard lk(stacks_mu_);
+  return stacks_request_;
 }
 
 void Rendezvous::fire_event(const std::string& value) {

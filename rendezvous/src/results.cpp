@@ -110,6 +110,30 @@ std::optional<std::string> Rendezvous::local_status(const std::string& key) {
   return it->second;
 }
 
+bool Rendezvous::write_shared(const std::string& key, const std::string& value) {
+  StoreServer* server = nullptr;
+  {
+    std::lock_guard lk(status_mu_);
+    server = server_.get();
+  }
+  try {
+    if (server) {
+      ServerStore(*server).set(key, value);
+      return true;
+    }
+    std::shared_ptr<TcpStore> conn;
+    {
+      std::unique_lock lk(barrier_mu_, std::try_to_lock);
+      if (!lk.owns_lock() || barrier_waiting_ || master_lost_) return false;
+      conn = client_;
+    }
+    if (!conn || !conn->connected()) return false;
+    return conn->try_set(key, value);
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::optional<int> lost) {
   std::vector<ResultRecord> out;
   if (!server_ || !joined_) return out;

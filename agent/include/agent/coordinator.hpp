@@ -80,6 +80,15 @@ class Coordinator {
     (void)record;
     return false;
   }
+  // `ddprun stacks` (docs/observe.md), from the status thread: the latest request the store pushed
+  // to this agent (nullopt: none), and the write of this node's answer under `key`. Neither waits
+  // on the store or the other nodes; false: not written this time.
+  virtual std::optional<std::string> stacks_request() { return std::nullopt; }
+  virtual bool write_shared(const std::string& key, const std::string& value) {
+    (void)key;
+    (void)value;
+    return false;
+  }
   // On the lead only: every agent's record of this run in plan order, waiting at most `timeout`
   // (less once nobody who could still report is left), and not at all for `lost`, a node known to
   // be gone. Empty: no job-wide view here.

@@ -46,8 +46,10 @@ class HangGuard {
   void exited(std::size_t worker) { watch_.exited(worker); }
   void stop() { watch_.stop(); }
 
-  // Stacks of `hung`, then `done`. From then on the run ends as a hang (declared()).
-  void collect(const std::vector<HungRank>& hung, std::function<void()> done);
+  // Stacks of `hung` (`stacks_files`: live_stacks.hpp), then `done`. From then on the run ends as a hang
+  // (declared()).
+  void collect(const std::vector<HungRank>& hung, const std::vector<std::string>& stacks_files,
+               std::function<void()> done);
   // Another node hung: the local ranks that are not printing now (usually waiting for it).
   std::vector<HungRank> silent_now() { return watch_.silent_for(hang_poll_interval(timeout())); }
   std::optional<SteadyTime> last_progress(std::size_t worker) const { return watch_.last_progress(worker); }

@@ -45,17 +45,20 @@ class HeartbeatFiles {
 // in the text when eu-stack is not installed or does not finish in time. Blocks the caller.
 std::string native_stack(pid_t pid, const std::string& path_env, std::chrono::milliseconds bound);
 
-// Gathers the stacks of hung workers before teardown. A Python worker gets SIGABRT (its process
-// only): faulthandler, enabled by PYTHONFAULTHANDLER, writes every thread's stack to stderr, which
-// is kept from then on until the worker exited and its stderr closed (or kStackDrain after its exit).
-// A native worker's stack is taken with eu-stack and the worker is left to the teardown.
+// Gathers the stacks of hung workers before teardown, by the path of `ddprun stacks` (live_stack):
+// a worker whose Python hook registered dumps through it and keeps running; a native worker's stack
+// is taken with eu-stack; both are left to the teardown. A Python worker whose hook did not register
+// gets SIGABRT (its process only): faulthandler, enabled by PYTHONFAULTHANDLER, writes every
+// thread's stack to stderr, which is kept from then on until the worker exited and its stderr
+// closed (or kStackDrain after its exit).
 // Everything is bounded: `done` runs at the latest kStackWait after start.
 class StackCollector {
  public:
   StackCollector(boost::asio::io_context& io, const std::vector<std::unique_ptr<Proc>>& procs);
 
+  // `stacks_files`: each worker's stacks file (worker index order; live_stacks.hpp).
   void start(const std::vector<HungRank>& hung, bool python, const std::string& path_env,
-             std::function<void()> done);
+             const std::vector<std::string>& stacks_files, std::function<void()> done);
   bool collecting() const { return collecting_; }
   bool aborted(std::size_t worker) const;  // ended by our SIGABRT: not a failure of its own
   void line(std::size_t worker, bool is_err, std::string_view text);

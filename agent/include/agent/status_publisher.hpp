@@ -46,6 +46,11 @@ class StatusPublisher {
   // index order, "" for none) are read off the loop for each rank's step (heartbeat_step.hpp).
   void start(std::function<core::NodeStatus()> snapshot,
              std::function<std::vector<std::string>()> heartbeat_files = {});
+  // Before start(): each worker's stacks file (worker index order, "" for none; live_stacks.hpp) and
+  // the workers' PATH (for eu-stack). The thread then answers `ddprun stacks` requests: after each
+  // publication it looks at the request the store last pushed and, for a new nonce, collects the selected
+  // ranks' stacks (each bounded) and writes this node's reply (docs/observe.md).
+  void serve_stacks(std::vector<std::string> stacks_files, std::string path_env);
   // After the loop: a last snapshot, published, then the thread ends. Idempotent.
   void stop();
 
@@ -63,6 +68,7 @@ class StatusPublisher {
   void offer(core::NodeStatus s);
   void run_thread();
   void add_proc_figures(core::NodeStatus& s);
+  void answer_stacks(const core::NodeStatus& s);
   static void add_steps(core::NodeStatus& s, const std::vector<std::string>& heartbeat_files);
 
   Coordinator& coord_;
@@ -79,6 +85,11 @@ class StatusPublisher {
   bool stopped_ = false;
   std::thread thread_;
   std::map<std::int64_t, CpuSample> cpu_;  // the thread's only: last reading by pid
+  std::vector<std::string> stacks_files_;  // set before start(), then the thread's only
+  std::string path_env_;
+  bool serve_stacks_ = false;
+  std::string answered_nonce_;  // the thread's only: the last request answered
+  std::optional<std::pair<std::string, std::string>> pending_reply_;  // not written yet: retried
 };
 
 }  // namespace ddprun::agent

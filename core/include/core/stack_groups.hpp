@@ -2,6 +2,7 @@
 // `ddprun stacks` (docs/observe.md, issue 27 §3), its pure part: the --rank selection, and the
 // grouping that prints ranks stopped in the same frames once, with a rank list ("0-3,7"), so that a
 // thousand ranks waiting in one collective are one block.
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -38,5 +39,31 @@ std::string stack_signature(std::string_view text);
 // The groups for the terminal: a header line per group ("ranks 0-3,7 (5 ranks):"), then its stack
 // indented by two spaces.
 std::string format_stack_groups(const std::vector<StackGroup>& groups);
+
+// How a request travels (docs/observe.md): the client sets kStacksRequestKey to an encoded
+// StacksRequest; each agent answers once per nonce under stacks_reply_key(nonce, its node rank).
+inline constexpr const char* kStacksRequestKey = "/stacks/request";
+std::string stacks_reply_key(std::string_view nonce, int node_rank);
+
+struct StacksRequest {
+  std::string nonce;                   // letters and digits, at most 64
+  std::optional<std::set<int>> ranks;  // nullopt: every rank
+};
+std::string encode_stacks_request(const StacksRequest& r);
+// Throws core::Error on anything malformed (an agent then ignores the request).
+StacksRequest decode_stacks_request(std::string_view text);
+
+// One node's answer: the stacks of its selected ranks.
+struct NodeStacks {
+  int node_rank = 0;
+  std::string host;
+  std::vector<RankStack> ranks;
+};
+std::string encode_node_stacks(const NodeStacks& n);
+NodeStacks decode_node_stacks(std::string_view text);  // throws core::Error when malformed
+
+// The first line a Python worker writes to its stacks file once faulthandler is registered
+// ("ddprun-stacks PID"): the pid to signal; nullopt when `head` does not start with one.
+std::optional<long> parse_stacks_marker(std::string_view head);
 
 }  // namespace ddprun::core

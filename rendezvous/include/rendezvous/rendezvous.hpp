@@ -257,6 +257,12 @@ class Rendezvous {
   // on the master what its store holds (every node's), elsewhere only what this agent last
   // published under that key. Safe from any thread; never throws.
   std::optional<std::string> local_status(const std::string& key);
+  // `ddprun stacks` (docs/observe.md): the last request the store pushed to this agent's watch
+  // (core::kStacksRequestKey, watched beside the abort while the workers run); nullopt before one.
+  // Never waits, never reads the store. Safe from any thread.
+  std::optional<std::string> stacks_request();
+  // Writes such a key as publish_status does (never waits; false: not written), without keeping it.
+  bool write_shared(const std::string& key, const std::string& value);
 
   // Master: after an abort, keeps serving until the other agents have disconnected (at most
   // `limit`), so that each of them reads the root cause instead of seeing a lost master. Agents
@@ -316,6 +322,8 @@ class Rendezvous {
   void watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t);
   void fire_lost_master(const std::string& why, TcpStore* conn = nullptr);
   void fire_event(const std::string& value);
+  // The watch's event of index 1: `ddprun stacks`' request, kept for stacks_request().
+  void keep_stacks_request(std::string value);
   void stop_watch();
   void fire(const core::Failure& info);
   void monitor_loop(int attempt);
@@ -350,6 +358,8 @@ class Rendezvous {
 
   // Watch state.
   std::mutex cb_mu_;
+  std::mutex stacks_mu_;
+  std::optional<std::string> stacks_request_;  // under stacks_mu_
   std::function<void(const core::Failure&)> on_abort_;
   std::optional<core::Failure> pending_;      // fired before watch() installed a callback
   std::string master_host_;                   // for the lost-master cause, once the plan named it

@@ -104,3 +104,55 @@ TEST_CASE("groups of one size come in order of their first rank") {
   CHECK(groups[2].ranks == std::vector<int>{5});
   CHECK(group_stacks({}).empty());
 }
+
+TEST_CASE("stacks requests travel as nonce and selection, malformed ones refused") {
+  StacksRequest all{"abc123", std::nullopt};
+  const auto a = decode_stacks_request(encode_stacks_request(all));
+  CHECK(a.nonce == "abc123");
+  CHECK_FALSE(a.ranks.has_value());
+  StacksRequest some{"n1", std::set<int>{3, 7, 8, 9}};
+  const auto b = decode_stacks_request(encode_stacks_request(some));
+  CHECK(b.ranks == std::set<int>{3, 7, 8, 9});
+  CHECK_THAT(encode_stacks_request(some), Catch::Contains("\"3,7-9\""));
+  for (const std::string bad :
+       {"", "{}", "[1]", R"({"nonce":"","ranks":null})", R"({"nonce":"a/b","ranks":null})",
+        R"({"nonce":"ok","ranks":"x"})", R"({"nonce":7,"ranks":null})", "{\"nonce\":"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(decode_stacks_request(bad), Error);
+  }
+  CHECK(stacks_reply_key("n1", 4) == "/stacks/n1/4");
+}
+
+TEST_CASE("a node's stacks reply round-trips with any bytes in the text") {
+  NodeStacks n{2, "host-a", {{4, "frame\n\x01\xff\n"}, {5, ""}}};
+  const auto back = decode_node_stacks(encode_node_stacks(n));
+  CHECK(back.node_rank == 2);
+  CHECK(back.host == "host-a");
+  REQUIRE(back.ranks.size() == 2);
+  CHECK(back.ranks[0].rank == 4);
+  CHECK(back.ranks[0].text == "frame\n\x01\xEF\xBF\xBD\n");  // invalid UTF-8 as U+FFFD
+  CHECK(back.ranks[1].text.empty());
+  for (const std::string bad : {"", "null", R"({"node_rank":1.5,"host":"h","ranks":[]})",
+                                R"({"node_rank":1,"host":"h","ranks":[{"rank":1}]})"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(decode_node_stacks(bad), Error);
+  }
+}
+
+TEST_CASE("the stacks marker a registered Python worker writes") {
+  const std::vector<std::pair<std::string, std::optional<long>>> table = {
+      {"ddprun-stacks 1234\n", 1234},
+      {"ddprun-stacks 1234\nCurrent thread 0x1 (most recent call first):\n", 1234},
+      {"ddprun-stacks 1234", std::nullopt},  // not written whole yet
+      {"ddprun-stacks 0\n", std::nullopt},
+      {"ddprun-stacks -5\n", std::nullopt},
+      {"ddprun-stacks 12x\n", std::nullopt},
+      {"ddprun-stacks \n", std::nullopt},
+      {"Current thread 0x1\n", std::nullopt},
+      {"", std::nullopt},
+  };
+  for (const auto& [head, pid] : table) {
+    CAPTURE(head);
+    CHECK(parse_stacks_marker(head) == pid);
+  }
+}

@@ -1,0 +1,184 @@
+#include "launcher/observe/stacks.hpp"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <random>
+#include <set>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "core/stack_groups.hpp"
+#include "launcher/observe/job_locator.hpp"
+#include "launcher/system.hpp"
+#include "store/client.hpp"
+#include "store/error.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+constexpr std::chrono::milliseconds kObserveTimeout{3000};
+// The agents look for a request about once a second and bound each rank's collection: every node
+// that can answer has answered well within this.
+constexpr std::chrono::milliseconds kReplyWait{15000};
+
+struct StacksOptions {
+  JobQuery query;
+  std::optional<std::string> ranks;
+  std::string format = "text";
+  bool help = false;
+};
+
+StacksOptions parse_stacks(int argc, const char* const* argv) {
+  StacksOptions o;
+  CLI::App app{
+      "Print every rank's current stack of a running ddprun job without stopping it (Python workers "
+      "through faulthandler, native ones through eu-stack), ranks in the same frames grouped.",
+      "ddprun stacks"};
+  app.set_help_flag("-h,--help", "Print this help and exit");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.query.rdzv_endpoint,
+                 "The job's store, HOST:PORT, as the job was started with")
+      ->envname("DDPRUN_RDZV_ENDPOINT");
+  app.add_option("--rdzv-id,--rdzv_id", o.query.rdzv_id, "The job's --rdzv-id")->envname("DDPRUN_RDZV_ID");
+  app.add_option("--rdzv-auth", o.query.rdzv_auth, "As the job's agents: auto, munge, token or none")
+      ->check(CLI::IsMember({"auto", "munge", "token", "none"}))
+      ->envname("DDPRUN_RDZV_AUTH");
+  app.add_option("--rdzv-token-file", o.query.rdzv_token_file,
+                 "File holding the job's shared secret (else DDPRUN_TOKEN)")
+      ->envname("DDPRUN_RDZV_TOKEN_FILE");
+  app.add_option(
+      "--job", o.query.slurm_job,
+      "A Slurm job (JOBID or JOBID.STEPID) instead of --rdzv-endpoint; default inside an allocation: "
+      "SLURM_JOB_ID");
+  app.add_option("--step", o.query.slurm_step, "With --job: the step (default: the newest ddprun step)");
+  app.add_option("--rank", o.ranks, "Only these ranks: 3,7-9");
+  app.add_option("--format", o.format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  std::vector<const char*> args(argv + 1, argv + argc);  // "stacks" stands for the program's name
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    o.help = true;
+  } catch (const CLI::ParseError& e) {
+    throw core::Error(fmt::format("{}; see ddprun stacks --help", e.what()));
+  }
+  return o;
+}
+
+std::string make_nonce() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
+
+int run_stacks(const StacksOptions& o, const JobTarget& t, rdzv::TcpStore& store) {
+  core::StacksRequest req;
+  req.nonce = make_nonce();
+  if (o.ranks) req.ranks = core::parse_rank_selection(*o.ranks);
+  const auto nodes = read_job_status(store, t);  // the job is there and says how many nodes it has
+  const int nnodes = nodes.front().nnodes;
+  std::set<int> known;
+  for (const auto& n : nodes) {
+    for (const auto& r : n.ranks) known.insert(r.rank);
+  }
+  if (req.ranks) {
+    for (const int r : *req.ranks) {
+      if (known.count(r) == 0) {
+        throw core::Error(fmt::format("--rank {}: the job has no rank {} (its ranks: {})", *o.ranks, r,
+                                      core::format_rank_list({known.begin(), known.end()})),
+                          core::kUsageExit);
+      }
+    }
+  }
+  std::vector<std::string> keys;
+  for (int n = 0; n < nnodes; ++n) keys.push_back(core::stacks_reply_key(req.nonce, n));
+  std::vector<core::RankStack> stacks;
+  std::vector<int> silent_nodes;
+  try {
+    store.set(core::kStacksRequestKey, core::encode_stacks_request(req));
+    const auto deadline = std::chrono::steady_clock::now() + kReplyWait;
+    std::vector<bool> have(keys.size(), false);
+    for (;;) {
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (have[i]) continue;
+        if (const auto text = store.get(keys[i], std::chrono::milliseconds{0})) {
+          have[i] = true;
+          try {
+            for (auto& r : core::decode_node_stacks(*text).ranks) {
+              if (!req.ranks || req.ranks->count(r.rank) != 0) stacks.push_back(std::move(r));
+            }
+          } catch (const core::Error&) {
+            silent_nodes.push_back(static_cast<int>(i));
+          }
+          store.del(keys[i]);
+        }
+      }
+      if (std::all_of(have.begin(), have.end(), [](bool b) { return b; })) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          if (!have[i]) silent_nodes.push_back(static_cast<int>(i));
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds{100});
+    }
+    store.del(core::kStacksRequestKey);
+  } catch (const rdzv::Error& e) {
+    throw core::Error(fmt::format("the job's store at {} stopped answering: {}", t.describe(), e.what()),
+                      kObserveExit);
+  }
+  std::sort(silent_nodes.begin(), silent_nodes.end());
+  if (stacks.empty() && !silent_nodes.empty()) {
+    throw core::Error(fmt::format("no node of the job at {} answered within {} s: its agents are busy or "
+                                  "stopping, or predate `ddprun stacks`",
+                                  t.describe(), kReplyWait.count() / 1000),
+                      kObserveExit);
+  }
+  std::sort(stacks.begin(), stacks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  const auto groups = core::group_stacks(stacks);
+  if (o.format == "json") {
+    nlohmann::json g = nlohmann::json::array();
+    for (const auto& x : groups) g.push_back({{"ranks", x.ranks}, {"text", x.text}});
+    std::cout << core::dump_json({{"groups", g}, {"nodes_not_answering", silent_nodes}}) << "\n";
+  } else {
+    std::cout << core::format_stack_groups(groups);
+    if (!silent_nodes.empty()) {
+      std::cout << fmt::format("nodes {} did not answer within {} s\n", core::format_rank_list(silent_nodes),
+                               kReplyWait.count() / 1000);
+    }
+  }
+  std::cout.flush();
+  return 0;
+}
+
+}  // namespace
+
+int stacks_main(int argc, const char* const* argv) {
+  try {
+    const StacksOptions o = parse_stacks(argc, argv);
+    if (o.help) return 0;
+    if (o.ranks) core::parse_rank_selection(*o.ranks);  // a bad selection before any connection
+    const auto env = snapshot_environ();
+    const bool slurm = !o.query.rdzv_endpoint && (o.query.slurm_job || env.count("SLURM_JOB_ID") != 0);
+    JobTarget t;
+    if (!slurm) t = locate_job(o.query);
+    const auto auth = observer_auth(o.query, env);
+    const auto store = slurm ? connect_slurm_job(o.query, env, auth, t, kObserveTimeout)
+                             : connect_job(t, auth, kObserveTimeout);
+    return run_stacks(o, t, *store);
+  } catch (const core::Error& e) {
+    fmt::print(stderr, "ddprun stacks: error: {}\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ddprun stacks: error: {}\n", e.what());
+    return kObserveExit;
+  }
+}
+
+}  // namespace ddprun::launcher
