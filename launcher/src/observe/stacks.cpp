@@ -6,8 +6,8 @@
 #include <iostream>
 #include <random>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
