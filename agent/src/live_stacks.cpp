@@ -140,18 +140,28 @@ bool PythonStackHook::prepare() {
   return ok;
 }
 
-std::map<std::string, std::string> PythonStackHook::env(std::map<std::string, std::string> env,
-                                                        const std::vector<std::string>& base, int rank) {
-  if (!prepare()) return env;
-  const std::string theirs = lookup(env, base, "PYTHONPATH");
-  env["PYTHONPATH"] = theirs.empty() ? dir_.path() : dir_.path() + ":" + theirs;
-  env["DDPRUN_STACKS_FILE"] = file(rank);
+std::map<std::string, std::string> stacks_hook_env(std::map<std::string, std::string> env,
+                                                   const std::string& their_pythonpath,
+                                                   const std::string& dir, int rank) {
+  env["PYTHONPATH"] = their_pythonpath.empty() ? dir : dir + ":" + their_pythonpath;
+  env["DDPRUN_STACKS_FILE"] = stacks_hook_file(dir, rank);
   env["DDPRUN_STACKS_SIGNAL"] = std::to_string(stacks_signal());
   return env;
 }
 
+std::string stacks_hook_file(const std::string& dir, int rank) {
+  return fmt::format("{}/rank-{}.stacks", dir, rank);
+}
+
+std::map<std::string, std::string> PythonStackHook::env(std::map<std::string, std::string> env,
+                                                        const std::vector<std::string>& base, int rank) {
+  if (!prepare()) return env;
+  const std::string theirs = lookup(env, base, "PYTHONPATH");
+  return stacks_hook_env(std::move(env), theirs, dir_.path(), rank);
+}
+
 std::string PythonStackHook::file(int rank) const {
-  return dir_.made() && !failed_ ? fmt::format("{}/rank-{}.stacks", dir_.path(), rank) : std::string();
+  return dir_.made() && !failed_ ? stacks_hook_file(dir_.path(), rank) : std::string();
 }
 
 bool hook_registered(pid_t pgid, const std::string& stacks_file) {

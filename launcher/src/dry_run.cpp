@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "agent/hang_watch.hpp"
+#include "agent/live_stacks.hpp"
 #include "agent/log_paths.hpp"
 #include "agent/private_dir.hpp"
 #include "agent/python_error.hpp"
@@ -174,20 +175,26 @@ RunExports run_exports(const agent::AgentOptions& ao, const std::vector<std::str
   x.python = agent::python_worker(agent::command_spec(ao));
   for (const auto& kv : agent_env) {
     if (kv.rfind("PYTHONFAULTHANDLER=", 0) == 0) x.user_faulthandler.push_back(kv);
+    if (kv.rfind("PYTHONPATH=", 0) == 0) x.python_path = kv.substr(std::string_view("PYTHONPATH=").size());
   }
   x.error_dir = agent::PrivateDir::name_template(agent::kErrorFilesDir);
   x.heartbeat_dir = agent::PrivateDir::name_template(agent::kHeartbeatDir);
+  x.stacks_dir = agent::PrivateDir::name_template(agent::kStacksDir);
   return x;
 }
 
 std::map<std::string, std::string> exported_env(const core::Worker& w, const RunExports& x) {
-  // The same derivations as the supervisor's (HeartbeatFiles::create, ErrorFiles::prepare, heartbeat_env).
+  // The same derivations as the supervisor's (HeartbeatFiles::create, heartbeat_env, the stacks hook,
+  // ErrorFiles::prepare).
   std::map<std::string, std::string> env = w.env;
   if (x.heartbeat) {
     env = agent::heartbeat_env(std::move(env), x.user_faulthandler,
                                agent::worker_heartbeat_file(x.log_dir, x.requeue, 0, w.rank, x.heartbeat_dir),
                                x.python, x.hang);
   }
+  const auto own = env.find("PYTHONPATH");
+  const std::string their_path = own != env.end() ? own->second : x.python_path;
+  env = agent::stacks_hook_env(std::move(env), their_path, x.stacks_dir, w.rank);
   env["TORCHELASTIC_ERROR_FILE"] = agent::worker_error_file(x.log_dir, x.requeue, 0, w.rank, x.error_dir);
   return env;
 }

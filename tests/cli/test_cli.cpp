@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -712,11 +713,13 @@ void check_dry_run_env(const std::vector<std::string>& flags, bool faulthandler)
     const auto got =
         nlohmann::json::parse(ddprun::test::read_file(dir / ("env_" + std::to_string(rank) + ".json")))
             .get<std::map<std::string, std::string>>();
-    // Every variable shown is the worker's, and every variable the run set or changed is shown.
+    // Every variable shown is the worker's, and every variable the run set or changed is shown. The
+    // stacks hook's directory is always a private one: the dry run names it by its template.
+    const std::regex made("ddprun-stacks-[A-Za-z0-9]{6}");
     for (const auto& [k, v] : shown) {
       CAPTURE(k);
       CHECK(got.count(k) == 1);
-      if (got.count(k) == 1) CHECK(got.at(k) == v);
+      if (got.count(k) == 1) CHECK(std::regex_replace(got.at(k), made, "ddprun-stacks-XXXXXX") == v);
     }
     for (const auto& [k, v] : got) {
       const auto inherited = base.find(k);
@@ -728,6 +731,7 @@ void check_dry_run_env(const std::vector<std::string>& flags, bool faulthandler)
     CHECK(shown.count("DDPRUN_HEARTBEAT_FILE") == 1);
     CHECK(shown.count("PYTHONFAULTHANDLER") == (faulthandler ? 1 : 0));
     CHECK(shown.count("TORCHELASTIC_ERROR_FILE") == 1);
+    CHECK(shown.count("DDPRUN_STACKS_FILE") == 1);
   }
 }
 

@@ -22,6 +22,15 @@ int stacks_signal();
 // (sitecustomize.py) and one stacks file per rank; removed with the object, after the run.
 inline constexpr const char* kStacksDir = "stacks";
 
+// `env` plus the hook's variables for rank `rank`, the hook being in directory `dir`: PYTHONPATH with
+// `dir` first (`their_pythonpath`, the worker's own, after it), DDPRUN_STACKS_FILE and
+// DDPRUN_STACKS_SIGNAL. Pure: the run and the dry run (with the directory's name template) share it.
+std::map<std::string, std::string> stacks_hook_env(std::map<std::string, std::string> env,
+                                                   const std::string& their_pythonpath,
+                                                   const std::string& dir, int rank);
+// Rank `rank`'s stacks file in the hook's directory `dir`.
+std::string stacks_hook_file(const std::string& dir, int rank);
+
 class PythonStackHook {
  public:
   PythonStackHook() = default;

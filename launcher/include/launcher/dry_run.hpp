@@ -19,8 +19,9 @@ namespace ddprun::launcher {
 // What a run adds to every worker's variables besides the plan's, set by the agent as it starts the
 // worker: TORCHELASTIC_ERROR_FILE, with --hang-timeout or --max-restarts-without-progress
 // DDPRUN_HEARTBEAT_FILE, and with --hang-timeout, for a Python command, PYTHONFAULTHANDLER=1 unless
-// the user set it. Without --log-dir those files are in
-// directories each run makes, shown as <TMPDIR>/ddprun-<what>-XXXXXX.
+// the user set it; and the `ddprun stacks` hook's PYTHONPATH, DDPRUN_STACKS_FILE and
+// DDPRUN_STACKS_SIGNAL (agent::stacks_hook_env). Without --log-dir those files are in directories
+// each run makes, shown as <TMPDIR>/ddprun-<what>-XXXXXX (the stacks hook's always).
 struct RunExports {
   std::optional<std::string> log_dir;  // absolute, as in the agent's options
   int requeue = 0;
@@ -28,7 +29,8 @@ struct RunExports {
   bool heartbeat = false;  // heartbeat files: --hang-timeout or --max-restarts-without-progress
   bool python = false;     // stacks by faulthandler (agent::python_worker)
   std::vector<std::string> user_faulthandler;  // PYTHONFAULTHANDLER=... of the agent's environment, if any
-  std::string error_dir, heartbeat_dir;        // the private directories' names
+  std::string python_path;                     // PYTHONPATH of the agent's environment, if any
+  std::string error_dir, heartbeat_dir, stacks_dir;  // the private directories' names
 };
 RunExports run_exports(const agent::AgentOptions& ao, const std::vector<std::string>& agent_env);
 // `w`'s variables as the run's first attempt exports them: the plan's and `x`'s.
