@@ -75,27 +75,6 @@ void check_gpu_slices(const JobConstants& job, const NodeRow& row, std::size_t n
   }
 }
 
-JobConstants constants_of(const JobSpec& job) {
-  JobConstants c;
-  c.mode = job.mode;
-  c.nnodes = job.nnodes;
-  c.master_addr = job.master_addr;
-  c.master_port = job.master_port;
-  c.run_id = job.run_id;
-  c.gpus_per_proc = job.gpus_per_proc;
-  c.procs_per_replica = job.procs_per_replica;
-  c.restart_count = job.restart_count;
-  c.requeue_count = job.requeue_count;
-  c.max_restarts = job.max_restarts;
-  c.role = job.role;
-  c.user_omp_num_threads = job.user_omp_num_threads;
-  c.cpus_per_task = job.cpus_per_task;
-  c.user_set_nccl_async = job.user_set_nccl_async;
-  c.worker_store = job.worker_store;
-  c.virtual_local_rank = job.virtual_local_rank;
-  return c;
-}
-
 // The torchrun variables, ddprun's own, OMP_NUM_THREADS and NCCL's.
 void worker_env(const JobConstants& job, int node_rank, int local_world_size, Worker& w) {
   const int p = job.procs_per_replica;
@@ -154,7 +133,8 @@ PlanTable make_plan_table(const JobSpec& job, const std::vector<NodeSpec>& nodes
   check_job(job);
   const std::vector<const NodeSpec*> nodes = sorted_nodes(job, nodes_in);
   PlanTable t;
-  t.job = constants_of(job);
+  t.job = job;  // the constants, without this node's identity
+  t.job.world_size = 0;
   t.nodes.reserve(nodes.size());
   for (const NodeSpec* np : nodes) {
     const NodeSpec& n = *np;

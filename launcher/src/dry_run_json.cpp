@@ -1,5 +1,5 @@
 // `--dry-run --format json`, streamed: the bytes core::dump_json(j, 2) would give for the whole plan
-// (core::plan_to_json plus the CLI's fields), written one node at a time.
+// (the worker list tests/support/whole_plan.hpp builds, plus the CLI's fields), written one node at a time.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -12,30 +12,6 @@
 
 namespace ddprun::core {
 
-// What is the same for every node of the job.
-struct JobConstants {
-  Mode mode = Mode::standalone;
-  int world_size = 0;  // workers of the active nodes
-  int nnodes = 1;      // active nodes (GROUP_WORLD_SIZE); spare rows are not counted
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string run_id = kNoRunId;
-  int gpus_per_proc = 0;      // G; 0 = workers see all of the node's GPUs
-  int procs_per_replica = 1;  // P
-  int restart_count = 0;
-  int requeue_count = 0;
-  int max_restarts = 0;
-  std::string role = "default";
-  std::optional<std::string> user_omp_num_threads;
-  std::optional<int> cpus_per_task;
-  bool user_set_nccl_async = false;
-  WorkerStore worker_store = WorkerStore::agent;
-  // --virtual-local-rank: every worker's LOCAL_RANK is 0 and its CUDA_VISIBLE_DEVICES names only its
-  // own GPUs (its slice; without G, the node's GPU at its local rank), so each sees its device as cuda:0.
-  bool virtual_local_rank = false;
-  bool operator==(const JobConstants&) const = default;
-};
-
 // One node; its node rank is its index in the table.
 struct NodeRow {
   std::optional<std::string> host;

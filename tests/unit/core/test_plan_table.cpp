@@ -10,8 +10,12 @@
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
 #include "old_plan.hpp"
+#include "support/whole_plan.hpp"
 
 using namespace ddprun::core;
+using ddprun::test::build_plan;
+using ddprun::test::Plan;
+using ddprun::test::plan_to_json;
 
 namespace {
 

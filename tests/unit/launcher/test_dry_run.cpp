@@ -15,12 +15,16 @@
 #include "core/plan_table.hpp"
 #include "launcher/dry_run.hpp"
 #include "support/plan_nodes.hpp"
+#include "support/whole_plan.hpp"
 
 using namespace ddprun::core;
 using ddprun::launcher::gpus_seen;
 using ddprun::launcher::render_startup_table;
 
+using ddprun::test::build_plan;
 using ddprun::test::nodes;
+using ddprun::test::Plan;
+using ddprun::test::plan_to_json;
 
 namespace {
 
