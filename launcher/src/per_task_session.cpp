@@ -45,7 +45,7 @@ class PerTaskSession final : public Session {
 
   Round join(int attempt) override;
   agent::Coordinator& coordinator() override { return *coord_; }
-  void next_attempt() override {
+  void next_attempt(const std::optional<core::Failure>&) override {
     if (up_) up_->next_attempt();
     if (down_) down_->next_attempt();
   }

@@ -37,7 +37,7 @@ void Rendezvous::ack_barrier(PrefixStore& s, const std::string& name) {
 
 Rendezvous::BarrierEnd Rendezvous::wait_barrier(const std::string& name, Clock::time_point deadline,
                                                 std::string& error) {
-  const int n = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
+  const int n = joined_ ? static_cast<int>(members_.size()) : opts_.nnodes_max;
   BarrierEnd end = BarrierEnd::failed;
   try {
     ensure_connected();
@@ -71,7 +71,7 @@ Rendezvous::BarrierEnd Rendezvous::wait_barrier(const std::string& name, Clock::
       // Keep serving until every other node has seen the barrier pass (bounded). Every node arrived,
       // so the barrier has passed even when some acks do not come in time.
       std::vector<std::string> acks;
-      for (const auto& p : participants_) {
+      for (const auto& p : members_) {
         if (p.orig_rank != opts_.node_rank) acks.push_back(keys::barrier_ack(name, p.orig_rank));
       }
       try {

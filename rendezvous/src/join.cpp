@@ -296,7 +296,9 @@ std::vector<int> Rendezvous::wait_for_survivors(PrefixStore& s) {
   std::vector<std::string> expected;
   for (std::size_t i = 0; i < previous_.size(); ++i) {
     const int orig = previous_[i].orig_rank;
-    if (!previous_lost_.contains(static_cast<int>(i)) && !gone.contains(orig))
+    const bool lost =
+        std::find(previous_lost_.begin(), previous_lost_.end(), static_cast<int>(i)) != previous_lost_.end();
+    if (!lost && !gone.contains(orig))
       expected.push_back(keys::present(orig));  // after its arrival record: joined_ranks() lists it
   }
   s.wait(expected, opts_.rejoin_timeout);
@@ -435,16 +437,16 @@ Joined Rendezvous::read_plan(const std::string& published) {
                 "join", endpoint());
   }
   Joined out;
-  participants_.assign(rec.node_ranks.size(), {});
-  out.members.reserve(participants_.size());
-  for (std::size_t i = 0; i < participants_.size(); ++i) {
-    participants_[i] = {rec.node_ranks[i], std::move(rec.hosts[i]), i >= rec.active};
-    out.members.push_back({participants_[i].orig_rank, participants_[i].hostname, participants_[i].spare});
+  members_.assign(rec.node_ranks.size(), {});
+  out.members.reserve(members_.size());
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    members_[i] = {rec.node_ranks[i], std::move(rec.hosts[i]), i >= rec.active};
+    out.members.push_back(members_[i]);
   }
   out.plan = std::move(rec.plan);
   plan_node_rank_ = static_cast<int>(mine - rec.node_ranks.begin());
   out.node_rank = plan_node_rank_;
-  out.nnodes = static_cast<int>(participants_.size());
+  out.nnodes = static_cast<int>(members_.size());
   joined_ = true;
   return out;
 }

@@ -77,7 +77,7 @@ void Rendezvous::start_liveness() {
     master_host_ = host_of(0);  // the Slurm node list's first host until the plan names it
   }
   const int attempt = opts_.attempt;
-  const int nnodes = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
+  const int nnodes = joined_ ? static_cast<int>(members_.size()) : opts_.nnodes_max;
   const LivenessTiming t = liveness_timing(opts_.heartbeat_interval, opts_.heartbeat_timeout, nnodes);
   // One connection per agent: the main one now carries the heartbeat and the abort push too.
   ensure_connected();
@@ -254,8 +254,8 @@ void Rendezvous::monitor_loop(int attempt) {
       // A node that arrived too late for the round (MIN:MAX) is none of ours.
       const auto orig = labels::agent_node_rank(ev->first, attempt);
       const auto ours = [&](int r) {
-        return std::any_of(participants_.begin(), participants_.end(),
-                           [&](const Participant& p) { return p.orig_rank == r; });
+        return std::any_of(members_.begin(), members_.end(),
+                           [&](const core::Member& p) { return p.orig_rank == r; });
       };
       if (orig && *orig != opts_.node_rank && ours(*orig)) publish_lost(s, *orig, ev->second);
     } catch (const Error&) {
@@ -270,7 +270,7 @@ void Rendezvous::publish_missing_watches(PrefixStore& s, int attempt) {
   for (const auto& label : server_->labels(labels::agent_prefix(attempt))) {
     if (const auto r = labels::agent_node_rank(label, attempt)) watching.insert(*r);
   }
-  for (const auto& p : participants_) {
+  for (const auto& p : members_) {
     if (p.orig_rank == opts_.node_rank || watching.contains(p.orig_rank)) continue;
     {
       std::lock_guard lk(lost_mu_);
@@ -288,11 +288,11 @@ void Rendezvous::publish_lost(PrefixStore& s, int orig, const std::string& reaso
   int plan_rank = orig;
   std::string host;
   bool spare = false;
-  for (std::size_t i = 0; i < participants_.size(); ++i) {
-    if (participants_[i].orig_rank == orig) {
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].orig_rank == orig) {
       plan_rank = static_cast<int>(i);
-      host = participants_[i].hostname;
-      spare = participants_[i].spare;
+      host = members_[i].host;
+      spare = members_[i].spare;
     }
   }
   {

@@ -292,8 +292,8 @@ std::shared_ptr<TcpStore> Rendezvous::find_store() {
 }
 
 std::string Rendezvous::host_of(int orig_rank) const {
-  for (const auto& p : participants_) {
-    if (p.orig_rank == orig_rank) return p.hostname;
+  for (const auto& p : members_) {
+    if (p.orig_rank == orig_rank) return p.host;
   }
   const auto i = static_cast<std::size_t>(orig_rank);
   if (orig_rank >= 0 && i < opts_.expected_hosts.size()) return opts_.expected_hosts[i];
@@ -386,10 +386,9 @@ std::optional<core::Failure> Rendezvous::aborted() {
 void Rendezvous::next_attempt(const std::vector<int>& lost) {
   stop_watch();
   if (joined_) {
-    previous_.clear();
-    for (const auto& p : participants_) previous_.push_back({p.orig_rank, p.hostname, p.spare});
+    previous_ = std::move(members_);  // the one copy of the round that ended (cleared below)
   }
-  previous_lost_ = {lost.begin(), lost.end()};
+  previous_lost_ = lost;
   if (elastic_round()) {
     // Every survivor is back within its teardown: no round after a loss may wait --rdzv-timeout for a
     // master that is gone too.
@@ -403,7 +402,7 @@ void Rendezvous::next_attempt(const std::vector<int>& lost) {
     client_.reset();  // the next round connects afresh
   }
   ++opts_.attempt;
-  participants_.clear();
+  members_.clear();
   plan_node_rank_ = -1;
   joined_ = false;
   barrier_passed_ = false;

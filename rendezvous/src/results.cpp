@@ -138,10 +138,10 @@ std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::option
   std::vector<ResultRecord> out;
   if (!server_ || !joined_) return out;
   std::vector<std::string> all, awaited;
-  for (const auto& p : participants_) {
+  for (const auto& p : members_) {
     if (p.spare) continue;  // a standby has no run to report (standbys follow the active nodes)
     const int rank = static_cast<int>(out.size());
-    out.push_back({rank, p.hostname, std::nullopt});
+    out.push_back({rank, p.host, std::nullopt});
     all.push_back(keys::result(p.orig_rank));
     if (rank != lost) awaited.push_back(all.back());
   }

@@ -14,7 +14,7 @@ std::optional<core::Failure> Rendezvous::standby(const std::function<bool()>& st
   PrefixStore s = store();
   // A standby has nothing to finish: it is at the exit barrier from the start, and leaving is no
   // failure (a lost standby is only dropped from the next round, liveness.cpp).
-  arrive_at_barrier(s, "exit", static_cast<int>(participants_.size()));
+  arrive_at_barrier(s, "exit", static_cast<int>(members_.size()));
   for (;;) {
     {
       std::lock_guard lk(cb_mu_);

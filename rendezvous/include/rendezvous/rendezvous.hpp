@@ -226,6 +226,14 @@ class Rendezvous {
   // wait for them).
   void next_attempt(const std::vector<int>& lost = {});
 
+  // Elastic membership, kept here only (the launcher asks): the members of the round this agent joined,
+  // in the round's node order (standbys last), from join() until next_attempt(); then that round is
+  // previous_members(), with previous_lost() (node ranks there known to be gone, as next_attempt was
+  // told), until the next call of next_attempt().
+  const std::vector<core::Member>& members() const { return members_; }
+  const std::vector<core::Member>& previous_members() const { return previous_; }
+  const std::vector<int>& previous_lost() const { return previous_lost_; }
+
   // Elastic, after the master (node rank 0) was lost, on every survivor, after next_attempt: the
   // store moves to `addr`:`port`, served by the agent with node rank `host_rank` of the round that
   // ended (core::failover_host). That agent starts a fresh store; the others connect there.
@@ -271,12 +279,6 @@ class Rendezvous {
   void drain(std::chrono::milliseconds limit);
 
  private:
-  struct Participant {
-    int orig_rank = 0;
-    std::string hostname;
-    bool spare = false;
-  };
-
   // rendezvous.cpp: connections and the attempt's namespace
   void start_server(std::uint16_t port);
   void serve_first_free();
@@ -337,7 +339,7 @@ class Rendezvous {
   std::shared_ptr<TcpStore> client_;  // the main connection; stays open
 
   // The joined round.
-  std::vector<Participant> participants_;  // index = node rank in the plan
+  std::vector<core::Member> members_;  // index = node rank in the plan
   int plan_node_rank_ = -1;
   std::chrono::steady_clock::time_point plan_published_{};  // master: when the plan went out
   bool joined_ = false;
@@ -348,9 +350,10 @@ class Rendezvous {
   std::mutex status_mu_;
   std::map<std::string, std::string> published_status_;  // by key: this agent's last (--metrics-port)
   std::atomic<bool> barrier_waiting_{false};
-  // Elastic: the last round's members, and who of them is known to be gone (node ranks there).
+  // Elastic: the last round's members, and who of them is known to be gone (node ranks there). The
+  // launcher asks here (members(), previous_members(), previous_lost()) rather than keep its own.
   std::vector<core::Member> previous_;
-  std::set<int> previous_lost_;
+  std::vector<int> previous_lost_;
   std::set<int> dropped_;                      // master: orig ranks lost during this attempt
   std::map<int, std::string> topology_addrs_;  // master: the last round's topology addresses by orig rank
   int failovers_ = 0;
