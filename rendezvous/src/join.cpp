@@ -12,7 +12,7 @@
 #include "deadline.hpp"
 #include "keys.hpp"
 #include "rendezvous/plan_record.hpp"
-#include "rendezvous/rendezvous.hpp"
+#include "rendezvous_impl.hpp"
 #include "store/store.hpp"
 
 namespace ddprun::rdzv {
@@ -40,7 +40,7 @@ void from_json(const json& j, JoinInfo& info) {
   info.spare = j.at("spare").get<bool>();
 }
 
-Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
+Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   const auto start = Clock::now();
   JoinInfo me = me_in;
   me.node_rank = opts_.node_rank;
@@ -80,7 +80,7 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
 }
 
 // A node rank is claimed atomically: the second claimant is told who holds it.
-void Rendezvous::claim_node_rank(PrefixStore& s, int node_rank) {
+void Rendezvous::Impl::claim_node_rank(PrefixStore& s, int node_rank) {
   if (s.add(keys::rank_claim(node_rank), 1) <= 1) return;
   std::string holder = "another agent";
   try {
@@ -98,7 +98,7 @@ void Rendezvous::claim_node_rank(PrefixStore& s, int node_rank) {
 
 // True once the plan is published; throws the master's error if the round failed there, false
 // at the join deadline.
-bool Rendezvous::wait_for_plan(PrefixStore& s, Clock::time_point start) {
+bool Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock::time_point start) {
   const auto deadline = start + opts_.join_timeout;
   std::optional<std::size_t> got;
   // The first round also ends when an agent could not start (fail_start).
@@ -125,7 +125,7 @@ bool Rendezvous::wait_for_plan(PrefixStore& s, Clock::time_point start) {
 
 // ---- start-up errors: an agent that could not start publishes why, and every agent leaves with it
 
-core::Failure Rendezvous::fail_start(const core::Failure& cause_in) {
+core::Failure Rendezvous::Impl::fail_start(const core::Failure& cause_in) {
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   // An elastic round after a restart closes without a node that does not come back: nobody waits.
@@ -151,7 +151,7 @@ core::Failure Rendezvous::fail_start(const core::Failure& cause_in) {
 
 // Every agent has read the start-up error, or the join deadline passed. The master serves its store
 // until then; the others may see it close once the last one has read it, which ends their wait too.
-void Rendezvous::await_start_failure_read(PrefixStore& s) {
+void Rendezvous::Impl::await_start_failure_read(PrefixStore& s) {
   const int agents = opts_.nagents > 0 ? opts_.nagents : opts_.nnodes_max;
   try {
     s.set(keys::start_read(s.add(keys::kStartRead, 1)), std::to_string(opts_.node_rank));
@@ -160,7 +160,7 @@ void Rendezvous::await_start_failure_read(PrefixStore& s) {
   }
 }
 
-void Rendezvous::leave_after_start_failure(PrefixStore& s) {
+void Rendezvous::Impl::leave_after_start_failure(PrefixStore& s) {
   core::Failure f;
   try {
     f = core::decode_failure(s.get(keys::kAbort, Millis{0}).value_or(""));
@@ -177,7 +177,7 @@ void Rendezvous::leave_after_start_failure(PrefixStore& s) {
   throw Error(Error::Kind::join, fmt::format("{} could not start: {}", who, f.reason), "join", endpoint());
 }
 
-void Rendezvous::fail_join(const std::string& message) {
+void Rendezvous::Impl::fail_join(const std::string& message) {
   try {
     store().set(keys::kJoinError, message);
     linger(opts_.heartbeat_timeout);  // let the waiting agents read it before we go
@@ -188,7 +188,7 @@ void Rendezvous::fail_join(const std::string& message) {
 
 // ---- the master's round
 
-void Rendezvous::run_master_round(const PlanFn& make_plan) {
+void Rendezvous::Impl::run_master_round(const PlanFn& make_plan) {
   PrefixStore s = store();
   std::vector<int> in;  // node ranks that joined
   if (elastic_round()) {
@@ -250,7 +250,7 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
 
 // The node ranks that arrived, from the arrival records: standbys' ranks lie beyond MAX, and a
 // master outside Slurm does not know how many there are.
-std::vector<int> Rendezvous::joined_ranks(PrefixStore& s) const {
+std::vector<int> Rendezvous::Impl::joined_ranks(PrefixStore& s) const {
   std::set<int> ranks;
   const auto read = [&](const char* counter, std::string (*key)(std::int64_t)) {
     const std::int64_t n = s.add(counter, 0);
@@ -272,13 +272,13 @@ std::vector<int> Rendezvous::joined_ranks(PrefixStore& s) const {
 // Whether a start-up error (fail_start) ends this round on every agent: the first round's, and a
 // fail-fast job's after a restart (a node whose --health-check fails then), where the others would
 // otherwise wait for the node; an elastic round after a restart goes on without it instead.
-bool Rendezvous::start_errors_end_round() const {
+bool Rendezvous::Impl::start_errors_end_round() const {
   return opts_.attempt == 0 || !elastic_round();
 }
 
 // A round after a restart of an elastic job: MIN < MAX, or standbys (which the master outside Slurm
 // learns of only when they join).
-bool Rendezvous::elastic_round() const {
+bool Rendezvous::Impl::elastic_round() const {
   return !previous_.empty() && (opts_.elastic || std::any_of(previous_.begin(), previous_.end(),
                                                              [](const core::Member& m) { return m.spare; }));
 }
@@ -287,7 +287,7 @@ bool Rendezvous::elastic_round() const {
 // teardown bounded by the grace), so the round closes when they are all in, not after a last call.
 // Whoever did not come within rejoin_timeout is lost too; then the round goes on only with MIN and a
 // strict majority of the last round (core::after_loss).
-std::vector<int> Rendezvous::wait_for_survivors(PrefixStore& s) {
+std::vector<int> Rendezvous::Impl::wait_for_survivors(PrefixStore& s) {
   std::set<int> gone;
   {
     std::lock_guard lk(lost_mu_);
@@ -314,7 +314,7 @@ std::vector<int> Rendezvous::wait_for_survivors(PrefixStore& s) {
 }
 
 // Until nnodes_min agents arrived; at the deadline, fails the round naming the missing nodes.
-void Rendezvous::wait_for_arrivals(PrefixStore& s) {
+void Rendezvous::Impl::wait_for_arrivals(PrefixStore& s) {
   const auto start = Clock::now();
   const auto deadline = start + opts_.join_timeout;
   // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
@@ -358,7 +358,7 @@ void Rendezvous::wait_for_arrivals(PrefixStore& s) {
 }
 
 // The join records of the nodes that joined, sorted by node rank.
-std::vector<JoinInfo> Rendezvous::read_join_records(PrefixStore& s, const std::vector<int>& ranks) {
+std::vector<JoinInfo> Rendezvous::Impl::read_join_records(PrefixStore& s, const std::vector<int>& ranks) {
   std::vector<JoinInfo> joined;
   for (int r : ranks) {
     auto v = s.get(keys::node(r), Millis{0});
@@ -419,7 +419,7 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
 
 // ---- every agent: the published plan
 
-Joined Rendezvous::read_plan(const std::string& published) {
+Joined Rendezvous::Impl::read_plan(const std::string& published) {
   PlanRecord rec;
   try {
     rec = decode_plan_record(published);
