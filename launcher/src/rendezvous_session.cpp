@@ -38,7 +38,7 @@ std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>&
     n.local_world_size = joined[i].local_world_size;
     n.gpus = i > 0 && nodes.back().gpus == joined[i].gpus ? nodes.back().gpus : core::GpuList(joined[i].gpus);
     n.addr = joined[i].addr;
-    n.spare = joined[i].spare;
+    n.standby = joined[i].standby;
     nodes.push_back(std::move(n));
   }
   return nodes;
@@ -113,7 +113,7 @@ class RendezvousSession final : public Session {
     joined.plan = std::string();
     round.local = core::derive_workers(*round.table, joined.node_rank);
     round.announce = joined.node_rank == 0;
-    round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
+    round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).standby;
     // --worker-store relay: this node's workers reach node 0's store through a relay of this attempt.
     store_.relay(round.table->job, joined.node_rank, round.local);
     // An elastic job's first round may close without a node of the step (one that failed its health
@@ -217,7 +217,7 @@ class RendezvousSession final : public Session {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
     job.nnodes = static_cast<int>(
-        std::count_if(nodes.begin(), nodes.end(), [](const rdzv::JoinInfo& n) { return !n.spare; }));
+        std::count_if(nodes.begin(), nodes.end(), [](const rdzv::JoinInfo& n) { return !n.standby; }));
     job.node_rank = 0;
     // After a failover this agent hosts the store, and worker rank 0 runs here.
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
@@ -241,19 +241,19 @@ class RendezvousSession final : public Session {
   void report_order(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
     std::vector<core::OrderedNode> order;
     std::vector<std::string> hosts;
-    std::vector<std::string> spares;
+    std::vector<std::string> standbys;
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       hosts.push_back(nodes[i].hostname);
-      if (nodes[i].spare) {
-        spares.push_back(nodes[i].hostname);
+      if (nodes[i].standby) {
+        standbys.push_back(nodes[i].hostname);
       } else {
         order.push_back({i, core::topology_group(nodes[i].topology)});
       }
     }
     std::vector<std::string> lines = core::describe_order(order, hosts);
-    if (!spares.empty()) {
+    if (!standbys.empty()) {
       lines.push_back(fmt::format("node ranks {}-{}: standbys, in node-rank order ({})", order.size(),
-                                  nodes.size() - 1, fmt::join(spares, ",")));
+                                  nodes.size() - 1, fmt::join(standbys, ",")));
     }
     if (ev_.json()) {
       ev_.emit("rank_order", {{"attempt", attempt}, {"order", "topology"}, {"groups", lines}});

@@ -26,7 +26,7 @@ void to_json(json& j, const JoinInfo& info) {
   j = {{"node_rank", info.node_rank}, {"hostname", info.hostname},
        {"addr", info.addr},           {"local_world_size", info.local_world_size},
        {"gpus", info.gpus},           {"topology", info.topology},
-       {"spare", info.spare}};
+       {"spare", info.standby}};  // the wire keeps its key (docs/protocol.md)
 }
 
 void from_json(const json& j, JoinInfo& info) {
@@ -37,7 +37,7 @@ void from_json(const json& j, JoinInfo& info) {
   info.gpus = j.at("gpus").get<std::vector<std::string>>();
   info.topology = j.at("topology").get<std::string>();
   if (info.topology.size() > core::kMaxTopologyAddr + 1) throw core::Error("topology address too long");
-  info.spare = j.at("spare").get<bool>();
+  info.standby = j.at("spare").get<bool>();
 }
 
 Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
@@ -279,8 +279,9 @@ bool Rendezvous::Impl::start_errors_end_round() const {
 // A round after a restart of an elastic job: MIN < MAX, or standbys (which the master outside Slurm
 // learns of only when they join).
 bool Rendezvous::Impl::elastic_round() const {
-  return !previous_.empty() && (opts_.elastic || std::any_of(previous_.begin(), previous_.end(),
-                                                             [](const core::Member& m) { return m.spare; }));
+  return !previous_.empty() &&
+         (opts_.elastic ||
+          std::any_of(previous_.begin(), previous_.end(), [](const core::Member& m) { return m.standby; }));
 }
 
 // Elastic, a round after a restart: every survivor of the last round is expected back at once (its
@@ -329,9 +330,9 @@ void Rendezvous::Impl::wait_for_arrivals(PrefixStore& s) {
   for (;;) {
     if (standbys_count) {
       const std::int64_t active = s.add(keys::kArrivals, 0);
-      const std::int64_t spare = s.add(keys::kStandbys, 0);
-      if (active + spare >= opts_.nnodes_min) return;
-      watched = {keys::arrived(active + 1), keys::standby_arrived(spare + 1)};
+      const std::int64_t standbys = s.add(keys::kStandbys, 0);
+      if (active + standbys >= opts_.nnodes_min) return;
+      watched = {keys::arrived(active + 1), keys::standby_arrived(standbys + 1)};
       if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
     }
     const Millis left = left_until(deadline);
@@ -380,12 +381,12 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
                                     const std::map<int, std::string>& previous_addrs) {
   const auto max = static_cast<std::size_t>(std::max(nnodes_max, 0));
   if (order == core::RankOrder::slurm || previous.empty()) {
-    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = i >= max;
+    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].standby = i >= max;
   } else {
     const auto group = [](const std::string& addr) { return core::topology_group(addr).path.value_or(""); };
     std::set<int> was_active;  // O(n log n): a round may hold thousands of nodes
     for (const auto& m : previous) {
-      if (!m.spare) was_active.insert(m.orig_rank);
+      if (!m.standby) was_active.insert(m.orig_rank);
     }
     std::vector<core::StandbyCandidate> candidates;
     std::set<int> back;
@@ -395,18 +396,18 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
     }
     std::vector<std::string> lost_groups;
     for (const auto& m : previous) {
-      if (m.spare || back.contains(m.orig_rank)) continue;
+      if (m.standby || back.contains(m.orig_rank)) continue;
       const auto addr = previous_addrs.find(m.orig_rank);
       lost_groups.push_back(addr == previous_addrs.end() ? std::string() : group(addr->second));
     }
     const auto active = core::choose_actives(candidates, lost_groups, static_cast<int>(max));
-    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = !active[i];
+    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].standby = !active[i];
   }
   // Active nodes first (the plan record's rule), each part in node-rank order: stable.
-  std::stable_partition(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.spare; });
+  std::stable_partition(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.standby; });
   if (order == core::RankOrder::slurm) return joined;
   const auto actives = static_cast<std::size_t>(
-      std::count_if(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.spare; }));
+      std::count_if(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.standby; }));
   std::vector<core::OrderInput> in;
   for (std::size_t i = 0; i < actives; ++i)
     in.push_back({joined[i].topology, joined[i].node_rank == store_rank});

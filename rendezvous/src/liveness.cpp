@@ -287,12 +287,12 @@ void Rendezvous::Impl::publish_missing_watches(PrefixStore& s, int attempt) {
 void Rendezvous::Impl::publish_lost(PrefixStore& s, int orig, const std::string& reason) {
   int plan_rank = orig;
   std::string host;
-  bool spare = false;
+  bool standby = false;
   for (std::size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].orig_rank == orig) {
       plan_rank = static_cast<int>(i);
       host = members_[i].host;
-      spare = members_[i].spare;
+      standby = members_[i].standby;
     }
   }
   {
@@ -301,7 +301,7 @@ void Rendezvous::Impl::publish_lost(PrefixStore& s, int orig, const std::string&
   }
   // A lost standby is dropped, nothing more; a node that reached a barrier is leaving, and its
   // goodbye is not a failure.
-  if (spare || s.check({keys::left(orig)})) return;
+  if (standby || s.check({keys::left(orig)})) return;
   core::Failure info;
   info.reason = fmt::format("lost the agent on {} (node rank {}): {}",
                             host.empty() ? std::string("an unknown host") : host, plan_rank, reason);

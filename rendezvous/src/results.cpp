@@ -139,7 +139,7 @@ std::vector<ResultRecord> Rendezvous::Impl::gather_results(Millis timeout, std::
   if (!server_ || !joined_) return out;
   std::vector<std::string> all, awaited;
   for (const auto& p : members_) {
-    if (p.spare) continue;  // a standby has no run to report (standbys follow the active nodes)
+    if (p.standby) continue;  // a standby has no run to report (standbys follow the active nodes)
     const int rank = static_cast<int>(out.size());
     out.push_back({rank, p.host, std::nullopt});
     all.push_back(keys::result(p.orig_rank));

@@ -28,7 +28,7 @@ struct NodeSpec {
   int local_world_size = 1;         // workers on this node
   GpuList gpus;                     // GPU ids visible on the node, as given (may be empty)
   std::string addr;                 // where the other nodes reach it (rendezvous); empty when unknown
-  bool spare = false;               // issue 14 (elastic): runs no workers; spares follow the active nodes
+  bool standby = false;             // issue 14 (elastic): runs no workers; standbys follow the active nodes
 };
 
 // TORCHELASTIC_RUN_ID when neither Slurm nor --rdzv-id gives one (torchrun's default too). Messages
@@ -40,7 +40,7 @@ inline constexpr const char* kNoRunId = "none";
 struct JobConstants {
   Mode mode = Mode::standalone;
   int world_size = 0;  // workers of the active nodes: counted by make_plan_table from the rows
-  int nnodes = 1;      // active nodes (GROUP_WORLD_SIZE); spare rows are not counted
+  int nnodes = 1;      // active nodes (GROUP_WORLD_SIZE); standby rows are not counted
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string run_id = kNoRunId;

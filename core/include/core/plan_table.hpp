@@ -16,14 +16,14 @@ namespace ddprun::core {
 struct NodeRow {
   std::optional<std::string> host;
   std::string addr;    // where the other nodes reach it; empty when unknown
-  int first_rank = 0;  // rank of its local rank 0 (-1 on a spare)
+  int first_rank = 0;  // rank of its local rank 0 (-1 on a standby)
   int local_world_size = 1;
-  GpuList gpus;        // shared with the rows that see the same GPUs
-  bool spare = false;  // issue 14 (elastic): a spare node runs no workers
+  GpuList gpus;          // shared with the rows that see the same GPUs
+  bool standby = false;  // issue 14 (elastic): a standby node runs no workers
   bool operator==(const NodeRow&) const = default;
 };
 
-// Spare rows, if any, follow the active ones (node ranks nnodes..size-1).
+// Standby rows, if any, follow the active ones (node ranks nnodes..size-1).
 struct PlanTable {
   JobConstants job;
   std::vector<NodeRow> nodes;
@@ -43,7 +43,7 @@ std::optional<TaskSlot> task_slot(const JobSpec& job);
 // any node afterwards cannot fail. Throws Error.
 PlanTable make_plan_table(const JobSpec& job, const std::vector<NodeSpec>& nodes);
 
-// The workers of one node (none on a spare), in local-rank order, each with its full environment.
+// The workers of one node (none on a standby), in local-rank order, each with its full environment.
 // Throws Error when node_rank is not a row of the table.
 std::vector<Worker> derive_workers(const PlanTable& table, int node_rank,
                                    const std::optional<TaskSlot>& slot = std::nullopt);

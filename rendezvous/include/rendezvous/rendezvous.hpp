@@ -35,7 +35,7 @@ struct JoinInfo {
   // Its SLURM_TOPOLOGY_ADDR (at most core::kMaxTopologyAddr + 1 bytes: a longer one is cut, and then
   // malformed), which node 0 orders the node ranks by under --rank-order topology; "" when unset.
   std::string topology = {};
-  bool spare = false;  // set by the master: a standby of this round (elastic, docs/elastic.md)
+  bool standby = false;  // set by the master: a standby of this round (elastic, docs/elastic.md)
 };
 // Its JSON codec: every field required when reading, integers checked (a join record comes from
 // another node).

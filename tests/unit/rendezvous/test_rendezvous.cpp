@@ -846,10 +846,10 @@ JoinInfo joiner(int rank, const std::string& topology) {
   j.topology = topology;
   return j;
 }
-// "rank:spare" in the arranged order.
+// "rank" (with "s" on a standby) in the arranged order.
 std::string arranged(const std::vector<JoinInfo>& v) {
   std::string out;
-  for (const auto& j : v) out += fmt::format("{}{}{} ", j.node_rank, j.spare ? "s" : "", "");
+  for (const auto& j : v) out += fmt::format("{}{}{} ", j.node_rank, j.standby ? "s" : "", "");
   return out;
 }
 }  // namespace
