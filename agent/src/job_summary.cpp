@@ -1,4 +1,4 @@
-// Each agent's end-of-run record, its codec, the member's one line and who prints what. The lead's
+// Each agent's end-of-run record, its codec, the member's one line and who prints what. Node 0's
 // table is in job_table.cpp.
 #include <fmt/format.h>
 #include <algorithm>
@@ -67,11 +67,11 @@ NodeRecord node_record(const RunResult& r) {
   return n;
 }
 
-std::optional<HungWorker> root_stack_from(const RunResult& lead, const std::vector<PeerRecord>& peers) {
-  const auto& root = lead.root_cause;
+std::optional<HungWorker> root_stack_from(const RunResult& node0, const std::vector<PeerRecord>& peers) {
+  const auto& root = node0.root_cause;
   if (!root || !root->hang) return std::nullopt;
-  for (const auto& h : lead.hung) {
-    if (h.rank == root->rank && root->node_rank == lead.node_rank) return std::nullopt;  // printed as ours
+  for (const auto& h : node0.hung) {
+    if (h.rank == root->rank && root->node_rank == node0.node_rank) return std::nullopt;  // printed as ours
   }
   for (const auto& p : peers) {
     const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt;
@@ -141,7 +141,7 @@ std::optional<NodeRecord> decode_node_record(std::string_view text) {
 
 ReportRole report_role(int agents, int agent_id) {
   if (agents <= 1) return ReportRole::single;
-  return agent_id == 0 ? ReportRole::lead : ReportRole::member;
+  return agent_id == 0 ? ReportRole::node0 : ReportRole::member;
 }
 
 ReportPlan plan_report(ReportRole role, bool verbose, bool quiet, bool json, const RunResult& r,
@@ -151,7 +151,7 @@ ReportPlan plan_report(ReportRole role, bool verbose, bool quiet, bool json, con
   p.report = !r.success && !r.spawn_failed;
   p.length = quiet ? ReportLength::brief : ReportLength::full;
   p.node_table = !quiet && !r.exits.empty() && !r.spawn_failed;
-  if (role == ReportRole::lead) {
+  if (role == ReportRole::node0) {
     p.node_table = p.node_table && verbose;
     p.gather = json || !quiet;
   } else if (role == ReportRole::member && !verbose && published) {

@@ -1,4 +1,4 @@
-// The lead's job-wide summary: one row per node from the gathered records (text and JSON).
+// Node 0's job-wide summary: one row per node from the gathered records (text and JSON).
 #include <fmt/format.h>
 #include <algorithm>
 #include <map>
@@ -109,29 +109,29 @@ std::string count_text(std::size_t rows, std::size_t nodes, bool per_task) {
   return plural(rows, "task") + " on " + plural(nodes, "node");
 }
 
-std::string header(const RunResult& lead, const std::string& counted, int workers, bool colour) {
-  const std::string head = fmt::format("ddprun: job summary (attempt {}): ", lead.attempt);
-  if (lead.success) {
+std::string header(const RunResult& node0, const std::string& counted, int workers, bool colour) {
+  const std::string head = fmt::format("ddprun: job summary (attempt {}): ", node0.attempt);
+  if (node0.success) {
     return head + fmt::format("{}, {}, {} workers exited 0\n", paint("success", Style::green, colour),
                               counted, workers);
   }
   std::string cause;
-  if (const auto& f = lead.root_cause) {
+  if (const auto& f = node0.root_cause) {
     cause = f->rank >= 0 ? fmt::format(", root cause rank {} on {} ({})", f->rank, f->host, f->reason)
                          : fmt::format(", root cause: {}", f->reason);
   }
   // Ranks that exited after a checkpoint signal stopped on request: the words of every node's report.
-  if (const int after = lead.root_cause ? lead.root_cause->after_signal : 0; after != 0) {
+  if (const int after = node0.root_cause ? node0.root_cause->after_signal : 0; after != 0) {
     return head + fmt::format("{}{}\n",
                               paint(fmt::format("stopped after {} with exit code {}", signal_name(after),
-                                                lead.exit_code),
+                                                node0.exit_code),
                                     Style::yellow, colour),
                               cause);
   }
   return head + fmt::format("{}, exit code {}{}\n",
-                            paint(lead.root_cause && lead.root_cause->hang ? "HUNG" : "FAILED",
+                            paint(node0.root_cause && node0.root_cause->hang ? "HUNG" : "FAILED",
                                   Style::bold_red, colour),
-                            lead.exit_code, cause);
+                            node0.exit_code, cause);
 }
 
 std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown, bool per_task) {
@@ -160,13 +160,13 @@ std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown,
 
 }  // namespace
 
-std::string format_job_summary(const RunResult& lead, const std::vector<PeerRecord>& peers, bool colour,
+std::string format_job_summary(const RunResult& node0, const std::vector<PeerRecord>& peers, bool colour,
                                std::size_t max_rows, bool per_task) {
   std::vector<Row> rows;
   int workers = 0;
   std::set<std::string> hosts;  // per-task mode: the nodes the tasks ran on
   for (const auto& p : peers) {
-    rows.push_back(make_row(p, lead.root_cause, per_task));
+    rows.push_back(make_row(p, node0.root_cause, per_task));
     hosts.insert(p.host);
     if (const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt) workers += rec->workers;
   }
@@ -179,7 +179,7 @@ std::string format_job_summary(const RunResult& lead, const std::vector<PeerReco
   const auto order = rows_shown(rows, max_rows);
   std::vector<bool> shown(rows.size(), false);
   for (const std::size_t i : order) shown[i] = true;
-  std::string out = header(lead, count_text(peers.size(), hosts.size(), per_task), workers, colour);
+  std::string out = header(node0, count_text(peers.size(), hosts.size(), per_task), workers, colour);
   const auto line = [&](const std::string& node, const std::string& host, const std::string& ranks,
                         const std::string& result, const std::string& duration) {
     return fmt::format("  {:>5}  {:<{}}  {:<{}}  {:<{}}  {:>9}\n", node, host, hw, ranks, rw, result, resw,
@@ -191,7 +191,7 @@ std::string format_job_summary(const RunResult& lead, const std::vector<PeerReco
   return out + footer(rows, shown, per_task);
 }
 
-nlohmann::json job_summary_json(const RunResult& lead, const std::vector<PeerRecord>& peers) {
+nlohmann::json job_summary_json(const RunResult& node0, const std::vector<PeerRecord>& peers) {
   nlohmann::json nodes = nlohmann::json::array();
   int reported = 0;
   for (const auto& p : peers) {
@@ -207,10 +207,10 @@ nlohmann::json job_summary_json(const RunResult& lead, const std::vector<PeerRec
     n["reported"] = true;
     nodes.push_back(std::move(n));
   }
-  return {{"attempt", lead.attempt},
-          {"success", lead.success},
-          {"exit_code", lead.exit_code},
-          {"root_cause", lead.root_cause ? failure_to_json(*lead.root_cause) : nlohmann::json(nullptr)},
+  return {{"attempt", node0.attempt},
+          {"success", node0.success},
+          {"exit_code", node0.exit_code},
+          {"root_cause", node0.root_cause ? failure_to_json(*node0.root_cause) : nlohmann::json(nullptr)},
           {"nodes_reported", reported},
           {"nodes", std::move(nodes)}};
 }

@@ -132,9 +132,9 @@ void Reporter::finished(const RunResult& run) const {
   const bool published = role != ReportRole::single && run.not_told.empty() &&
                          coord_.publish_result(encode_node_record(node_record(run)));
   const ReportPlan plan = plan_report(role, opts_.verbose, opts_.quiet, json_, run, published);
-  // The lead gathers first (it may wait for the other nodes): a hang's stack comes with the record of
+  // Node 0 gathers first (it may wait for the other nodes): a hang's stack comes with the record of
   // the node that had it, and belongs in the report and the error file, --quiet or not.
-  const bool hang_elsewhere = role == ReportRole::lead && run.root_cause && run.root_cause->hang &&
+  const bool hang_elsewhere = role == ReportRole::node0 && run.root_cause && run.root_cause->hang &&
                               run.root_cause->node_rank != run.node_rank;
   const std::vector<PeerRecord> peers =
       plan.gather || hang_elsewhere

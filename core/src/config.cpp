@@ -494,7 +494,7 @@ void assume_nodes(int local, const std::vector<std::string>& gpus, const SystemI
   for (int i = 0; i < r.nagents; ++i) {
     NodeSpec ns;
     ns.node_rank = i;
-    ns.spare = i >= job.nnodes;  // standbys follow the active nodes
+    ns.standby = i >= job.nnodes;  // standbys follow the active nodes
     if (!r.hosts.empty()) {
       ns.host = std::move(r.hosts[static_cast<std::size_t>(i)]);
     } else if (i == job.node_rank) {
@@ -535,7 +535,7 @@ Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo&
   JobSpec& job = r.job;
   if (job.node_rank >= r.nagents) {
     throw Error(fmt::format(
-        "--node-rank {} is not below the number of nodes {}; node ranks run 0..{} (a hot spare beyond MAX "
+        "--node-rank {} is not below the number of nodes {}; node ranks run 0..{} (a standby beyond MAX "
         "needs --max-restarts)",
         job.node_rank, r.nagents, r.nagents - 1));
   }

@@ -108,7 +108,7 @@ MembershipChange membership_change(const std::vector<Member>& before, const std:
     const auto it = find(after, m.orig_rank);
     if (it == after.end()) {
       c.lost.push_back(m);
-    } else if (m.spare && !it->spare) {
+    } else if (m.standby && !it->standby) {
       c.promoted.push_back(*it);
     }
   }

@@ -28,12 +28,12 @@ NodeCounts step_counts(const std::optional<std::string>& nnodes, int n, int max_
   const auto [lo, hi] = parse_nnodes(*nnodes);
   const bool standbys = n > hi && max_restarts > 0;
   if (n < lo || (n > hi && !standbys)) {
-    const std::string extra = n - hi == 1 ? std::string("the extra node as a hot spare")
-                                          : fmt::format("the {} extra nodes as hot spares", n - hi);
-    const std::string spares = n > hi ? ", or add --max-restarts K to keep " + extra : "";
+    const std::string extra = n - hi == 1 ? std::string("the extra node as a standby")
+                                          : fmt::format("the {} extra nodes as standbys", n - hi);
+    const std::string keep = n > hi ? ", or add --max-restarts K to keep " + extra : "";
     throw Error(
         fmt::format("--nnodes {} disagrees with {} ({} nodes); drop --nnodes or change the allocation{}",
-                    *nnodes, what, n, spares));
+                    *nnodes, what, n, keep));
   }
   if (!is_elastic(lo, hi, n, max_restarts)) return fixed(n);
   return {lo, hi, std::min(n, hi), n, true};

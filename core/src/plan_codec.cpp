@@ -122,14 +122,14 @@ namespace {
 // Rows a run line can hold: a known host that is its own address, and alike otherwise.
 bool runs_with(const NodeRow& a, const NodeRow& b) {
   return b.host && b.addr == *b.host && a.local_world_size == b.local_world_size && a.gpus == b.gpus &&
-         a.spare == b.spare;
+         a.standby == b.standby;
 }
 
 void encode_row(const NodeRow& row, std::size_t set, std::string& out) {
   out += row.host ? pct(*row.host) : "~";
   out += ' ';
   out += row.host && row.addr == *row.host ? std::string("=") : pct(row.addr);
-  out += fmt::format(" {} {} {}\n", row.local_world_size, set, row.spare ? 's' : 'a');
+  out += fmt::format(" {} {} {}\n", row.local_world_size, set, row.standby ? 's' : 'a');
 }
 
 // Slurm's folding of hosts, cut at its top-level commas: "n[1-3,5],login" -> {"n[1-3,5]", "login"}.
@@ -186,7 +186,7 @@ std::string encode_plan_table(const PlanTable& t) {
         encode_row(t.nodes[i], set, out);
       } else {
         out +=
-            fmt::format("{} * {} {} {}\n", pct(item), first.local_world_size, set, first.spare ? 's' : 'a');
+            fmt::format("{} * {} {} {}\n", pct(item), first.local_world_size, set, first.standby ? 's' : 'a');
       }
       i += n;
     }
@@ -281,8 +281,8 @@ struct Reader {
     const auto set = static_cast<std::size_t>(number(f[3], n, 0, kMaxNodes));
     if (set >= gpusets.size()) bad(n, fmt::format("gpuset {} is not defined", set));
     r.gpus = gpusets[set];
-    if (f[4] != "a" && f[4] != "s") bad(n, "the last field is a (active) or s (spare)");
-    r.spare = f[4] == "s";
+    if (f[4] != "a" && f[4] != "s") bad(n, "the last field is a (active) or s (standby)");
+    r.standby = f[4] == "s";
     if (f[1] != "*") {
       if (f[0] != "~") r.host = unpct(f[0], n);
       r.addr = f[1] == "=" && r.host ? *r.host : unpct(f[1], n);
@@ -313,8 +313,8 @@ void check_table(PlanTable& t, std::size_t line) {
   int active = 0;
   for (std::size_t i = 0; i < t.nodes.size(); ++i) {
     NodeRow& r = t.nodes[i];
-    if (r.spare != (static_cast<int>(i) >= c.nnodes))
-      bad(line, fmt::format("node rank {}: spare rows must follow the nnodes active ones", i));
+    if (r.standby != (static_cast<int>(i) >= c.nnodes))
+      bad(line, fmt::format("node rank {}: standby rows must follow the nnodes active ones", i));
     if (r.local_world_size % c.procs_per_replica != 0)
       bad(line, fmt::format("node rank {}: local world size not divisible by procs_per_replica", i));
     const auto g = static_cast<std::size_t>(c.gpus_per_proc);
@@ -325,8 +325,8 @@ void check_table(PlanTable& t, std::size_t line) {
     if (g == 0 && c.virtual_local_rank && r.gpus.size() > 1 &&
         r.gpus.size() < static_cast<std::size_t>(r.local_world_size))
       bad(line, fmt::format("node rank {}: too few GPUs for one each with virtual_local_rank", i));
-    r.first_rank = r.spare ? -1 : static_cast<int>(rank);
-    if (!r.spare) {
+    r.first_rank = r.standby ? -1 : static_cast<int>(rank);
+    if (!r.standby) {
       rank += r.local_world_size;
       ++active;
     }

@@ -27,11 +27,12 @@ std::vector<const NodeSpec*> sorted_nodes(const JobSpec& job, const std::vector<
   // The same std::sort as on the nodes themselves: the same order, duplicates included.
   std::sort(nodes.begin(), nodes.end(),
             [](const NodeSpec* a, const NodeSpec* b) { return a->node_rank < b->node_rank; });
-  const auto active = std::count_if(nodes.begin(), nodes.end(), [](const NodeSpec* n) { return !n->spare; });
+  const auto active =
+      std::count_if(nodes.begin(), nodes.end(), [](const NodeSpec* n) { return !n->standby; });
   if (active != job.nnodes) {
     throw Error(fmt::format("the plan needs {} nodes but {} were described", job.nnodes, active));
   }
-  // This node may be a standby (spare), beyond the active ones.
+  // This node may be a standby, beyond the active ones.
   const auto all = static_cast<int>(nodes.size());
   if (job.node_rank < 0 || job.node_rank >= all) {
     throw Error(fmt::format("node rank {} is not below the number of nodes {}; node ranks run 0..{}",
@@ -41,8 +42,8 @@ std::vector<const NodeSpec*> sorted_nodes(const JobSpec& job, const std::vector<
     const NodeSpec& n = *nodes[i];
     if (n.node_rank != static_cast<int>(i))
       throw Error(fmt::format("node ranks must be 0..{} with no gaps or duplicates", nodes.size() - 1));
-    if (n.spare != (static_cast<int>(i) >= job.nnodes))
-      throw Error(fmt::format("node {}: spare nodes must follow the {} active ones", i, job.nnodes));
+    if (n.standby != (static_cast<int>(i) >= job.nnodes))
+      throw Error(fmt::format("node {}: standby nodes must follow the {} active ones", i, job.nnodes));
     if (n.local_world_size < 1) throw Error(fmt::format("node {} has no workers", i));
     if (n.local_world_size % job.procs_per_replica != 0) {
       throw Error(
@@ -73,27 +74,6 @@ void check_gpu_slices(const JobConstants& job, const NodeRow& row, std::size_t n
         "adjust --gpus-per-proc or --nproc-per-node",
         node_rank, row.gpus.size(), fmt::join(row.gpus, ","), row.local_world_size, job.gpus_per_proc));
   }
-}
-
-JobConstants constants_of(const JobSpec& job) {
-  JobConstants c;
-  c.mode = job.mode;
-  c.nnodes = job.nnodes;
-  c.master_addr = job.master_addr;
-  c.master_port = job.master_port;
-  c.run_id = job.run_id;
-  c.gpus_per_proc = job.gpus_per_proc;
-  c.procs_per_replica = job.procs_per_replica;
-  c.restart_count = job.restart_count;
-  c.requeue_count = job.requeue_count;
-  c.max_restarts = job.max_restarts;
-  c.role = job.role;
-  c.user_omp_num_threads = job.user_omp_num_threads;
-  c.cpus_per_task = job.cpus_per_task;
-  c.user_set_nccl_async = job.user_set_nccl_async;
-  c.worker_store = job.worker_store;
-  c.virtual_local_rank = job.virtual_local_rank;
-  return c;
 }
 
 // The torchrun variables, ddprun's own, OMP_NUM_THREADS and NCCL's.
@@ -154,12 +134,13 @@ PlanTable make_plan_table(const JobSpec& job, const std::vector<NodeSpec>& nodes
   check_job(job);
   const std::vector<const NodeSpec*> nodes = sorted_nodes(job, nodes_in);
   PlanTable t;
-  t.job = constants_of(job);
+  t.job = job;  // the constants, without this node's identity
+  t.job.world_size = 0;
   t.nodes.reserve(nodes.size());
   for (const NodeSpec* np : nodes) {
     const NodeSpec& n = *np;
-    NodeRow row{n.host, n.addr, n.spare ? -1 : t.job.world_size, n.local_world_size, n.gpus, n.spare};
-    if (!n.spare) t.job.world_size += n.local_world_size;
+    NodeRow row{n.host, n.addr, n.standby ? -1 : t.job.world_size, n.local_world_size, n.gpus, n.standby};
+    if (!n.standby) t.job.world_size += n.local_world_size;
     t.nodes.push_back(std::move(row));
   }
   for (std::size_t i = 0; i < t.nodes.size(); ++i) check_gpu_slices(t.job, t.nodes[i], i);
@@ -188,7 +169,7 @@ std::vector<Worker> derive_workers(const PlanTable& table, int node_rank,
   }
   const NodeRow& row = table.nodes[static_cast<std::size_t>(node_rank)];
   std::vector<Worker> out;
-  if (row.spare) return out;
+  if (row.standby) return out;
   out.reserve(static_cast<std::size_t>(row.local_world_size));
   for (int lr = 0; lr < row.local_world_size; ++lr) {
     Worker w;

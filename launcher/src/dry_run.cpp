@@ -49,15 +49,15 @@ std::string elastic_line(const core::Resolved& r) {
     return fmt::format("elastic (--max-restarts {}), but {}\n", r.job.max_restarts, *none);
   }
   const int standbys = r.nagents - r.job.nnodes;
-  const std::string spares = standbys == 0
-                                 ? "no standby nodes"
-                                 : fmt::format("{} standby node{} (spare) take{} a lost node's place first",
-                                               standbys, standbys == 1 ? "" : "s", standbys == 1 ? "s" : "");
+  const std::string take_place =
+      standbys == 0 ? "no standby nodes"
+                    : fmt::format("{} standby node{} take{} a lost node's place first", standbys,
+                                  standbys == 1 ? "" : "s", standbys == 1 ? "s" : "");
   const int floor = std::min(core::shrink_floor(r.nagents, r.nnodes_min), r.nnodes_max);
   return fmt::format(
       "elastic: a lost node restarts the job without it (--max-restarts {}) while at least {} of {} nodes "
       "remain; {}; each loss must leave a strict majority of the last round (docs/elastic.md)\n",
-      r.job.max_restarts, floor, r.nnodes_max, spares);
+      r.job.max_restarts, floor, r.nnodes_max, take_place);
 }
 
 // --rank-order topology: each node knows only its own SLURM_TOPOLOGY_ADDR, so the order is made by node 0
@@ -252,8 +252,8 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
     const auto& row = t.nodes[n];
     addresses = addresses || (!row.addr.empty() && row.addr != row.host.value_or(""));
     rows.push_back({n, row.host.value_or("?"), row.addr.empty() ? std::string("?") : row.addr,
-                    row.spare ? std::string("standby")
-                              : rank_range(row.first_rank, row.first_rank + row.local_world_size - 1)});
+                    row.standby ? std::string("standby")
+                                : rank_range(row.first_rank, row.first_rank + row.local_world_size - 1)});
   }
   std::size_t hw = 4, rw = 5, aw = 7;
   for (const auto& r : rows) {
@@ -269,8 +269,8 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
       fmt::format("ddprun: {}attempt {}: {} node{}, world size {}, master {}\n",
                   has_run_id(job) ? fmt::format("run {} ", job.run_id) : "", attempt, job.nnodes,
                   job.nnodes == 1 ? "" : "s", job.world_size, host_port(job.master_addr, job.master_port));
-  if (const auto spares = t.nodes.size() - static_cast<std::size_t>(job.nnodes); spares > 0) {
-    out.insert(out.size() - 1, fmt::format(", {} standby{}", spares, spares == 1 ? "" : "s"));
+  if (const auto standbys = t.nodes.size() - static_cast<std::size_t>(job.nnodes); standbys > 0) {
+    out.insert(out.size() - 1, fmt::format(", {} standby{}", standbys, standbys == 1 ? "" : "s"));
   }
   out += fmt::format("  {:<5} {} {:<{}} {}\n", "node", host_cell("host", "address"), "ranks", rw,
                      "gpus each rank sees (ranks:CUDA_VISIBLE_DEVICES)");
@@ -283,7 +283,7 @@ std::string render_startup_table(const core::PlanTable& t, int attempt, std::siz
     // Only the rows shown: GPU lists without the workers' environments. A standby runs none.
     const auto& row = t.nodes[rows[i].node];
     const std::string host = host_cell(rows[i].host, rows[i].addr);
-    if (row.spare) {
+    if (row.standby) {
       out += fmt::format("  {:<5} {} {:<{}} -\n", rows[i].node, host, rows[i].ranks, rw);
       continue;
     }
@@ -326,7 +326,7 @@ void write_plan_text(std::ostream& os, const core::Resolved& r, const core::Plan
                      w.host.value_or("?"), host_w, w.rank, w.local_rank, gpus, mpdp, cpus,
                      mine ? "  <- this node" : "");
     }
-    if (t.nodes[n].spare) {  // a standby: no workers, no ranks until it takes a lost node's place
+    if (t.nodes[n].standby) {  // a standby: no workers, no ranks until it takes a lost node's place
       fmt::format_to(std::back_inserter(out.buf), "{:<5} {:<{}} {:>5} {:>6}  standby{}\n", n,
                      t.nodes[n].host.value_or("?"), host_w, "-", "-", mine ? "  <- this node" : "");
     }

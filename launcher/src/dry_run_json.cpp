@@ -1,5 +1,5 @@
 // `--dry-run --format json`, streamed: the bytes core::dump_json(j, 2) would give for the whole plan
-// (core::plan_to_json plus the CLI's fields), written one node at a time.
+// (the worker list tests/support/whole_plan.hpp builds, plus the CLI's fields), written one node at a time.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -125,7 +125,7 @@ nlohmann::json skeleton(const core::Resolved& r, const core::PlanTable& t) {
   }
   nlohmann::json standbys = nlohmann::json::array();
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
-    if (!t.nodes[n].spare) continue;
+    if (!t.nodes[n].standby) continue;
     const auto& host = t.nodes[n].host;
     standbys.push_back({{"node_rank", n}, {"host", host ? nlohmann::json(*host) : nlohmann::json(nullptr)}});
   }

@@ -63,7 +63,7 @@ class LocalSession final : public Session {
     return round;
   }
   agent::Coordinator& coordinator() override { return coord_; }
-  void next_attempt() override {}
+  void next_attempt(const std::optional<core::Failure>&) override {}
 
  private:
   const core::Resolved& r_;
@@ -346,7 +346,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
     if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts);
     restarting(ev, attempt, d.exit_code, max_restarts);
-    session.next_attempt();
+    session.next_attempt(end.root);
   }
 }
 

@@ -18,7 +18,7 @@ int rank_in(const std::vector<core::Member>& round, int orig) {
 
 int active(const std::vector<core::Member>& round) {
   return static_cast<int>(
-      std::count_if(round.begin(), round.end(), [](const core::Member& m) { return !m.spare; }));
+      std::count_if(round.begin(), round.end(), [](const core::Member& m) { return !m.standby; }));
 }
 
 }  // namespace
@@ -74,7 +74,7 @@ void report_membership(agent::Events& ev, bool quiet, int attempt, const std::ve
     nlohmann::json e = sizes;
     e["lost_host"] = m.host;
     e["lost_node_rank"] = rank_in(before, m.orig_rank);
-    e["standby"] = m.spare;
+    e["standby"] = m.standby;
     ev.emit("node_lost", e);
   }
   for (const auto& m : c.promoted) {

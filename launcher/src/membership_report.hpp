@@ -1,6 +1,7 @@
 #pragma once
 // What the user sees when an elastic job's membership changes (docs/elastic.md): one text line on
-// the new round's node rank 0, or the JSON events node_lost, spare_promoted and membership_changed.
+// the new round's node rank 0, or the JSON events node_lost, spare_promoted (a standby took a lost node's
+// place; the event keeps its published name) and membership_changed.
 #include <string>
 #include <vector>
 

@@ -28,7 +28,7 @@ std::vector<std::vector<int>> ranks_by_node(const core::PlanTable& table) {
   std::vector<std::vector<int>> out(table.nodes.size());
   for (std::size_t k = 0; k < table.nodes.size(); ++k) {
     const core::NodeRow& row = table.nodes[k];
-    if (row.spare) continue;
+    if (row.standby) continue;
     for (int lr = 0; lr < row.local_world_size; ++lr) out[k].push_back(row.first_rank + lr);
   }
   return out;
@@ -45,7 +45,7 @@ class PerTaskSession final : public Session {
 
   Round join(int attempt) override;
   agent::Coordinator& coordinator() override { return *coord_; }
-  void next_attempt() override {
+  void next_attempt(const std::optional<core::Failure>&) override {
     if (up_) up_->next_attempt();
     if (down_) down_->next_attempt();
   }

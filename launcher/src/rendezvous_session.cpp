@@ -38,10 +38,16 @@ std::vector<core::NodeSpec> nodes_from_joined(const std::vector<rdzv::JoinInfo>&
     n.local_world_size = joined[i].local_world_size;
     n.gpus = i > 0 && nodes.back().gpus == joined[i].gpus ? nodes.back().gpus : core::GpuList(joined[i].gpus);
     n.addr = joined[i].addr;
-    n.spare = joined[i].spare;
+    n.standby = joined[i].standby;
     nodes.push_back(std::move(n));
   }
   return nodes;
+}
+
+// The node ranks (in the round that ended) an attempt's root cause says are gone.
+std::vector<int> lost_ranks(const std::optional<core::Failure>& root) {
+  if (!root || !root->lost) return {};
+  return {root->node_rank};
 }
 
 class RendezvousSession final : public Session {
@@ -107,7 +113,7 @@ class RendezvousSession final : public Session {
     joined.plan = std::string();
     round.local = core::derive_workers(*round.table, joined.node_rank);
     round.announce = joined.node_rank == 0;
-    round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).spare;
+    round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).standby;
     // --worker-store relay: this node's workers reach node 0's store through a relay of this attempt.
     store_.relay(round.table->job, joined.node_rank, round.local);
     // An elastic job's first round may close without a node of the step (one that failed its health
@@ -118,11 +124,9 @@ class RendezvousSession final : public Session {
       if (const auto line = left_out_line(r_.nagents, in, rz_.expected_hosts())) ev_.warn(*line);
     }
     if (attempt > 0 && round.announce) {
-      report_membership(ev_, quiet_, attempt, previous_, joined.members, last_table_->job.world_size,
-                        round.table->job.world_size);
+      report_membership(ev_, quiet_, attempt, rz_.previous_members(), rz_.members(),
+                        last_table_->job.world_size, round.table->job.world_size);
     }
-    // Kept for the next round, not copied: one row per node.
-    previous_ = std::move(joined.members);
     last_table_ = round.table;
     return round;
   }
@@ -142,21 +146,23 @@ class RendezvousSession final : public Session {
 
   std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root,
                                              bool restart_due) override {
-    lost_.clear();
-    if (!root || !root->lost) return std::nullopt;
-    lost_.push_back(root->node_rank);
+    const auto lost = lost_ranks(root);
+    if (lost.empty()) return std::nullopt;
     // Standbys make a job elastic; outside Slurm only the round shows that there are any.
+    const auto& members = rz_.members();
     const bool elastic =
-        r_.elastic || core::is_elastic(r_.nnodes_min, r_.nnodes_max, static_cast<int>(previous_.size()),
-                                       r_.job.max_restarts);
-    return core::loss_ends_job(previous_, lost_, r_.nnodes_min, elastic, restart_due);
+        r_.elastic ||
+        core::is_elastic(r_.nnodes_min, r_.nnodes_max, static_cast<int>(members.size()), r_.job.max_restarts);
+    return core::loss_ends_job(members, lost, r_.nnodes_min, elastic, restart_due);
   }
 
-  void next_attempt() override {
-    rz_.next_attempt(lost_);
+  void next_attempt(const std::optional<core::Failure>& root) override {
+    // The rendezvous keeps the round that ended and who of it is gone; asked below and at the next join.
+    rz_.next_attempt(lost_ranks(root));
+    const auto& lost = rz_.previous_lost();
     // The master is gone: the first survivor serves a fresh store on the next port.
-    if (std::find(lost_.begin(), lost_.end(), 0) == lost_.end()) return;
-    const auto host = core::failover_host(previous_, lost_);
+    if (std::find(lost.begin(), lost.end(), 0) == lost.end()) return;
+    const auto host = core::failover_host(rz_.previous_members(), lost);
     if (!host) return;
     const auto& row = last_table_->nodes.at(static_cast<std::size_t>(*host));
     const int port = core::failover_port(r_.rdzv_port, rz_.failovers() + 1, last_table_->job.master_port);
@@ -211,7 +217,7 @@ class RendezvousSession final : public Session {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
     job.nnodes = static_cast<int>(
-        std::count_if(nodes.begin(), nodes.end(), [](const rdzv::JoinInfo& n) { return !n.spare; }));
+        std::count_if(nodes.begin(), nodes.end(), [](const rdzv::JoinInfo& n) { return !n.standby; }));
     job.node_rank = 0;
     // After a failover this agent hosts the store, and worker rank 0 runs here.
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
@@ -235,19 +241,19 @@ class RendezvousSession final : public Session {
   void report_order(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
     std::vector<core::OrderedNode> order;
     std::vector<std::string> hosts;
-    std::vector<std::string> spares;
+    std::vector<std::string> standbys;
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       hosts.push_back(nodes[i].hostname);
-      if (nodes[i].spare) {
-        spares.push_back(nodes[i].hostname);
+      if (nodes[i].standby) {
+        standbys.push_back(nodes[i].hostname);
       } else {
         order.push_back({i, core::topology_group(nodes[i].topology)});
       }
     }
     std::vector<std::string> lines = core::describe_order(order, hosts);
-    if (!spares.empty()) {
+    if (!standbys.empty()) {
       lines.push_back(fmt::format("node ranks {}-{}: standbys, in node-rank order ({})", order.size(),
-                                  nodes.size() - 1, fmt::join(spares, ",")));
+                                  nodes.size() - 1, fmt::join(standbys, ",")));
     }
     if (ev_.json()) {
       ev_.emit("rank_order", {{"attempt", attempt}, {"order", "topology"}, {"groups", lines}});
@@ -262,10 +268,8 @@ class RendezvousSession final : public Session {
   rdzv::JoinInfo me_;
   rdzv::Rendezvous rz_;
   StoreCoordinator coord_;
-  // The last round, for the next one (elastic).
-  std::vector<core::Member> previous_;
+  // The last round's plan, for the next one (elastic); its members are the rendezvous's.
   std::shared_ptr<const core::PlanTable> last_table_;
-  std::vector<int> lost_;           // node ranks of the last round known to be gone
   WorkerStoreHost store_;           // the workers' store, while this agent is the master
   PortHold master_hold_;            // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
   std::atomic<int> node_rank_{-1};  // this agent's in the last round (the metrics thread reads it)

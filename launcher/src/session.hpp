@@ -31,7 +31,8 @@ class Session {
   virtual ~Session() = default;
   virtual Round join(int attempt) = 0;
   virtual agent::Coordinator& coordinator() = 0;
-  virtual void next_attempt() = 0;
+  // Before a restart's round; `root`: the attempt's root cause (a lost node's tells who is gone).
+  virtual void next_attempt(const std::optional<core::Failure>& root) = 0;
   // Elastic (docs/elastic.md): a standby waits for the attempt's end instead of running workers.
   // nullopt: the job finished (or `stop` said so); else the attempt's root cause.
   virtual std::optional<core::Failure> standby(const std::function<bool()>& stop) {

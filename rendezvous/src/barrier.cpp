@@ -3,7 +3,7 @@
 
 #include "deadline.hpp"
 #include "keys.hpp"
-#include "rendezvous/rendezvous.hpp"
+#include "rendezvous_impl.hpp"
 #include "store/client.hpp"
 #include "store/server.hpp"
 #include "store/store.hpp"
@@ -18,7 +18,7 @@ constexpr Millis kBesideTimeout{5000};  // an abort beside a waiting barrier: co
 }  // namespace
 
 // This node is at barrier `name` of `n` nodes, and leaving: its disconnection is no failure from now on.
-void Rendezvous::arrive_at_barrier(PrefixStore& s, const std::string& name, int n) {
+void Rendezvous::Impl::arrive_at_barrier(PrefixStore& s, const std::string& name, int n) {
   s.set(keys::left(opts_.node_rank), "1");
   if (s.add(keys::barrier_count(name), 1) >= n) s.set(keys::barrier_done(name), "1");
 }
@@ -27,7 +27,7 @@ void Rendezvous::arrive_at_barrier(PrefixStore& s, const std::string& name, int 
 // expected, not a lost master, so the watch stops before the ack, which lets the master stop serving.
 // The ack only lets it stop sooner: a master that stopped first (its bounded wait for the acks ended) is
 // no failure of this node.
-void Rendezvous::ack_barrier(PrefixStore& s, const std::string& name) {
+void Rendezvous::Impl::ack_barrier(PrefixStore& s, const std::string& name) {
   watching_ = false;
   try {
     s.set(keys::barrier_ack(name, opts_.node_rank), "1");
@@ -35,9 +35,9 @@ void Rendezvous::ack_barrier(PrefixStore& s, const std::string& name) {
   }
 }
 
-Rendezvous::BarrierEnd Rendezvous::wait_barrier(const std::string& name, Clock::time_point deadline,
-                                                std::string& error) {
-  const int n = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
+Rendezvous::Impl::BarrierEnd Rendezvous::Impl::wait_barrier(const std::string& name,
+                                                            Clock::time_point deadline, std::string& error) {
+  const int n = joined_ ? static_cast<int>(members_.size()) : opts_.nnodes_max;
   BarrierEnd end = BarrierEnd::failed;
   try {
     ensure_connected();
@@ -71,7 +71,7 @@ Rendezvous::BarrierEnd Rendezvous::wait_barrier(const std::string& name, Clock::
       // Keep serving until every other node has seen the barrier pass (bounded). Every node arrived,
       // so the barrier has passed even when some acks do not come in time.
       std::vector<std::string> acks;
-      for (const auto& p : participants_) {
+      for (const auto& p : members_) {
         if (p.orig_rank != opts_.node_rank) acks.push_back(keys::barrier_ack(name, p.orig_rank));
       }
       try {
@@ -90,12 +90,12 @@ Rendezvous::BarrierEnd Rendezvous::wait_barrier(const std::string& name, Clock::
   return end;
 }
 
-bool Rendezvous::barrier(const std::string& name, Millis timeout) {
+bool Rendezvous::Impl::barrier(const std::string& name, Millis timeout) {
   std::string error;
   return wait_barrier(name, Clock::now() + timeout, error) == BarrierEnd::passed;
 }
 
-ExitBarrierEnd Rendezvous::exit_barrier() {
+ExitBarrierEnd Rendezvous::Impl::exit_barrier() {
   std::string error;
   const BarrierEnd end = wait_barrier("exit", Clock::now() + kMaxWait, error);
   if (end == BarrierEnd::passed) return {};
@@ -126,14 +126,14 @@ ExitBarrierEnd Rendezvous::exit_barrier() {
 // This node could not publish its root cause beside its waiting exit barrier: the other nodes cannot
 // end that wait for it, so it ends here (its connection closed, the barrier returns this node's master
 // as lost), and the node goes on with its own failure.
-void Rendezvous::end_barrier_wait() {
+void Rendezvous::Impl::end_barrier_wait() {
   std::lock_guard lk(barrier_mu_);
   if (barrier_waiting_ && client_) client_->close();
 }
 
 // The root cause, published beside a waiting barrier's connection: in-process on the master, on a short
 // connection of its own elsewhere. The abort key wakes every node's barrier, this one's too.
-core::Failure Rendezvous::abort_beside_barrier(const std::string& encoded) {
+core::Failure Rendezvous::Impl::abort_beside_barrier(const std::string& encoded) {
   std::shared_ptr<Store> target;
   if (server_) {
     target = std::make_shared<ServerStore>(*server_);

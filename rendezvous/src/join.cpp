@@ -12,7 +12,7 @@
 #include "deadline.hpp"
 #include "keys.hpp"
 #include "rendezvous/plan_record.hpp"
-#include "rendezvous/rendezvous.hpp"
+#include "rendezvous_impl.hpp"
 #include "store/store.hpp"
 
 namespace ddprun::rdzv {
@@ -26,7 +26,7 @@ void to_json(json& j, const JoinInfo& info) {
   j = {{"node_rank", info.node_rank}, {"hostname", info.hostname},
        {"addr", info.addr},           {"local_world_size", info.local_world_size},
        {"gpus", info.gpus},           {"topology", info.topology},
-       {"spare", info.spare}};
+       {"spare", info.standby}};  // the wire keeps its key (docs/protocol.md)
 }
 
 void from_json(const json& j, JoinInfo& info) {
@@ -37,10 +37,10 @@ void from_json(const json& j, JoinInfo& info) {
   info.gpus = j.at("gpus").get<std::vector<std::string>>();
   info.topology = j.at("topology").get<std::string>();
   if (info.topology.size() > core::kMaxTopologyAddr + 1) throw core::Error("topology address too long");
-  info.spare = j.at("spare").get<bool>();
+  info.standby = j.at("spare").get<bool>();
 }
 
-Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
+Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   const auto start = Clock::now();
   JoinInfo me = me_in;
   me.node_rank = opts_.node_rank;
@@ -80,7 +80,7 @@ Joined Rendezvous::join(const JoinInfo& me_in, const PlanFn& make_plan) {
 }
 
 // A node rank is claimed atomically: the second claimant is told who holds it.
-void Rendezvous::claim_node_rank(PrefixStore& s, int node_rank) {
+void Rendezvous::Impl::claim_node_rank(PrefixStore& s, int node_rank) {
   if (s.add(keys::rank_claim(node_rank), 1) <= 1) return;
   std::string holder = "another agent";
   try {
@@ -98,7 +98,7 @@ void Rendezvous::claim_node_rank(PrefixStore& s, int node_rank) {
 
 // True once the plan is published; throws the master's error if the round failed there, false
 // at the join deadline.
-bool Rendezvous::wait_for_plan(PrefixStore& s, Clock::time_point start) {
+bool Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock::time_point start) {
   const auto deadline = start + opts_.join_timeout;
   std::optional<std::size_t> got;
   // The first round also ends when an agent could not start (fail_start).
@@ -125,7 +125,7 @@ bool Rendezvous::wait_for_plan(PrefixStore& s, Clock::time_point start) {
 
 // ---- start-up errors: an agent that could not start publishes why, and every agent leaves with it
 
-core::Failure Rendezvous::fail_start(const core::Failure& cause_in) {
+core::Failure Rendezvous::Impl::fail_start(const core::Failure& cause_in) {
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   // An elastic round after a restart closes without a node that does not come back: nobody waits.
@@ -151,7 +151,7 @@ core::Failure Rendezvous::fail_start(const core::Failure& cause_in) {
 
 // Every agent has read the start-up error, or the join deadline passed. The master serves its store
 // until then; the others may see it close once the last one has read it, which ends their wait too.
-void Rendezvous::await_start_failure_read(PrefixStore& s) {
+void Rendezvous::Impl::await_start_failure_read(PrefixStore& s) {
   const int agents = opts_.nagents > 0 ? opts_.nagents : opts_.nnodes_max;
   try {
     s.set(keys::start_read(s.add(keys::kStartRead, 1)), std::to_string(opts_.node_rank));
@@ -160,7 +160,7 @@ void Rendezvous::await_start_failure_read(PrefixStore& s) {
   }
 }
 
-void Rendezvous::leave_after_start_failure(PrefixStore& s) {
+void Rendezvous::Impl::leave_after_start_failure(PrefixStore& s) {
   core::Failure f;
   try {
     f = core::decode_failure(s.get(keys::kAbort, Millis{0}).value_or(""));
@@ -177,7 +177,7 @@ void Rendezvous::leave_after_start_failure(PrefixStore& s) {
   throw Error(Error::Kind::join, fmt::format("{} could not start: {}", who, f.reason), "join", endpoint());
 }
 
-void Rendezvous::fail_join(const std::string& message) {
+void Rendezvous::Impl::fail_join(const std::string& message) {
   try {
     store().set(keys::kJoinError, message);
     linger(opts_.heartbeat_timeout);  // let the waiting agents read it before we go
@@ -188,7 +188,7 @@ void Rendezvous::fail_join(const std::string& message) {
 
 // ---- the master's round
 
-void Rendezvous::run_master_round(const PlanFn& make_plan) {
+void Rendezvous::Impl::run_master_round(const PlanFn& make_plan) {
   PrefixStore s = store();
   std::vector<int> in;  // node ranks that joined
   if (elastic_round()) {
@@ -250,7 +250,7 @@ void Rendezvous::run_master_round(const PlanFn& make_plan) {
 
 // The node ranks that arrived, from the arrival records: standbys' ranks lie beyond MAX, and a
 // master outside Slurm does not know how many there are.
-std::vector<int> Rendezvous::joined_ranks(PrefixStore& s) const {
+std::vector<int> Rendezvous::Impl::joined_ranks(PrefixStore& s) const {
   std::set<int> ranks;
   const auto read = [&](const char* counter, std::string (*key)(std::int64_t)) {
     const std::int64_t n = s.add(counter, 0);
@@ -272,22 +272,23 @@ std::vector<int> Rendezvous::joined_ranks(PrefixStore& s) const {
 // Whether a start-up error (fail_start) ends this round on every agent: the first round's, and a
 // fail-fast job's after a restart (a node whose --health-check fails then), where the others would
 // otherwise wait for the node; an elastic round after a restart goes on without it instead.
-bool Rendezvous::start_errors_end_round() const {
+bool Rendezvous::Impl::start_errors_end_round() const {
   return opts_.attempt == 0 || !elastic_round();
 }
 
 // A round after a restart of an elastic job: MIN < MAX, or standbys (which the master outside Slurm
 // learns of only when they join).
-bool Rendezvous::elastic_round() const {
-  return !previous_.empty() && (opts_.elastic || std::any_of(previous_.begin(), previous_.end(),
-                                                             [](const core::Member& m) { return m.spare; }));
+bool Rendezvous::Impl::elastic_round() const {
+  return !previous_.empty() &&
+         (opts_.elastic ||
+          std::any_of(previous_.begin(), previous_.end(), [](const core::Member& m) { return m.standby; }));
 }
 
 // Elastic, a round after a restart: every survivor of the last round is expected back at once (its
 // teardown bounded by the grace), so the round closes when they are all in, not after a last call.
 // Whoever did not come within rejoin_timeout is lost too; then the round goes on only with MIN and a
 // strict majority of the last round (core::after_loss).
-std::vector<int> Rendezvous::wait_for_survivors(PrefixStore& s) {
+std::vector<int> Rendezvous::Impl::wait_for_survivors(PrefixStore& s) {
   std::set<int> gone;
   {
     std::lock_guard lk(lost_mu_);
@@ -296,7 +297,9 @@ std::vector<int> Rendezvous::wait_for_survivors(PrefixStore& s) {
   std::vector<std::string> expected;
   for (std::size_t i = 0; i < previous_.size(); ++i) {
     const int orig = previous_[i].orig_rank;
-    if (!previous_lost_.contains(static_cast<int>(i)) && !gone.contains(orig))
+    const bool lost =
+        std::find(previous_lost_.begin(), previous_lost_.end(), static_cast<int>(i)) != previous_lost_.end();
+    if (!lost && !gone.contains(orig))
       expected.push_back(keys::present(orig));  // after its arrival record: joined_ranks() lists it
   }
   s.wait(expected, opts_.rejoin_timeout);
@@ -312,7 +315,7 @@ std::vector<int> Rendezvous::wait_for_survivors(PrefixStore& s) {
 }
 
 // Until nnodes_min agents arrived; at the deadline, fails the round naming the missing nodes.
-void Rendezvous::wait_for_arrivals(PrefixStore& s) {
+void Rendezvous::Impl::wait_for_arrivals(PrefixStore& s) {
   const auto start = Clock::now();
   const auto deadline = start + opts_.join_timeout;
   // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
@@ -327,9 +330,9 @@ void Rendezvous::wait_for_arrivals(PrefixStore& s) {
   for (;;) {
     if (standbys_count) {
       const std::int64_t active = s.add(keys::kArrivals, 0);
-      const std::int64_t spare = s.add(keys::kStandbys, 0);
-      if (active + spare >= opts_.nnodes_min) return;
-      watched = {keys::arrived(active + 1), keys::standby_arrived(spare + 1)};
+      const std::int64_t standbys = s.add(keys::kStandbys, 0);
+      if (active + standbys >= opts_.nnodes_min) return;
+      watched = {keys::arrived(active + 1), keys::standby_arrived(standbys + 1)};
       if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
     }
     const Millis left = left_until(deadline);
@@ -356,7 +359,7 @@ void Rendezvous::wait_for_arrivals(PrefixStore& s) {
 }
 
 // The join records of the nodes that joined, sorted by node rank.
-std::vector<JoinInfo> Rendezvous::read_join_records(PrefixStore& s, const std::vector<int>& ranks) {
+std::vector<JoinInfo> Rendezvous::Impl::read_join_records(PrefixStore& s, const std::vector<int>& ranks) {
   std::vector<JoinInfo> joined;
   for (int r : ranks) {
     auto v = s.get(keys::node(r), Millis{0});
@@ -378,12 +381,12 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
                                     const std::map<int, std::string>& previous_addrs) {
   const auto max = static_cast<std::size_t>(std::max(nnodes_max, 0));
   if (order == core::RankOrder::slurm || previous.empty()) {
-    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = i >= max;
+    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].standby = i >= max;
   } else {
     const auto group = [](const std::string& addr) { return core::topology_group(addr).path.value_or(""); };
     std::set<int> was_active;  // O(n log n): a round may hold thousands of nodes
     for (const auto& m : previous) {
-      if (!m.spare) was_active.insert(m.orig_rank);
+      if (!m.standby) was_active.insert(m.orig_rank);
     }
     std::vector<core::StandbyCandidate> candidates;
     std::set<int> back;
@@ -393,18 +396,18 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
     }
     std::vector<std::string> lost_groups;
     for (const auto& m : previous) {
-      if (m.spare || back.contains(m.orig_rank)) continue;
+      if (m.standby || back.contains(m.orig_rank)) continue;
       const auto addr = previous_addrs.find(m.orig_rank);
       lost_groups.push_back(addr == previous_addrs.end() ? std::string() : group(addr->second));
     }
     const auto active = core::choose_actives(candidates, lost_groups, static_cast<int>(max));
-    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].spare = !active[i];
+    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].standby = !active[i];
   }
   // Active nodes first (the plan record's rule), each part in node-rank order: stable.
-  std::stable_partition(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.spare; });
+  std::stable_partition(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.standby; });
   if (order == core::RankOrder::slurm) return joined;
   const auto actives = static_cast<std::size_t>(
-      std::count_if(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.spare; }));
+      std::count_if(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.standby; }));
   std::vector<core::OrderInput> in;
   for (std::size_t i = 0; i < actives; ++i)
     in.push_back({joined[i].topology, joined[i].node_rank == store_rank});
@@ -417,7 +420,7 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
 
 // ---- every agent: the published plan
 
-Joined Rendezvous::read_plan(const std::string& published) {
+Joined Rendezvous::Impl::read_plan(const std::string& published) {
   PlanRecord rec;
   try {
     rec = decode_plan_record(published);
@@ -435,16 +438,16 @@ Joined Rendezvous::read_plan(const std::string& published) {
                 "join", endpoint());
   }
   Joined out;
-  participants_.assign(rec.node_ranks.size(), {});
-  out.members.reserve(participants_.size());
-  for (std::size_t i = 0; i < participants_.size(); ++i) {
-    participants_[i] = {rec.node_ranks[i], std::move(rec.hosts[i]), i >= rec.active};
-    out.members.push_back({participants_[i].orig_rank, participants_[i].hostname, participants_[i].spare});
+  members_.assign(rec.node_ranks.size(), {});
+  out.members.reserve(members_.size());
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    members_[i] = {rec.node_ranks[i], std::move(rec.hosts[i]), i >= rec.active};
+    out.members.push_back(members_[i]);
   }
   out.plan = std::move(rec.plan);
   plan_node_rank_ = static_cast<int>(mine - rec.node_ranks.begin());
   out.node_rank = plan_node_rank_;
-  out.nnodes = static_cast<int>(participants_.size());
+  out.nnodes = static_cast<int>(members_.size());
   joined_ = true;
   return out;
 }

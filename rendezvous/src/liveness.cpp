@@ -12,7 +12,7 @@
 #include "core/stack_groups.hpp"
 #include "deadline.hpp"
 #include "keys.hpp"
-#include "rendezvous/rendezvous.hpp"
+#include "rendezvous_impl.hpp"
 #include "store/client.hpp"
 #include "store/server.hpp"
 #include "store/store.hpp"
@@ -25,7 +25,7 @@ namespace {
 constexpr int kPongEvery = 3;  // heartbeats per pong asked for; the master timeout is 6+ intervals
 }  // namespace
 
-void Rendezvous::fire(const core::Failure& info) {
+void Rendezvous::Impl::fire(const core::Failure& info) {
   if (!watching_.load()) return;
   if (fired_.exchange(true)) return;
   std::function<void(const core::Failure&)> cb;
@@ -48,7 +48,7 @@ LivenessTiming liveness_timing(Millis heartbeat_interval, Millis heartbeat_timeo
   return {interval, agent_timeout, 2 * agent_timeout};
 }
 
-void Rendezvous::watch(std::function<void(const core::Failure&)> on_abort) {
+void Rendezvous::Impl::watch(std::function<void(const core::Failure&)> on_abort) {
   if (!watching_.load() && !fired_.load()) start_liveness();  // e.g. after a barrier stopped it
   std::optional<core::Failure> early;
   {
@@ -59,7 +59,7 @@ void Rendezvous::watch(std::function<void(const core::Failure&)> on_abort) {
   if (early && on_abort) on_abort(*early);
 }
 
-void Rendezvous::start_liveness() {
+void Rendezvous::Impl::start_liveness() {
   stop_watch();
   {
     std::lock_guard lk(cb_mu_);
@@ -77,7 +77,7 @@ void Rendezvous::start_liveness() {
     master_host_ = host_of(0);  // the Slurm node list's first host until the plan names it
   }
   const int attempt = opts_.attempt;
-  const int nnodes = joined_ ? static_cast<int>(participants_.size()) : opts_.nnodes_max;
+  const int nnodes = joined_ ? static_cast<int>(members_.size()) : opts_.nnodes_max;
   const LivenessTiming t = liveness_timing(opts_.heartbeat_interval, opts_.heartbeat_timeout, nnodes);
   // One connection per agent: the main one now carries the heartbeat and the abort push too.
   ensure_connected();
@@ -92,7 +92,7 @@ void Rendezvous::start_liveness() {
 }
 
 // Master, once the participants are known (the monitor reads them).
-void Rendezvous::start_monitor() {
+void Rendezvous::Impl::start_monitor() {
   if (monitor_thread_.joinable()) return;
   {
     std::lock_guard lk(lost_mu_);
@@ -107,7 +107,7 @@ void Rendezvous::start_monitor() {
 // this agent's teardown may take the whole grace (a trainer that checkpoints on SIGTERM) and a
 // node is lost only when its agent is (the master would drop a silent one, and an elastic job's
 // next round would go on without a healthy node).
-void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t) {
+void Rendezvous::Impl::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t) {
   auto next_beat = Clock::now();
   std::uint64_t beats = 0;
   // The stacks requests among the events are kept aside; the others are the abort.
@@ -164,17 +164,17 @@ void Rendezvous::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming
   }
 }
 
-void Rendezvous::keep_stacks_request(std::string value) {
+void Rendezvous::Impl::keep_stacks_request(std::string value) {
   std::lock_guard lk(stacks_mu_);
   stacks_request_ = std::move(value);
 }
 
-std::optional<std::string> Rendezvous::stacks_request() {
+std::optional<std::string> Rendezvous::Impl::stacks_request() {
   std::lock_guard lk(stacks_mu_);
   return stacks_request_;
 }
 
-void Rendezvous::fire_event(const std::string& value) {
+void Rendezvous::Impl::fire_event(const std::string& value) {
   core::Failure info;
   try {
     info = core::decode_failure(value.empty() ? "{}" : value);
@@ -186,7 +186,7 @@ void Rendezvous::fire_event(const std::string& value) {
   fire(info);
 }
 
-core::Failure Rendezvous::lost_master_failure(const std::string& why) {
+core::Failure Rendezvous::Impl::lost_master_failure(const std::string& why) {
   core::Failure info;
   info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), why);
   {
@@ -200,7 +200,7 @@ core::Failure Rendezvous::lost_master_failure(const std::string& why) {
   return info;
 }
 
-void Rendezvous::fire_lost_master(const std::string& why, TcpStore* conn) {
+void Rendezvous::Impl::fire_lost_master(const std::string& why, TcpStore* conn) {
   const core::Failure info = lost_master_failure(why);
   {
     std::lock_guard lk(cb_mu_);
@@ -212,7 +212,7 @@ void Rendezvous::fire_lost_master(const std::string& why, TcpStore* conn) {
   fire(info);
 }
 
-void Rendezvous::on_lost(const std::string& label, const std::string& reason) {
+void Rendezvous::Impl::on_lost(const std::string& label, const std::string& reason) {
   // Server thread: queue only; the monitor thread talks to the store.
   {
     std::lock_guard lk(lost_mu_);
@@ -222,7 +222,7 @@ void Rendezvous::on_lost(const std::string& label, const std::string& reason) {
   lost_cv_.notify_one();
 }
 
-void Rendezvous::monitor_loop(int attempt) {
+void Rendezvous::Impl::monitor_loop(int attempt) {
   // In-process: the master's store needs no connection to itself for this.
   PrefixStore s(keys::attempt_prefix(attempt), std::make_shared<ServerStore>(*server_));
   // An agent that stops or dies after the plan but before it opens its watch is never reported
@@ -254,8 +254,8 @@ void Rendezvous::monitor_loop(int attempt) {
       // A node that arrived too late for the round (MIN:MAX) is none of ours.
       const auto orig = labels::agent_node_rank(ev->first, attempt);
       const auto ours = [&](int r) {
-        return std::any_of(participants_.begin(), participants_.end(),
-                           [&](const Participant& p) { return p.orig_rank == r; });
+        return std::any_of(members_.begin(), members_.end(),
+                           [&](const core::Member& p) { return p.orig_rank == r; });
       };
       if (orig && *orig != opts_.node_rank && ours(*orig)) publish_lost(s, *orig, ev->second);
     } catch (const Error&) {
@@ -265,12 +265,12 @@ void Rendezvous::monitor_loop(int attempt) {
 }
 
 // The other participants without an open watch are lost: never watched, or gone since.
-void Rendezvous::publish_missing_watches(PrefixStore& s, int attempt) {
+void Rendezvous::Impl::publish_missing_watches(PrefixStore& s, int attempt) {
   std::set<int> watching;
   for (const auto& label : server_->labels(labels::agent_prefix(attempt))) {
     if (const auto r = labels::agent_node_rank(label, attempt)) watching.insert(*r);
   }
-  for (const auto& p : participants_) {
+  for (const auto& p : members_) {
     if (p.orig_rank == opts_.node_rank || watching.contains(p.orig_rank)) continue;
     {
       std::lock_guard lk(lost_mu_);
@@ -284,15 +284,15 @@ void Rendezvous::publish_missing_watches(PrefixStore& s, int attempt) {
   }
 }
 
-void Rendezvous::publish_lost(PrefixStore& s, int orig, const std::string& reason) {
+void Rendezvous::Impl::publish_lost(PrefixStore& s, int orig, const std::string& reason) {
   int plan_rank = orig;
   std::string host;
-  bool spare = false;
-  for (std::size_t i = 0; i < participants_.size(); ++i) {
-    if (participants_[i].orig_rank == orig) {
+  bool standby = false;
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].orig_rank == orig) {
       plan_rank = static_cast<int>(i);
-      host = participants_[i].hostname;
-      spare = participants_[i].spare;
+      host = members_[i].host;
+      standby = members_[i].standby;
     }
   }
   {
@@ -301,7 +301,7 @@ void Rendezvous::publish_lost(PrefixStore& s, int orig, const std::string& reaso
   }
   // A lost standby is dropped, nothing more; a node that reached a barrier is leaving, and its
   // goodbye is not a failure.
-  if (spare || s.check({keys::left(orig)})) return;
+  if (standby || s.check({keys::left(orig)})) return;
   core::Failure info;
   info.reason = fmt::format("lost the agent on {} (node rank {}): {}",
                             host.empty() ? std::string("an unknown host") : host, plan_rank, reason);
@@ -314,7 +314,7 @@ void Rendezvous::publish_lost(PrefixStore& s, int orig, const std::string& reaso
   s.compare_set(keys::kAbort, "", core::encode_failure(info));
 }
 
-void Rendezvous::stop_watch() {
+void Rendezvous::Impl::stop_watch() {
   watching_ = false;
   if (wake_fd_ >= 0) {
     const std::uint64_t one = 1;

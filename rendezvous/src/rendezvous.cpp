@@ -1,6 +1,6 @@
 // The Rendezvous object: its connections, the master's store, abort, restarts. The join round
 // is in join.cpp, the watch and the lost-agent monitor in liveness.cpp, the barrier in barrier.cpp.
-#include "rendezvous/rendezvous.hpp"
+#include "rendezvous_impl.hpp"
 
 #include <unistd.h>
 
@@ -46,7 +46,7 @@ std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_ma
 
 // ---- Rendezvous
 
-Rendezvous::Rendezvous(RendezvousOptions o) : opts_(std::move(o)) {
+Rendezvous::Impl::Impl(RendezvousOptions o) : opts_(std::move(o)) {
   if (opts_.nnodes_min < 1 || opts_.nnodes_max < opts_.nnodes_min) {
     throw Error(Error::Kind::usage,
                 fmt::format("invalid node count {}:{}; use --nnodes N or MIN:MAX with 1 <= MIN "
@@ -67,7 +67,7 @@ Rendezvous::Rendezvous(RendezvousOptions o) : opts_(std::move(o)) {
 }
 
 // The store's port, else its first fallback that this node can bind (docs/rendezvous.md, "Ports").
-void Rendezvous::serve_first_free() {
+void Rendezvous::Impl::serve_first_free() {
   std::vector<std::string> busy;
   for (std::size_t i = 0; i <= opts_.fallback_ports.size(); ++i) {
     const std::uint16_t port = i == 0 ? opts_.port : opts_.fallback_ports[i - 1];
@@ -89,7 +89,7 @@ void Rendezvous::serve_first_free() {
       "listen", endpoint());
 }
 
-void Rendezvous::start_server(std::uint16_t port) {
+void Rendezvous::Impl::start_server(std::uint16_t port) {
   {
     ServerOptions so;
     so.host = opts_.listen_host;
@@ -107,7 +107,7 @@ void Rendezvous::start_server(std::uint16_t port) {
   }
 }
 
-void Rendezvous::fail_over(int host_rank, const std::string& addr, std::uint16_t port) {
+void Rendezvous::Impl::fail_over(int host_rank, const std::string& addr, std::uint16_t port) {
   ++failovers_;
   client_.reset();  // the connection to the lost master
   opts_.host = addr;
@@ -128,7 +128,7 @@ void Rendezvous::fail_over(int host_rank, const std::string& addr, std::uint16_t
   }
 }
 
-Rendezvous::~Rendezvous() {
+Rendezvous::Impl::~Impl() {
   stop_watch();
   if (server_) {
     if (joined_ && !barrier_passed_) drain(opts_.heartbeat_timeout);
@@ -137,14 +137,14 @@ Rendezvous::~Rendezvous() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-void Rendezvous::drain(Millis limit) {
+void Rendezvous::Impl::drain(Millis limit) {
   if (!server_ || !joined_) return;
   // Only worth waiting for when the job is going down: on success the barrier already waited.
   if (!aborted()) return;
   linger(limit);
 }
 
-void Rendezvous::linger(Millis limit) {
+void Rendezvous::Impl::linger(Millis limit) {
   if (!server_) return;
   const auto deadline = Clock::now() + limit;
   while (Clock::now() < deadline && others_connected()) {
@@ -155,7 +155,7 @@ void Rendezvous::linger(Millis limit) {
 // Whether another agent still has a connection open: a main one (it may still be joining, or
 // about to read the root cause) or a watch. An agent whose watch was lost or never came is not
 // waited for: a stopped one keeps its main connection open until it resumes, maybe never.
-bool Rendezvous::others_connected() {
+bool Rendezvous::Impl::others_connected() {
   std::set<std::string> lost;
   {
     std::lock_guard lk(lost_mu_);
@@ -174,29 +174,29 @@ bool Rendezvous::others_connected() {
   return false;
 }
 
-std::uint64_t Rendezvous::bytes_received() const {
+std::uint64_t Rendezvous::Impl::bytes_received() const {
   const auto c = client_;
   return c ? c->bytes_received() : 0;
 }
 
-std::string Rendezvous::endpoint() const {
+std::string Rendezvous::Impl::endpoint() const {
   return fmt::format("{}:{}", opts_.host, port_);
 }
 
-std::vector<std::string> Rendezvous::peer_hosts() const {
+std::vector<std::string> Rendezvous::Impl::peer_hosts() const {
   return server_ ? server_->peer_hosts() : std::vector<std::string>{};
 }
 
-std::string Rendezvous::key_prefix() const {
+std::string Rendezvous::Impl::key_prefix() const {
   return keys::attempt_prefix(opts_.attempt);
 }
 
-PrefixStore Rendezvous::store() const {
+PrefixStore Rendezvous::Impl::store() const {
   return PrefixStore(key_prefix(), client_);
 }
 
-std::shared_ptr<TcpStore> Rendezvous::connect_client(const std::string& label, Millis liveness,
-                                                     Millis connect_timeout, Millis op_timeout) const {
+std::shared_ptr<TcpStore> Rendezvous::Impl::connect_client(const std::string& label, Millis liveness,
+                                                           Millis connect_timeout, Millis op_timeout) const {
   ClientOptions co;
   // The master talks to its own server over loopback: no dependence on how its name resolves.
   const bool wildcard =
@@ -218,7 +218,7 @@ std::shared_ptr<TcpStore> Rendezvous::connect_client(const std::string& label, M
   }
 }
 
-void Rendezvous::ensure_connected() {
+void Rendezvous::Impl::ensure_connected() {
   if (client_ && client_->connected()) return;
   // Within a round the one connection is the master: once it is gone, so is the master. Only a
   // new round (next_attempt) connects again, and only a join waits for a master to come up.
@@ -242,7 +242,7 @@ void Rendezvous::ensure_connected() {
 // turn, round after round, until one answers for this run. Nothing listening (our master may not be up
 // yet) or another run's store (it refuses us by run id) sends us to the next; any other refusal is ours
 // (authentication, version) and final. Only one store serves this run id, so every agent finds the same.
-std::shared_ptr<TcpStore> Rendezvous::find_store() {
+std::shared_ptr<TcpStore> Rendezvous::Impl::find_store() {
   std::vector<std::uint16_t> ports = {opts_.port};
   ports.insert(ports.end(), opts_.fallback_ports.begin(), opts_.fallback_ports.end());
   const auto start = Clock::now();
@@ -291,9 +291,9 @@ std::shared_ptr<TcpStore> Rendezvous::find_store() {
       "connect", endpoint());
 }
 
-std::string Rendezvous::host_of(int orig_rank) const {
-  for (const auto& p : participants_) {
-    if (p.orig_rank == orig_rank) return p.hostname;
+std::string Rendezvous::Impl::host_of(int orig_rank) const {
+  for (const auto& p : members_) {
+    if (p.orig_rank == orig_rank) return p.host;
   }
   const auto i = static_cast<std::size_t>(orig_rank);
   if (orig_rank >= 0 && i < opts_.expected_hosts.size()) return opts_.expected_hosts[i];
@@ -302,7 +302,7 @@ std::string Rendezvous::host_of(int orig_rank) const {
 
 // ---- abort
 
-core::Failure Rendezvous::abort(const core::Failure& cause_in) {
+core::Failure Rendezvous::Impl::abort(const core::Failure& cause_in) {
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   try {
@@ -322,7 +322,7 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in) {
   }
 }
 
-core::Failure Rendezvous::abort(const core::Failure& cause_in, Millis bound) {
+core::Failure Rendezvous::Impl::abort(const core::Failure& cause_in, Millis bound) {
   const auto deadline = Clock::now() + bound;
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
@@ -374,7 +374,7 @@ core::Failure Rendezvous::abort(const core::Failure& cause_in, Millis bound) {
   }
 }
 
-std::optional<core::Failure> Rendezvous::aborted() {
+std::optional<core::Failure> Rendezvous::Impl::aborted() {
   try {
     ensure_connected();
     if (auto v = store().get(keys::kAbort, Millis{0})) return core::decode_failure(*v);
@@ -383,13 +383,12 @@ std::optional<core::Failure> Rendezvous::aborted() {
   return std::nullopt;
 }
 
-void Rendezvous::next_attempt(const std::vector<int>& lost) {
+void Rendezvous::Impl::next_attempt(const std::vector<int>& lost) {
   stop_watch();
   if (joined_) {
-    previous_.clear();
-    for (const auto& p : participants_) previous_.push_back({p.orig_rank, p.hostname, p.spare});
+    previous_ = std::move(members_);  // the one copy of the round that ended (cleared below)
   }
-  previous_lost_ = {lost.begin(), lost.end()};
+  previous_lost_ = lost;
   if (elastic_round()) {
     // Every survivor is back within its teardown: no round after a loss may wait --rdzv-timeout for a
     // master that is gone too.
@@ -403,7 +402,7 @@ void Rendezvous::next_attempt(const std::vector<int>& lost) {
     client_.reset();  // the next round connects afresh
   }
   ++opts_.attempt;
-  participants_.clear();
+  members_.clear();
   plan_node_rank_ = -1;
   joined_ = false;
   barrier_passed_ = false;
@@ -415,6 +414,105 @@ void Rendezvous::next_attempt(const std::vector<int>& lost) {
   }
   std::lock_guard lk(lost_mu_);
   lost_labels_.clear();
+}
+
+// ---- Rendezvous: the API, forwarded to its state (rendezvous_impl.hpp)
+
+Rendezvous::Rendezvous(RendezvousOptions o) : impl_(std::make_unique<Impl>(std::move(o))) {}
+Rendezvous::~Rendezvous() = default;
+
+std::uint16_t Rendezvous::port() const {
+  return impl_->port();
+}
+bool Rendezvous::serving() const {
+  return impl_->serving();
+}
+std::string Rendezvous::endpoint() const {
+  return impl_->endpoint();
+}
+const std::vector<std::string>& Rendezvous::expected_hosts() const {
+  return impl_->expected_hosts();
+}
+int Rendezvous::attempt() const {
+  return impl_->attempt();
+}
+std::vector<std::string> Rendezvous::peer_hosts() const {
+  return impl_->peer_hosts();
+}
+Joined Rendezvous::join(const JoinInfo& me, const PlanFn& make_plan) {
+  return impl_->join(me, make_plan);
+}
+void Rendezvous::watch(std::function<void(const core::Failure&)> on_abort) {
+  impl_->watch(std::move(on_abort));
+}
+core::Failure Rendezvous::abort(const core::Failure& cause) {
+  return impl_->abort(cause);
+}
+core::Failure Rendezvous::abort(const core::Failure& cause, Millis bound) {
+  return impl_->abort(cause, bound);
+}
+bool Rendezvous::master_lost() const {
+  return impl_->master_lost();
+}
+std::optional<core::Failure> Rendezvous::aborted() {
+  return impl_->aborted();
+}
+core::Failure Rendezvous::fail_start(const core::Failure& cause) {
+  return impl_->fail_start(cause);
+}
+const std::optional<core::Failure>& Rendezvous::start_failure() const {
+  return impl_->start_failure();
+}
+bool Rendezvous::barrier(const std::string& name, Millis timeout) {
+  return impl_->barrier(name, timeout);
+}
+ExitBarrierEnd Rendezvous::exit_barrier() {
+  return impl_->exit_barrier();
+}
+std::uint64_t Rendezvous::bytes_received() const {
+  return impl_->bytes_received();
+}
+void Rendezvous::next_attempt(const std::vector<int>& lost) {
+  impl_->next_attempt(lost);
+}
+const std::vector<core::Member>& Rendezvous::members() const {
+  return impl_->members();
+}
+const std::vector<core::Member>& Rendezvous::previous_members() const {
+  return impl_->previous_members();
+}
+const std::vector<int>& Rendezvous::previous_lost() const {
+  return impl_->previous_lost();
+}
+void Rendezvous::fail_over(int host_rank, const std::string& addr, std::uint16_t port) {
+  impl_->fail_over(host_rank, addr, port);
+}
+int Rendezvous::failovers() const {
+  return impl_->failovers();
+}
+std::optional<core::Failure> Rendezvous::standby(const std::function<bool()>& stop) {
+  return impl_->standby(stop);
+}
+bool Rendezvous::publish_result(const std::string& record) {
+  return impl_->publish_result(record);
+}
+std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::optional<int> lost) {
+  return impl_->gather_results(timeout, lost);
+}
+bool Rendezvous::publish_status(const std::string& key, const std::string& record) {
+  return impl_->publish_status(key, record);
+}
+std::optional<std::string> Rendezvous::local_status(const std::string& key) {
+  return impl_->local_status(key);
+}
+std::optional<std::string> Rendezvous::stacks_request() {
+  return impl_->stacks_request();
+}
+bool Rendezvous::write_shared(const std::string& key, const std::string& value) {
+  return impl_->write_shared(key, value);
+}
+void Rendezvous::drain(Millis limit) {
+  impl_->drain(limit);
 }
 
 }  // namespace ddprun::rdzv

@@ -5,7 +5,7 @@
 
 #include "deadline.hpp"
 #include "keys.hpp"
-#include "rendezvous/rendezvous.hpp"
+#include "rendezvous_impl.hpp"
 #include "store/client.hpp"
 #include "store/server.hpp"
 #include "store/store.hpp"
@@ -20,7 +20,7 @@ constexpr Millis kPublishTimeout{2000};  // connect and answer, each
 constexpr Millis kGatherPoll{100};       // how often the master looks whether anyone is left
 }  // namespace
 
-bool Rendezvous::publish_result(const std::string& record) {
+bool Rendezvous::Impl::publish_result(const std::string& record) {
   // A master this agent already declared lost takes no record: report here, without trying (an
   // elastic job's survivors then restart without that wait).
   if (!joined_ || master_lost_) return false;
@@ -58,7 +58,7 @@ bool Rendezvous::publish_result(const std::string& record) {
   }
 }
 
-bool Rendezvous::publish_status(const std::string& key, const std::string& record) {
+bool Rendezvous::Impl::publish_status(const std::string& key, const std::string& record) {
   StoreServer* server = nullptr;  // once started, it lives as long as this Rendezvous
   {
     std::lock_guard lk(status_mu_);
@@ -89,7 +89,7 @@ bool Rendezvous::publish_status(const std::string& key, const std::string& recor
   }
 }
 
-std::optional<std::string> Rendezvous::local_status(const std::string& key) {
+std::optional<std::string> Rendezvous::Impl::local_status(const std::string& key) {
   StoreServer* server = nullptr;
   {
     std::lock_guard lk(status_mu_);
@@ -110,7 +110,7 @@ std::optional<std::string> Rendezvous::local_status(const std::string& key) {
   return it->second;
 }
 
-bool Rendezvous::write_shared(const std::string& key, const std::string& value) {
+bool Rendezvous::Impl::write_shared(const std::string& key, const std::string& value) {
   StoreServer* server = nullptr;
   {
     std::lock_guard lk(status_mu_);
@@ -134,14 +134,14 @@ bool Rendezvous::write_shared(const std::string& key, const std::string& value) 
   }
 }
 
-std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::optional<int> lost) {
+std::vector<ResultRecord> Rendezvous::Impl::gather_results(Millis timeout, std::optional<int> lost) {
   std::vector<ResultRecord> out;
   if (!server_ || !joined_) return out;
   std::vector<std::string> all, awaited;
-  for (const auto& p : participants_) {
-    if (p.spare) continue;  // a standby has no run to report (standbys follow the active nodes)
+  for (const auto& p : members_) {
+    if (p.standby) continue;  // a standby has no run to report (standbys follow the active nodes)
     const int rank = static_cast<int>(out.size());
-    out.push_back({rank, p.hostname, std::nullopt});
+    out.push_back({rank, p.host, std::nullopt});
     all.push_back(keys::result(p.orig_rank));
     if (rank != lost) awaited.push_back(all.back());
   }

@@ -1,7 +1,7 @@
 // A standby's attempt (elastic, docs/elastic.md): no workers, only the wait for the attempt's end.
 #include "deadline.hpp"
 #include "keys.hpp"
-#include "rendezvous/rendezvous.hpp"
+#include "rendezvous_impl.hpp"
 #include "store/store.hpp"
 
 namespace ddprun::rdzv {
@@ -10,11 +10,11 @@ namespace {
 constexpr Millis kPoll{500};  // how often the wait looks at `stop` and at a lost master
 }  // namespace
 
-std::optional<core::Failure> Rendezvous::standby(const std::function<bool()>& stop) {
+std::optional<core::Failure> Rendezvous::Impl::standby(const std::function<bool()>& stop) {
   PrefixStore s = store();
   // A standby has nothing to finish: it is at the exit barrier from the start, and leaving is no
   // failure (a lost standby is only dropped from the next round, liveness.cpp).
-  arrive_at_barrier(s, "exit", static_cast<int>(participants_.size()));
+  arrive_at_barrier(s, "exit", static_cast<int>(members_.size()));
   for (;;) {
     {
       std::lock_guard lk(cb_mu_);

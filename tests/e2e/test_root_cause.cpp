@@ -60,12 +60,12 @@ TEST_CASE(
     INFO("run " << run << "\n" << all.str());
     REQUIRE((code == 11 || code == 12 || code == 13));
     const int root = code - 10;  // the rank whose code the job exits with
-    const std::string lead = job.agents[0].err();
-    REQUIRE(named_rank(lead, kReportRank) == root);
-    REQUIRE(named_rank(lead, kHeaderRank) == root);
+    const std::string node0 = job.agents[0].err();
+    REQUIRE(named_rank(node0, kReportRank) == root);
+    REQUIRE(named_rank(node0, kHeaderRank) == root);
     REQUIRE(
-        std::regex_search(lead, std::regex(R"(\n +)" + std::to_string(root) + R"(  \S+ +)" +
-                                           std::to_string(root) + R"( +rank \d+: exit \d+ <- root cause)")));
+        std::regex_search(node0, std::regex(R"(\n +)" + std::to_string(root) + R"(  \S+ +)" +
+                                            std::to_string(root) + R"( +rank \d+: exit \d+ <- root cause)")));
     for (std::size_t n = 0; n < 4; ++n) {
       REQUIRE(job.agents[n].code == code);
       const auto j = read_json(job.dir / ("err.node" + std::to_string(n) + ".json"));
@@ -91,12 +91,12 @@ TEST_CASE(
     for (std::size_t n = 0; n < 3; ++n)
       all << "node " << n << " exit " << job.agents[n].code << ":\n" << job.agents[n].err();
     INFO("run " << run << "\n" << all.str());
-    const std::string lead = job.agents[0].err();
-    const int root = named_rank(lead, kReportRank);
+    const std::string node0 = job.agents[0].err();
+    const int root = named_rank(node0, kReportRank);
     REQUIRE(root >= 0);
-    REQUIRE(named_rank(lead, kHeaderRank) == root);
-    REQUIRE(std::regex_search(lead, std::regex(R"(\n +)" + std::to_string(root) + R"(  \S+ +)" +
-                                               std::to_string(root) + R"( +rank \d+: hung <- root cause)")));
+    REQUIRE(named_rank(node0, kHeaderRank) == root);
+    REQUIRE(std::regex_search(node0, std::regex(R"(\n +)" + std::to_string(root) + R"(  \S+ +)" +
+                                                std::to_string(root) + R"( +rank \d+: hung <- root cause)")));
     for (std::size_t n = 0; n < 3; ++n) {
       REQUIRE(job.agents[n].code == 124);
       const auto j = read_json(job.dir / ("err.node" + std::to_string(n) + ".json"));

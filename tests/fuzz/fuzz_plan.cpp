@@ -27,7 +27,7 @@ void as_wire(std::string_view in) {
   if (t.job.world_size > 4096) return;  // deriving is O(workers): keep each input fast
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     const auto ws = core::derive_workers(t, static_cast<int>(n));
-    if (ws.size() != (t.nodes[n].spare ? 0u : static_cast<std::size_t>(t.nodes[n].local_world_size)))
+    if (ws.size() != (t.nodes[n].standby ? 0u : static_cast<std::size_t>(t.nodes[n].local_world_size)))
       std::abort();
   }
 }

@@ -36,7 +36,7 @@ void say(const std::string& line) {
   (void)!::write(1, s.data(), s.size());
 }
 
-core::Plan simple_plan(const std::vector<core::NodeSpec>& nodes) {
+test::Plan simple_plan(const std::vector<core::NodeSpec>& nodes) {
   return testplan::simple_plan(nodes, 29500);
 }
 
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     }
     rdzv::JoinInfo me{o.node_rank, "host-" + std::to_string(o.node_rank), "127.0.0.1", 2, {}};
     const auto joined = r.join(me, testplan::plan_fn(simple_plan));
-    core::Plan plan = core::plan_from_json(nlohmann::json::parse(joined.plan));
+    test::Plan plan = test::plan_from_json(nlohmann::json::parse(joined.plan));
     plan.node_rank = joined.node_rank;
     say("PLAN " + std::to_string(plan.node_rank) + " " + std::to_string(plan.nnodes) + " " +
         std::to_string(plan.world_size) + " " + std::to_string(plan.master_port));

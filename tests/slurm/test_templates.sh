@@ -32,7 +32,7 @@ TEMPLATE=cpu-only.sbatch NPROC=2 TRAIN_ARGS="--model toy --toy-samples ${TOY_SAM
 grep -q 'threads 2' cpu.out || fail "cpu-only.sbatch: workers did not get 2 threads each (OMP_NUM_THREADS from --cpus-per-task)"
 note "ok: cpu-only workers use 2 threads"
 
-# One spare node: 2 of the 3 nodes train (2 GPUs each), node3 stands by; no node is lost here (test_elastic.sh
+# One standby node: 2 of the 3 nodes train (2 GPUs each), node3 stands by; no node is lost here (test_elastic.sh
 # loses one).
 mkdir -p elastic.ckpt
 TEMPLATE=elastic.sbatch NNODES=2:2 CKPT_DIR=$WORK/elastic.ckpt TRAIN_ARGS="$small --epochs 1" \

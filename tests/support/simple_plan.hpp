@@ -10,6 +10,7 @@
 #include "core/json.hpp"
 #include "core/plan.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "support/whole_plan.hpp"
 
 namespace testplan {
 
@@ -27,8 +28,8 @@ inline std::vector<ddprun::core::NodeSpec> nodes_of(const std::vector<ddprun::rd
   return nodes;
 }
 
-inline ddprun::core::Plan simple_plan(const std::vector<ddprun::core::NodeSpec>& nodes, int master_port) {
-  ddprun::core::Plan p;
+inline ddprun::test::Plan simple_plan(const std::vector<ddprun::core::NodeSpec>& nodes, int master_port) {
+  ddprun::test::Plan p;
   p.mode = ddprun::core::Mode::agent;
   p.nnodes = static_cast<int>(nodes.size());
   p.master_addr = "127.0.0.1";
@@ -53,16 +54,16 @@ inline ddprun::core::Plan simple_plan(const std::vector<ddprun::core::NodeSpec>&
 
 // The rendezvous carries the plan as bytes: encode what the master builds, decode what join returns.
 inline ddprun::rdzv::PlanFn plan_fn(
-    std::function<ddprun::core::Plan(const std::vector<ddprun::core::NodeSpec>&)> f) {
+    std::function<ddprun::test::Plan(const std::vector<ddprun::core::NodeSpec>&)> f) {
   return [f](const std::vector<ddprun::rdzv::JoinInfo>& joined) {
-    return ddprun::core::dump_json(ddprun::core::plan_to_json(f(nodes_of(joined))));
+    return ddprun::core::dump_json(ddprun::test::plan_to_json(f(nodes_of(joined))));
   };
 }
 
-inline ddprun::core::Plan join_plan(ddprun::rdzv::Rendezvous& r, const ddprun::rdzv::JoinInfo& me,
+inline ddprun::test::Plan join_plan(ddprun::rdzv::Rendezvous& r, const ddprun::rdzv::JoinInfo& me,
                                     const ddprun::rdzv::PlanFn& fn) {
   const auto joined = r.join(me, fn);
-  auto plan = ddprun::core::plan_from_json(nlohmann::json::parse(joined.plan));
+  auto plan = ddprun::test::plan_from_json(nlohmann::json::parse(joined.plan));
   plan.node_rank = joined.node_rank;
   return plan;
 }

@@ -66,8 +66,8 @@ class Coordinator {
   // stopped by a signal at the barrier); when that publication fails, the wait ends too.
   virtual BarrierOutcome exit_barrier() = 0;
   // The job-wide summary (docs/agent.md). Every agent of a multi-agent job publishes its compact
-  // record when its run has ended; false when the lead (node rank 0) could not take it, so that
-  // this agent prints its full report itself. Bounded (a few seconds) whatever the lead's state.
+  // record when its run has ended; false when node 0 could not take it, so that
+  // this agent prints its full report itself. Bounded (a few seconds) whatever node 0's state.
   virtual bool publish_result(const std::string& record) {
     (void)record;
     return false;
@@ -89,7 +89,7 @@ class Coordinator {
     (void)value;
     return false;
   }
-  // On the lead only: every agent's record of this run in plan order, waiting at most `timeout`
+  // On node 0 only: every agent's record of this run in plan order, waiting at most `timeout`
   // (less once nobody who could still report is left), and not at all for `lost`, a node known to
   // be gone. Empty: no job-wide view here.
   virtual std::vector<PeerRecord> gather_results(std::chrono::milliseconds timeout, std::optional<int> lost) {

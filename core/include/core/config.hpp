@@ -98,9 +98,9 @@ struct Resolved {
   // --nnodes MIN:MAX as the rendezvous uses it; fail-fast inside Slurm: both the nodes that run.
   int nnodes_min = 1;
   int nnodes_max = 1;
-  // Every agent of the job, standbys (hot spares) included: the step's or allocation's nodes under
+  // Every agent of the job, standbys included: the step's or allocation's nodes under
   // Slurm; outside it MAX, or a standby's --node-rank + 1. job.nnodes of them run workers; nodes lists
-  // them all, the standbys (spare) last.
+  // them all, the standbys last.
   int nagents = 1;
   bool elastic = false;  // is_elastic(nnodes_min, nnodes_max, nagents, max_restarts) (core/node_count.hpp)
   std::string rdzv_host;

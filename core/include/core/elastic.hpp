@@ -14,7 +14,7 @@ namespace ddprun::core {
 struct Member {
   int orig_rank = 0;  // the agent's own node rank (SLURM_NODEID / --node-rank), stable across rounds
   std::string host;
-  bool spare = false;  // a standby: in the round, running no workers
+  bool standby = false;  // a standby: in the round, running no workers
   bool operator==(const Member&) const = default;
 };
 
@@ -62,7 +62,7 @@ int failover_port(int base_port, int generation, int master_port);
 // The difference between two rounds, by orig_rank.
 struct MembershipChange {
   std::vector<Member> lost;      // members of `before` absent from `after`
-  std::vector<Member> promoted;  // spares of `before` active in `after`
+  std::vector<Member> promoted;  // standbys of `before` active in `after`
   std::vector<Member> joined;    // members of `after` absent from `before`
   bool empty() const { return lost.empty() && promoted.empty() && joined.empty(); }
 };

@@ -1,6 +1,6 @@
 #pragma once
 // How many nodes a job has (issue 14, elastic jobs): MIN and MAX of --nnodes, the nodes that run
-// workers at the start, and every agent, hot spares (standbys) included. Pure; config.cpp uses it.
+// workers at the start, and every agent, standbys included. Pure; config.cpp uses it.
 #include <optional>
 #include <string>
 

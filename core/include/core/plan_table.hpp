@@ -12,42 +12,18 @@
 
 namespace ddprun::core {
 
-// What is the same for every node of the job.
-struct JobConstants {
-  Mode mode = Mode::standalone;
-  int world_size = 0;  // workers of the active nodes
-  int nnodes = 1;      // active nodes (GROUP_WORLD_SIZE); spare rows are not counted
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string run_id = kNoRunId;
-  int gpus_per_proc = 0;      // G; 0 = workers see all of the node's GPUs
-  int procs_per_replica = 1;  // P
-  int restart_count = 0;
-  int requeue_count = 0;
-  int max_restarts = 0;
-  std::string role = "default";
-  std::optional<std::string> user_omp_num_threads;
-  std::optional<int> cpus_per_task;
-  bool user_set_nccl_async = false;
-  WorkerStore worker_store = WorkerStore::agent;
-  // --virtual-local-rank: every worker's LOCAL_RANK is 0 and its CUDA_VISIBLE_DEVICES names only its
-  // own GPUs (its slice; without G, the node's GPU at its local rank), so each sees its device as cuda:0.
-  bool virtual_local_rank = false;
-  bool operator==(const JobConstants&) const = default;
-};
-
 // One node; its node rank is its index in the table.
 struct NodeRow {
   std::optional<std::string> host;
   std::string addr;    // where the other nodes reach it; empty when unknown
-  int first_rank = 0;  // rank of its local rank 0 (-1 on a spare)
+  int first_rank = 0;  // rank of its local rank 0 (-1 on a standby)
   int local_world_size = 1;
-  GpuList gpus;        // shared with the rows that see the same GPUs
-  bool spare = false;  // issue 14 (elastic): a spare node runs no workers
+  GpuList gpus;          // shared with the rows that see the same GPUs
+  bool standby = false;  // issue 14 (elastic): a standby node runs no workers
   bool operator==(const NodeRow&) const = default;
 };
 
-// Spare rows, if any, follow the active ones (node ranks nnodes..size-1).
+// Standby rows, if any, follow the active ones (node ranks nnodes..size-1).
 struct PlanTable {
   JobConstants job;
   std::vector<NodeRow> nodes;
@@ -67,7 +43,7 @@ std::optional<TaskSlot> task_slot(const JobSpec& job);
 // any node afterwards cannot fail. Throws Error.
 PlanTable make_plan_table(const JobSpec& job, const std::vector<NodeSpec>& nodes);
 
-// The workers of one node (none on a spare), in local-rank order, each with its full environment.
+// The workers of one node (none on a standby), in local-rank order, each with its full environment.
 // Throws Error when node_rank is not a row of the table.
 std::vector<Worker> derive_workers(const PlanTable& table, int node_rank,
                                    const std::optional<TaskSlot>& slot = std::nullopt);

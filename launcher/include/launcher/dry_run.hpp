@@ -36,7 +36,7 @@ RunExports run_exports(const agent::AgentOptions& ao, const std::vector<std::str
 // `w`'s variables as the run's first attempt exports them: the plan's and `x`'s.
 std::map<std::string, std::string> exported_env(const core::Worker& w, const RunExports& x);
 
-// The same bytes as the whole plan rendered at once: the text table, or core::plan_to_json plus the
+// The same bytes as the whole plan rendered at once: the text table, or the whole plan as JSON plus the
 // CLI's fields dumped by core::dump_json with indent 2.
 // `this_node`: this ddprun's own workers as bind_this_node bound them (they replace the derived
 // ones, with their CPUs); empty: nothing bound. `exports`: what the run adds to each worker's

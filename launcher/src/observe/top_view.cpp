@@ -97,13 +97,13 @@ nlohmann::json top_json(const std::vector<core::NodeStatus>& nodes, const std::s
                         const std::string& run_id, std::int64_t now_ms) {
   nlohmann::json job = {{"endpoint", endpoint}, {"run_id", run_id}, {"time_ms", now_ms}};
   if (!nodes.empty()) {
-    const auto& lead = nodes.front();
-    job["attempt"] = lead.attempt;
-    job["restarts"] = lead.attempt;
-    job["world_size"] = lead.world_size;
-    job["nnodes"] = lead.nnodes;
+    const auto& node0 = nodes.front();
+    job["attempt"] = node0.attempt;
+    job["restarts"] = node0.attempt;
+    job["world_size"] = node0.world_size;
+    job["nnodes"] = node0.nnodes;
     job["nodes_reporting"] = nodes.size();
-    job["elastic_events"] = lead.elastic_events;
+    job["elastic_events"] = node0.elastic_events;
   }
   nlohmann::json jnodes = nlohmann::json::array();
   for (const auto& n : nodes) {
@@ -157,13 +157,13 @@ std::string top_text(const std::vector<core::NodeStatus>& nodes, const std::stri
                      std::int64_t now_ms, bool by_node, std::size_t width, std::size_t max_lines, bool keys) {
   std::vector<std::string> lines;
   if (!nodes.empty()) {
-    const auto& lead = nodes.front();
+    const auto& node0 = nodes.front();
     lines.push_back(fmt::format("ddprun top  {}  {}", target, clock_text(now_ms)));
     const char* view = by_node ? "per node" : "per rank, slowest first";
     const char* hint = !keys ? "" : by_node ? "; n: per rank, q: quit" : "; n: per node, q: quit";
     lines.push_back(fmt::format("attempt {}  world size {}  nodes {}/{} reporting  elastic events {}  ({}{})",
-                                lead.attempt, lead.world_size, nodes.size(), lead.nnodes, lead.elastic_events,
-                                view, hint));
+                                node0.attempt, node0.world_size, nodes.size(), node0.nnodes,
+                                node0.elastic_events, view, hint));
   }
   lines.emplace_back();
   if (by_node) {

@@ -1,4 +1,4 @@
-// The job-wide summary (pure): each agent's record, who prints what, the lead's table and the one
+// The job-wide summary (pure): each agent's record, who prints what, node 0's table and the one
 // line of the other nodes.
 #include <catch2/catch.hpp>
 
@@ -118,7 +118,7 @@ TEST_CASE("node record: what one node's run ended with, and its codec", "[summar
 
 TEST_CASE("who prints what at the end of a run", "[summary]") {
   CHECK(report_role(1, 0) == ReportRole::single);
-  CHECK(report_role(3, 0) == ReportRole::lead);
+  CHECK(report_role(3, 0) == ReportRole::node0);
   CHECK(report_role(3, 2) == ReportRole::member);
   struct Row {
     ReportRole role;
@@ -131,17 +131,17 @@ TEST_CASE("who prints what at the end of a run", "[summary]") {
       {R::single, false, false, false, false, false, true, false, true, false, false},
       {R::single, false, true, false, false, false, true, true, false, false, false},
       {R::single, false, true, false, true, false, false, true, false, false, false},
-      {R::lead, false, false, false, false, true, true, false, false, false, true},
-      {R::lead, true, false, false, false, true, true, false, true, false, true},
-      {R::lead, false, true, false, false, true, true, true, false, false, false},
-      {R::lead, false, true, true, true, true, false, true, false, false, true},  // json: the event
-      {R::lead, false, false, false, true, true, false, false, false, false, true},
+      {R::node0, false, false, false, false, true, true, false, false, false, true},
+      {R::node0, true, false, false, false, true, true, false, true, false, true},
+      {R::node0, false, true, false, false, true, true, true, false, false, false},
+      {R::node0, false, true, true, true, true, false, true, false, false, true},  // json: the event
+      {R::node0, false, false, false, true, true, false, false, false, false, true},
       {R::member, false, false, false, false, true, false, false, false, true, false},
       {R::member, false, false, false, true, true, false, false, false, true, false},
       {R::member, false, true, false, true, true, false, true, false, false, false},    // quiet success
       {R::member, false, true, false, false, true, false, true, false, true, false},    // never hides
       {R::member, true, false, false, false, true, true, false, true, false, false},    // --verbose
-      {R::member, false, false, false, false, false, true, false, true, false, false},  // lead gone
+      {R::member, false, false, false, false, false, true, false, true, false, false},  // node 0 gone
   };
   for (std::size_t i = 0; i < table.size(); ++i) {
     const auto& t = table[i];
@@ -161,7 +161,7 @@ TEST_CASE("who prints what at the end of a run", "[summary]") {
   CHECK_FALSE(p.report);
   CHECK_FALSE(p.member_line);
   CHECK_FALSE(p.node_table);
-  // The lead does not wait for a node whose lost agent is the root cause.
+  // Node 0 does not wait for a node whose lost agent is the root cause.
   Failure lost = cause(2, -1, 1, "host-c");
   CHECK(lost_node(lost) == 2);
   lost.signal = 15;  // an agent stopped by a signal still reports
@@ -218,12 +218,12 @@ TEST_CASE("job summary: one row per node, the root cause marked", "[summary]") {
 }
 
 TEST_CASE("job summary: a missing or lost node, a stopped agent", "[summary]") {
-  RunResult lead = failed_node(0);
-  lead.exit_code = 1;
-  lead.root_cause = cause(2, -1, 1, "host-c");
-  lead.root_cause->reason = "lost the agent on host-c (node rank 2): connection closed";
+  RunResult node0 = failed_node(0);
+  node0.exit_code = 1;
+  node0.root_cause = cause(2, -1, 1, "host-c");
+  node0.root_cause->reason = "lost the agent on host-c (node rank 2): connection closed";
   const std::vector<PeerRecord> peers = {peer(failed_node(0)), {1, "host-b", "garbage"}, {2, "host-c", {}}};
-  const std::string t = format_job_summary(lead, peers, false);
+  const std::string t = format_job_summary(node0, peers, false);
   CHECK_THAT(t, Catch::Contains("FAILED, exit code 1, root cause: lost the agent on host-c (node rank 2)"));
   CHECK_THAT(t, Catch::Contains("      1  host-b  ?      unreadable report "));
   CHECK_THAT(t, Catch::Contains("      2  host-c  ?      no report <- root cause "));
@@ -252,12 +252,12 @@ TEST_CASE("job summary: a node whose ranks exited 0 before another node failed s
 }
 
 TEST_CASE("job summary after a checkpoint signal: the ranks stopped on request, not a failure", "[summary]") {
-  RunResult lead = failed_node(0);
-  lead.exit_code = 140;
-  lead.root_cause = cause(1, 3, 140, "host-b");
-  lead.root_cause->after_signal = 10;
-  lead.root_cause->reason = "exited with code 140";
-  const std::string t = format_job_summary(lead, {peer(failed_node(0)), peer(failed_node(1))}, false);
+  RunResult node0 = failed_node(0);
+  node0.exit_code = 140;
+  node0.root_cause = cause(1, 3, 140, "host-b");
+  node0.root_cause->after_signal = 10;
+  node0.root_cause->reason = "exited with code 140";
+  const std::string t = format_job_summary(node0, {peer(failed_node(0)), peer(failed_node(1))}, false);
   CHECK_THAT(t,
              Catch::StartsWith("ddprun: job summary (attempt 0): stopped after SIGUSR1 with exit code 140, "
                                "root cause rank 3 on host-b (exited with code 140)\n"));
@@ -283,17 +283,17 @@ TEST_CASE("job summary of a big job stays short: failures first, the rest counte
 
 TEST_CASE("job summary of a big job: the root cause's row comes first, then the other failures",
           "[summary]") {
-  RunResult lead = failed_node(0);
-  lead.root_cause = cause(30, 61, 7, "h30");
+  RunResult node0 = failed_node(0);
+  node0.root_cause = cause(30, 61, 7, "h30");
   std::vector<PeerRecord> peers;
   for (int n = 0; n < 40; ++n) {
     RunResult r = failed_node(n);  // node 1's rank 3 failed by itself too: another row that explains
     r.host = "h" + std::to_string(n);
-    r.root_cause = lead.root_cause;
+    r.root_cause = node0.root_cause;
     if (n == 30) r.exits[1] = exit_of(61, 7, false, 0, 500);
     peers.push_back(peer(r));
   }
-  const std::string t = format_job_summary(lead, peers, false, 16);
+  const std::string t = format_job_summary(node0, peers, false, 16);
   std::vector<std::string> lines;
   std::istringstream in(t);
   for (std::string l; std::getline(in, l);) lines.push_back(l);
@@ -315,24 +315,24 @@ TEST_CASE("after a hang the hung node's row is the root cause, and its stack rea
   hung_node.exits[1] = exit_of(3, 134, true, SIGABRT);  // our SIGABRT for faulthandler's dump
   hung_node.hung = {
       {3, 1, 103, 2500ms, true, "Thread 0x1 (most recent call first):\n  File \"t.py\", line 9 in stuck"}};
-  RunResult lead = failed_node(0);
-  lead.exit_code = 124;
-  lead.root_cause = hang;
-  const std::vector<PeerRecord> peers = {peer(lead), peer(hung_node)};
-  const std::string t = format_job_summary(lead, peers, false);
+  RunResult node0 = failed_node(0);
+  node0.exit_code = 124;
+  node0.root_cause = hang;
+  const std::vector<PeerRecord> peers = {peer(node0), peer(hung_node)};
+  const std::string t = format_job_summary(node0, peers, false);
   CHECK_THAT(t, Catch::Contains("HUNG, exit code 124, root cause rank 3 on host-b"));
   CHECK_THAT(t, Catch::Contains("      1  host-b  2-3    rank 3: hung <- root cause"));
-  const auto stack = root_stack_from(lead, peers);
+  const auto stack = root_stack_from(node0, peers);
   REQUIRE(stack);
   CHECK(stack->rank == 3);
   CHECK(stack->python);
   CHECK(stack->silent == 2500ms);
   CHECK_THAT(stack->stack, Catch::Contains("line 9 in stuck"));
-  lead.root_stack = stack;
-  const std::string report = format_report(lead);
+  node0.root_stack = stack;
+  const std::string report = format_report(node0);
   CHECK_THAT(report, Catch::Contains("  stack of rank 3 on host-b (node 1), Python stack of every thread "
                                      "(faulthandler):\n    | Thread 0x1 (most recent call first):\n"));
-  CHECK(report_to_json(lead).at("root_cause").at("stack") == hung_node.hung[0].stack);
+  CHECK(report_to_json(node0).at("root_cause").at("stack") == hung_node.hung[0].stack);
   // The node that has it prints it among its own stacks: node 0 only takes another node's.
   CHECK_FALSE(root_stack_from(hung_node, peers));
 }

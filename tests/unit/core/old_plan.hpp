@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "core/plan.hpp"
+#include "support/whole_plan.hpp"
 
 namespace ddprun::test::oldplan {
 

@@ -6,10 +6,13 @@
 
 #include "core/config.hpp"
 #include "support/config_inputs.hpp"
+#include "support/whole_plan.hpp"
 
 using namespace ddprun::core;
 
+using ddprun::test::build_plan;
 using ddprun::test::cmd;
+using ddprun::test::Plan;
 using ddprun::test::sys;
 
 namespace {

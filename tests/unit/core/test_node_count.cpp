@@ -51,8 +51,8 @@ TEST_CASE("is_elastic: restarts, and a world that may shrink or has standbys", "
       {4, 4, 4, 3, false},  // restarts of failed workers only: nobody can stand in for a lost node
       {3, 4, 4, 0, false},  // may shrink, but no restart allowed
       {3, 4, 4, 2, true},   // shrinks to 3
-      {4, 4, 5, 3, true},   // one hot spare
-      {4, 4, 5, 0, false},  // a spare without restarts is no use
+      {4, 4, 5, 3, true},   // one standby
+      {4, 4, 5, 0, false},  // a standby without restarts is no use
       {1, 1, 1, 5, false},  // one node
       {2, 4, 3, 1, true},   // fewer agents than MAX, still may shrink
   };
@@ -84,9 +84,9 @@ TEST_CASE("node counts: a Slurm step keeps MIN:MAX in elastic mode, the extra no
   }
   CHECK_THROWS_WITH(step_counts("4:4", 5, 0, "the step"),
                     Catch::Contains("--nnodes 4:4 disagrees with the step (5 nodes)") &&
-                        Catch::Contains("add --max-restarts K to keep the extra node as a hot spare"));
+                        Catch::Contains("add --max-restarts K to keep the extra node as a standby"));
   CHECK_THROWS_WITH(step_counts("3", 5, 0, "the step"),
-                    Catch::Contains("keep the 2 extra nodes as hot spares"));
+                    Catch::Contains("keep the 2 extra nodes as standbys"));
   CHECK_THROWS_WITH(step_counts("3:4", 2, 2, "the step"),
                     Catch::Contains("disagrees") && !Catch::Contains("--max-restarts"));
 }
@@ -123,14 +123,14 @@ TEST_CASE("resolve: a step with more nodes than MAX runs the extras as standbys"
   CHECK(r.job.node_rank == 4);
   REQUIRE(r.nodes.size() == 5);
   CHECK(r.nodes[4].host == "node5");
-  CHECK(r.nodes[4].spare);
-  CHECK_FALSE(r.nodes[3].spare);
-  CHECK(r.self.spare);
+  CHECK(r.nodes[4].standby);
+  CHECK_FALSE(r.nodes[3].standby);
+  CHECK(r.self.standby);
   const PlanTable t = make_plan_table(r.job, r.nodes);  // what the dry run shows
   CHECK(t.job.world_size == 4);
   CHECK(t.nodes.size() == 5);
   CHECK(derive_workers(t, 4).empty());
-  // Fail-fast: the same step is an error that says how to keep the spare.
+  // Fail-fast: the same step is an error that says how to keep the standby.
   o.max_restarts.reset();
   CHECK_THROWS_WITH(resolve(o, step_of(5, 0), sys()), Catch::Contains("--max-restarts"));
 }
@@ -168,7 +168,7 @@ TEST_CASE("resolve: a batch script keeps the allocation's extra nodes only in el
   CHECK(r.elastic);
   CHECK(r.allocation_hosts.size() == 5);
   CHECK(r.job.nnodes == 4);
-  CHECK(r.nodes.back().spare);
+  CHECK(r.nodes.back().standby);
 }
 
 TEST_CASE("resolve outside Slurm: --node-rank beyond MAX only as an elastic standby", "[config][elastic]") {
@@ -185,7 +185,7 @@ TEST_CASE("resolve outside Slurm: --node-rank beyond MAX only as an elastic stan
   CHECK(r.mode == Mode::agent);
   CHECK(r.nagents == 5);
   CHECK(r.job.nnodes == 4);
-  CHECK(r.self.spare);
+  CHECK(r.self.standby);
   CHECK(r.self.host == "ws");
   CHECK(make_plan_table(r.job, r.nodes).job.world_size == 4 * r.nodes[0].local_world_size);
   o.standalone = true;

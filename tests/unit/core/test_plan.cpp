@@ -5,10 +5,15 @@
 
 #include "core/plan.hpp"
 #include "support/plan_nodes.hpp"
+#include "support/whole_plan.hpp"
 
 using namespace ddprun::core;
 
+using ddprun::test::build_plan;
 using ddprun::test::nodes;
+using ddprun::test::Plan;
+using ddprun::test::plan_from_json;
+using ddprun::test::plan_to_json;
 
 TEST_CASE("agent mode: ranks ordered by node rank then local rank", "[plan]") {
   JobSpec job;

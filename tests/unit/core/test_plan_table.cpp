@@ -10,8 +10,12 @@
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
 #include "old_plan.hpp"
+#include "support/whole_plan.hpp"
 
 using namespace ddprun::core;
+using ddprun::test::build_plan;
+using ddprun::test::Plan;
+using ddprun::test::plan_to_json;
 
 namespace {
 
@@ -29,14 +33,14 @@ struct Shape {
 };
 
 NodeSpec node(int rank, std::optional<std::string> host, int lws, std::vector<std::string> gpus = {},
-              bool spare = false) {
+              bool standby = false) {
   NodeSpec n;
   n.node_rank = rank;
   n.host = std::move(host);
   n.local_world_size = lws;
   n.gpus = std::move(gpus);
   n.addr = n.host.value_or("");
-  n.spare = spare;
+  n.standby = standby;
   return n;
 }
 
@@ -140,14 +144,14 @@ TEST_CASE("each node derives its own workers from the decoded table, as in the w
   }
 }
 
-TEST_CASE("spare nodes follow the active ones and run no workers", "[plan][table]") {
+TEST_CASE("standby nodes follow the active ones and run no workers", "[plan][table]") {
   JobSpec job;
   job.mode = Mode::agent;
   job.nnodes = 2;
   std::vector<NodeSpec> ns = {node(0, "a", 2), node(1, "b", 2), node(2, "s1", 2, {}, true)};
   const PlanTable t = make_plan_table(job, ns);
   CHECK(t.job.world_size == 4);
-  CHECK(t.nodes[2].spare);
+  CHECK(t.nodes[2].standby);
   CHECK(t.nodes[2].first_rank == -1);
   CHECK(derive_workers(t, 2).empty());
   CHECK(derive_workers(t, 1).at(1).env.at("GROUP_WORLD_SIZE") == "2");
@@ -155,10 +159,10 @@ TEST_CASE("spare nodes follow the active ones and run no workers", "[plan][table
   const Plan p = build_plan(job, ns);
   CHECK(p.world_size == 4);
   CHECK(p.workers.size() == 4);
-  // A spare before an active node is refused.
-  ns[1].spare = true;
-  ns[2].spare = false;
-  CHECK_THROWS_WITH(make_plan_table(job, ns), Catch::Contains("spare nodes must follow the 2 active ones"));
+  // A standby before an active node is refused.
+  ns[1].standby = true;
+  ns[2].standby = false;
+  CHECK_THROWS_WITH(make_plan_table(job, ns), Catch::Contains("standby nodes must follow the 2 active ones"));
   CHECK_THROWS_WITH(derive_workers(t, 3), Catch::Contains("node rank 3 is not in the plan"));
 }
 
@@ -212,11 +216,11 @@ TEST_CASE("the table decoder refuses bad bytes with a one-line core::Error", "[p
       {with("a = 2 0 a\nb = 2 0 a", "x[3-1] * 2 0 a"), "x[3-1]"},
       {with("a = 2 0 a", "a = 2 7 a"), "gpuset 7 is not defined"},
       {with("a = 2 0 a", "a = 2 0"), "5 fields"},
-      {with("a = 2 0 a", "a = 2 0 x"), "a (active) or s (spare)"},
+      {with("a = 2 0 a", "a = 2 0 x"), "a (active) or s (standby)"},
       {with("a = 2 0 a", "a = 0 0 a"), "not a number from 1"},
       {with("a = 2 0 a", "a%zz = 2 0 a"), "bad character or escape"},
       {with("a = 2 0 a", "a\"b = 2 0 a"), "bad character or escape"},
-      {with("b = 2 0 a", "b = 2 0 s"), "node rank 1: spare rows must follow"},
+      {with("b = 2 0 a", "b = 2 0 s"), "node rank 1: standby rows must follow"},
       {with("gpuset 2 0 1", "gpuset 3 0 1"), "gpuset says 3 ids but has 2"},
       {good.substr(0, good.rfind("\nnodes ") + 1), "no 'nodes' line"},
   };
@@ -273,7 +277,7 @@ TEST_CASE("rows alike with hosts Slurm folds travel as one run line", "[plan][ta
   CHECK(bytes.size() < 1024);
   CHECK(decode_plan_table(bytes) == uniform);
 
-  // Runs break where a row differs: another size, GPU list, address, spare, or a name that does
+  // Runs break where a row differs: another size, GPU list, address, standby flag, or a name that does
   // not fold; a gap in the numbers stays inside the bracket.
   job.nnodes = 9;
   ns = {node(0, "login1", 8, gpus),         node(1, "gpu-node-00001", 8, gpus),

@@ -15,12 +15,16 @@
 #include "core/plan_table.hpp"
 #include "launcher/dry_run.hpp"
 #include "support/plan_nodes.hpp"
+#include "support/whole_plan.hpp"
 
 using namespace ddprun::core;
 using ddprun::launcher::gpus_seen;
 using ddprun::launcher::render_startup_table;
 
+using ddprun::test::build_plan;
 using ddprun::test::nodes;
+using ddprun::test::Plan;
+using ddprun::test::plan_to_json;
 
 namespace {
 
@@ -73,7 +77,7 @@ TEST_CASE("startup table: a standby shows as a row without ranks", "[plan][table
   job.mode = Mode::agent;
   job.nnodes = 2;
   auto n = nodes({2, 2, 2});
-  n[2].spare = true;
+  n[2].standby = true;
   const std::string t = render_startup_table(make_plan_table(job, n), 0);
   CHECK_THAT(t, Catch::Contains("attempt 0: 2 nodes, world size 4, master 127.0.0.1:29500, 1 standby\n"));
   CHECK_THAT(t, Catch::Contains("  2     node3 standby -\n"));
@@ -196,21 +200,21 @@ TEST_CASE("the streamed dry-run JSON is the whole plan dumped at once, whatever 
   CHECK(out.str() == json_reference(r));
   // Spare nodes (standbys) run no workers: the workers are the plan's without them, and the standbys
   // are listed beside them (issue 14).
-  auto with_spare = r;
-  with_spare.nodes.push_back(with_spare.nodes[1]);
-  with_spare.nodes.back().node_rank = 3;
-  with_spare.nodes.back().host = "s\"3";
-  with_spare.nodes.back().spare = true;
-  std::ostringstream spare_out;
-  ddprun::launcher::write_plan_json(spare_out, with_spare, ddprun::launcher::dry_run_table(with_spare));
+  auto with_standby = r;
+  with_standby.nodes.push_back(with_standby.nodes[1]);
+  with_standby.nodes.back().node_rank = 3;
+  with_standby.nodes.back().host = "s\"3";
+  with_standby.nodes.back().standby = true;
+  std::ostringstream standby_out;
+  ddprun::launcher::write_plan_json(standby_out, with_standby, ddprun::launcher::dry_run_table(with_standby));
   nlohmann::json want = nlohmann::json::parse(json_reference(r));
   want["standbys"] = nlohmann::json::array({{{"node_rank", 3}, {"host", "s\"3"}}});
-  CHECK(spare_out.str() == dump_json(want, 2) + "\n");
+  CHECK(standby_out.str() == dump_json(want, 2) + "\n");
   std::string text = text_of(r, ddprun::launcher::dry_run_table(r));
   const auto command = text.find("command:");
-  const auto spare_row = fmt::format("{:<5} {:<5} {:>5} {:>6}  standby\n", 3, "s\"3", "-", "-");
-  text = text.substr(0, command) + spare_row + text.substr(command);
-  CHECK(text_of(with_spare, ddprun::launcher::dry_run_table(with_spare)) == text);
+  const auto standby_row = fmt::format("{:<5} {:<5} {:>5} {:>6}  standby\n", 3, "s\"3", "-", "-");
+  text = text.substr(0, command) + standby_row + text.substr(command);
+  CHECK(text_of(with_standby, ddprun::launcher::dry_run_table(with_standby)) == text);
 }
 
 TEST_CASE("dry-run and startup table show the standbys of an elastic job", "[plan][dryrun][elastic]") {
@@ -226,12 +230,12 @@ TEST_CASE("dry-run and startup table show the standbys of an elastic job", "[pla
   r.job.max_restarts = 3;
   r.command = r.command_spec.command = {"train"};
   r.nodes = nodes({1, 1, 1}, {});
-  r.nodes[2].spare = true;
+  r.nodes[2].standby = true;
   const PlanTable t = ddprun::launcher::dry_run_table(r);
   const std::string text = text_of(r, t);
   CHECK_THAT(text,
              Catch::Contains("elastic: a lost node restarts the job without it (--max-restarts 3) while at "
-                             "least 2 of 2 nodes remain; 1 standby node (spare) takes a lost node's place"));
+                             "least 2 of 2 nodes remain; 1 standby node takes a lost node's place"));
   CHECK_THAT(text, Catch::Matches("(.|\n)*\n2 +node3 +- +- +standby  <- this node\n(.|\n)*"));
   const auto j = nlohmann::json::parse([&] {
     std::ostringstream out;
@@ -261,7 +265,7 @@ TEST_CASE("dry-run: an elastic job says how far it can shrink, or that it surviv
     r.command = r.command_spec.command = {"train"};
     std::vector<int> local(static_cast<std::size_t>(agents), 1);
     r.nodes = nodes(local, {});
-    for (int n = max; n < agents; ++n) r.nodes[static_cast<std::size_t>(n)].spare = true;
+    for (int n = max; n < agents; ++n) r.nodes[static_cast<std::size_t>(n)].standby = true;
     return text_of(r, ddprun::launcher::dry_run_table(r));
   };
   // --nnodes 1:2: one node left of two is no majority, MIN notwithstanding.
@@ -275,7 +279,7 @@ TEST_CASE("dry-run: an elastic job says how far it can shrink, or that it surviv
              Catch::Contains("while at least 2 of 4 nodes remain; no standby nodes; each loss "
                              "must leave a strict majority of the last round"));
   // A standby makes two nodes survive one loss.
-  CHECK_THAT(elastic(2, 2, 3), Catch::Contains("while at least 2 of 2 nodes remain; 1 standby node (spare)"));
+  CHECK_THAT(elastic(2, 2, 3), Catch::Contains("while at least 2 of 2 nodes remain; 1 standby node takes"));
 }
 
 namespace {

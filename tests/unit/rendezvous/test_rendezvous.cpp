@@ -66,7 +66,7 @@ T get_bounded(std::future<T>& f, std::chrono::seconds limit = 30s) {
 // Agents 1..n-1 (and the master, first) join concurrently; returns their plans by node rank.
 struct Job {
   std::vector<std::unique_ptr<Rendezvous>> agents;
-  std::vector<core::Plan> plans;
+  std::vector<test::Plan> plans;
 
   Job(int n, PlanFn fn = simple_plan(), int nmin = -1, std::chrono::milliseconds heartbeat_timeout = 1000ms) {
     if (nmin < 0) nmin = n;
@@ -78,7 +78,7 @@ struct Job {
     agents.push_back(std::make_unique<Rendezvous>(opts(0, 0)));
     const std::uint16_t port = agents[0]->port();
     for (int r = 1; r < n; ++r) agents.push_back(std::make_unique<Rendezvous>(opts(r, port)));
-    std::vector<std::future<core::Plan>> futs;
+    std::vector<std::future<test::Plan>> futs;
     for (int r = 0; r < n; ++r) {
       futs.push_back(std::async(std::launch::async, [this, r, fn] {
         return join_plan(*agents[static_cast<std::size_t>(r)], me(r), fn);
@@ -134,7 +134,7 @@ TEST_CASE("rendezvous: 2 to 16 agents agree on one plan", "[rendezvous]") {
         CHECK(w.host == fmt::format("host-{}", w.node_rank));
       }
       // Identical plan everywhere, apart from which node it is for.
-      CHECK(core::plan_to_json(p)["workers"] == core::plan_to_json(job.plans[0])["workers"]);
+      CHECK(test::plan_to_json(p)["workers"] == test::plan_to_json(job.plans[0])["workers"]);
       CHECK(p.master_port == job.plans[0].master_port);
     }
   }
@@ -311,7 +311,7 @@ TEST_CASE("rendezvous: make_plan sees the joined nodes in node-rank order", "[re
   std::vector<int> seen;
   Job job(3, [&seen](const std::vector<JoinInfo>& joined) {
     for (const auto& j : joined) seen.push_back(j.node_rank);
-    return core::dump_json(core::plan_to_json(testplan::simple_plan(testplan::nodes_of(joined), 0)));
+    return core::dump_json(test::plan_to_json(testplan::simple_plan(testplan::nodes_of(joined), 0)));
   });
   CHECK(seen == std::vector<int>{0, 1, 2});
   CHECK(job.plans[2].node_rank == 2);
@@ -595,7 +595,7 @@ TEST_CASE("rendezvous: restarts use a fresh namespace", "[rendezvous]") {
   job.agents[1]->abort(cause);
   REQUIRE(sink.wait_for(2));
   for (auto& a : job.agents) a->next_attempt();
-  std::vector<std::future<core::Plan>> fs;
+  std::vector<std::future<test::Plan>> fs;
   for (int r = 0; r < 2; ++r) {
     fs.push_back(std::async(std::launch::async, [&, r] {
       return join_plan(*job.agents[static_cast<std::size_t>(r)], me(r), simple_plan());
@@ -644,7 +644,7 @@ TEST_CASE("rendezvous: bad options are one clear error", "[rendezvous]") {
   CHECK_THROWS_AS(Rendezvous(opts_for(0, 3, 2, 0)), Error);
 }
 
-TEST_CASE("rendezvous: the published plan is core::build_plan's layout (as --dry-run shows)",
+TEST_CASE("rendezvous: the published plan is test::build_plan's layout (as --dry-run shows)",
           "[rendezvous]") {
   core::JobSpec job;
   job.mode = core::Mode::agent;
@@ -653,13 +653,13 @@ TEST_CASE("rendezvous: the published plan is core::build_plan's layout (as --dry
   job.run_id = "run";
   auto fn = testplan::plan_fn([job](const std::vector<core::NodeSpec>& nodes) mutable {
     job.nnodes = static_cast<int>(nodes.size());
-    return core::build_plan(job, nodes);
+    return test::build_plan(job, nodes);
   });
   Job j(3, fn);
   // The same layout computed directly from the same nodes.
   core::JobSpec direct = job;
   direct.nnodes = 3;
-  const auto expected = core::build_plan(direct, testplan::nodes_of({me(0), me(1), me(2)}));
+  const auto expected = test::build_plan(direct, testplan::nodes_of({me(0), me(1), me(2)}));
   for (const auto& p : j.plans) {
     REQUIRE(p.workers.size() == expected.workers.size());
     for (std::size_t i = 0; i < p.workers.size(); ++i) {
@@ -846,10 +846,10 @@ JoinInfo joiner(int rank, const std::string& topology) {
   j.topology = topology;
   return j;
 }
-// "rank:spare" in the arranged order.
+// "rank" (with "s" on a standby) in the arranged order.
 std::string arranged(const std::vector<JoinInfo>& v) {
   std::string out;
-  for (const auto& j : v) out += fmt::format("{}{}{} ", j.node_rank, j.spare ? "s" : "", "");
+  for (const auto& j : v) out += fmt::format("{}{}{} ", j.node_rank, j.standby ? "s" : "", "");
   return out;
 }
 }  // namespace
