@@ -99,7 +99,7 @@ void PerTaskCoordinator::tell_node(const core::Failure& root) {
     auto c = s_.connect_local();
     c->set(key("root"), core::encode_failure(root));
     c->flush();
-  } catch (const rdzv::Error&) {
+  } catch (const store::Error&) {
     // Our own node-local store is gone: nobody left to tell.
   }
   s_.down->abort(root);
@@ -136,7 +136,7 @@ agent::BarrierOutcome PerTaskCoordinator::exit_barrier() {
       auto c = s_.connect_local();
       c->set(key(fmt::format("exit/{}", s_.local)), "1");
       c->flush();
-    } catch (const rdzv::Error& e) {
+    } catch (const store::Error& e) {
       // The relay could not be told, so it would wait for this task: the node's failure, which the relay
       // (if it is there at all) takes up to the job.
       core::Failure f;
@@ -178,7 +178,7 @@ agent::BarrierOutcome PerTaskCoordinator::wait_local_arrivals() {
       if (auto local = s_.down->aborted()) return {s_.up->abort(*local), true};
     }
     return {};
-  } catch (const rdzv::Error& e) {
+  } catch (const store::Error& e) {
     core::Failure f;
     f.reason =
         fmt::format("the node's relay lost its own node-local store at the exit barrier: {}", e.what());

@@ -253,8 +253,8 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   const auto env = snapshot_environ();
   const char* token = std::getenv("DDPRUN_TOKEN");
   const bool have_token = (token != nullptr && *token != '\0') || r.rdzv_token_file.has_value();
-  if (self_launch_needs_token(r.rdzv_auth, have_token, rdzv::auth::munge_usable(munge_socket(env)))) {
-    ::setenv("DDPRUN_TOKEN", rdzv::auth::random_token().c_str(), 1);
+  if (self_launch_needs_token(r.rdzv_auth, have_token, store::auth::munge_usable(munge_socket(env)))) {
+    ::setenv("DDPRUN_TOKEN", store::auth::random_token().c_str(), 1);
   }
   // The step plans with the job id, as this batch context did (its dry run shows the run's run id and ports).
   const auto job = env.find("SLURM_JOB_ID") != env.end() ? env.find("SLURM_JOB_ID") : env.find("SLURM_JOBID");

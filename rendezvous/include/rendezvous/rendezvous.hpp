@@ -28,14 +28,25 @@
 #include "core/elastic.hpp"
 #include "core/failure.hpp"
 #include "core/rank_order.hpp"
+#include "rendezvous/error.hpp"
 #include "store/auth.hpp"
 #include "store/error.hpp"
 
-namespace ddprun::rdzv {
-
+namespace ddprun::store {
 class StoreServer;
 class TcpStore;
 class PrefixStore;
+class ServerStore;
+}  // namespace ddprun::store
+
+namespace ddprun::rdzv {
+
+// The store types the rendezvous is built on, by their short names inside this layer.
+using store::PrefixStore;
+using store::ServerStore;
+using store::StoreServer;
+using store::TcpStore;
+namespace auth = store::auth;
 
 struct JoinInfo {
   int node_rank = 0;
