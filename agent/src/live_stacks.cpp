@@ -1,4 +1,4 @@
-#include "agent/live_stacks.hpp"
+#include "live_stacks.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "agent/stacks.hpp"
 #include "core/stack_groups.hpp"
+#include "stacks.hpp"
 
 namespace ddprun::agent {
 

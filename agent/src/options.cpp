@@ -1,8 +1,8 @@
 // The agent's options: the checks a run and a dry run share.
 #include "agent/command.hpp"
 #include "agent/error.hpp"
-#include "agent/log_relay.hpp"
 #include "agent/supervisor.hpp"
+#include "log_relay.hpp"
 
 namespace ddprun::agent {
 

@@ -1,4 +1,4 @@
-#include "agent/reaper.hpp"
+#include "reaper.hpp"
 
 #include <linux/close_range.h>
 #include <sys/prctl.h>
