@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "agent/io.hpp"
+#include "agent/signals.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
 #include "core/requeue.hpp"
@@ -120,9 +121,7 @@ void pass_on(int sig) {
 
 // srun as a child of this process; its exit code as a shell gives it (128+S for a signal).
 int run_srun(std::vector<char*>& cargv) {
-  sigset_t all, old;
-  sigfillset(&all);
-  sigprocmask(SIG_BLOCK, &all, &old);  // no signal between fork and knowing srun's pid
+  agent::AllSignalsBlocked blocked;  // no signal between fork and knowing srun's pid
   struct sigaction sa {};
   sa.sa_handler = pass_on;
   sigemptyset(&sa.sa_mask);
@@ -133,7 +132,7 @@ int run_srun(std::vector<char*>& cargv) {
   if (pid == 0) {
     for (const int sig : kPassedOn) std::signal(sig, SIG_DFL);
     std::signal(SIGINT, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &old, nullptr);
+    sigprocmask(SIG_SETMASK, &blocked.old(), nullptr);
     ::execvp(cargv[0], cargv.data());
     fmt::print(stderr,
                "ddprun: error: cannot run srun to start ddprun on the allocation's nodes: {}; is Slurm's "
@@ -143,7 +142,7 @@ int run_srun(std::vector<char*>& cargv) {
   }
   if (pid < 0) throw core::Error(fmt::format("cannot start srun: {}", std::strerror(errno)), 1);
   g_srun_pid = pid;
-  sigprocmask(SIG_SETMASK, &old, nullptr);
+  blocked.restore();
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
