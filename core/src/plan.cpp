@@ -14,15 +14,7 @@
 namespace ddprun::core {
 
 const char* to_string(Mode m) {
-  switch (m) {
-    case Mode::agent:
-      return "agent";
-    case Mode::per_task:
-      return "per-task";
-    case Mode::standalone:
-      return "standalone";
-  }
-  return "?";
+  return name_of(kModeNames, m, "?");
 }
 
 std::vector<Worker> Plan::workers_on(int node) const {

@@ -3,6 +3,7 @@
 // It is built through the node table (core/plan_table.hpp): the table is what the rendezvous master
 // publishes from the nodes that actually joined, and each worker is derived from it by the same
 // function (core::derive_workers) in --dry-run and on every agent, so all agree on the layout.
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/enum_names.hpp"
 #include "core/error.hpp"
 #include "core/gpu_list.hpp"
 #include "core/worker_store.hpp"
@@ -21,6 +23,8 @@ enum class Mode {
   per_task,    // srun started several tasks on a node: each ddprun is exactly one worker
   standalone,  // no Slurm, single node
 };
+inline constexpr std::array<EnumName<Mode>, 3> kModeNames{
+    {{Mode::agent, "agent"}, {Mode::per_task, "per-task"}, {Mode::standalone, "standalone"}}};
 const char* to_string(Mode m);
 
 // One node as the plan sees it.
