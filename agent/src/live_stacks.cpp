@@ -1,4 +1,4 @@
-#include "live_stacks.hpp"
+#include "agent/live_stacks.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

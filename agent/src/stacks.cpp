@@ -14,9 +14,9 @@
 
 #include "agent/command.hpp"
 #include "agent/error.hpp"
+#include "agent/live_stacks.hpp"
 #include "agent/log_paths.hpp"
 #include "agent/spawn.hpp"
-#include "live_stacks.hpp"
 
 namespace ddprun::agent {
 

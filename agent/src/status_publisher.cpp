@@ -2,9 +2,9 @@
 
 #include "agent/hang_watch.hpp"
 #include "agent/heartbeat_step.hpp"
+#include "agent/live_stacks.hpp"
 #include "core/error.hpp"
 #include "core/stack_groups.hpp"
-#include "live_stacks.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "agent/error.hpp"
+#include "agent/live_stacks.hpp"
 #include "agent/python_error.hpp"
 #include "agent/signals.hpp"
 #include "checkpoint_grace.hpp"
 #include "failure_tracker.hpp"
 #include "hang_guard.hpp"
-#include "live_stacks.hpp"
 #include "output_relay.hpp"
 #include "proc.hpp"
 #include "reaper.hpp"
