@@ -54,8 +54,8 @@
 #include "store/c10d_server.hpp"
 #include "store/error.hpp"
 
-namespace c10d = ddprun::rdzv::c10d;
-namespace rdzv = ddprun::rdzv;
+namespace c10d = ddprun::store::c10d;
+namespace store = ddprun::store;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -94,10 +94,10 @@ void wait_stdin_eof() {
 
 int serve_agent() {
   raise_fds();
-  rdzv::C10dServerOptions o;
+  store::C10dServerOptions o;
   o.hosts = {"127.0.0.1"};
   o.max_connections = 1u << 20;
-  rdzv::C10dServer s(o);
+  store::C10dServer s(o);
   std::printf("%u\n", s.port());
   std::fflush(stdout);
   wait_stdin_eof();
@@ -106,17 +106,17 @@ int serve_agent() {
 
 int serve_relays(int first, int count, int upstream) {
   raise_fds();
-  auto loop = std::make_shared<rdzv::C10dLoop>();
-  std::vector<std::unique_ptr<rdzv::C10dRelay>> relays;
+  auto loop = std::make_shared<store::C10dLoop>();
+  std::vector<std::unique_ptr<store::C10dRelay>> relays;
   for (int i = first; i < first + count; ++i) {
-    rdzv::C10dRelayOptions o;
+    store::C10dRelayOptions o;
     o.host = node_addr(3, i);
     o.source_host = node_addr(2, i);
     o.upstream_host = "127.0.0.1";
     o.upstream_port = static_cast<std::uint16_t>(upstream);
     o.max_connections = 1u << 20;
     o.loop = loop;
-    relays.push_back(std::make_unique<rdzv::C10dRelay>(o));
+    relays.push_back(std::make_unique<store::C10dRelay>(o));
   }
   std::string ports;
   for (auto& r : relays) ports += std::to_string(r->port()) + "\n";

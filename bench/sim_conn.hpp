@@ -23,7 +23,7 @@ namespace asio = boost::asio;
 using asio::awaitable;
 using asio::use_awaitable;
 using asio::ip::tcp;
-namespace proto = ddprun::rdzv::proto;
+namespace proto = ddprun::store::proto;
 
 struct Answer {
   proto::Status status = proto::Status::ok;
@@ -87,9 +87,9 @@ class Conn {
     h.label = label;
     h.liveness_ms = liveness_ms;
     if (!token.empty()) {
-      h.auth = static_cast<std::uint8_t>(ddprun::rdzv::auth::Mode::token);
+      h.auth = static_cast<std::uint8_t>(ddprun::store::auth::Mode::token);
       h.credential =
-          ddprun::rdzv::auth::token_credential(token, run_id, label, ddprun::rdzv::auth::random_nonce());
+          ddprun::store::auth::token_credential(token, run_id, label, ddprun::store::auth::random_nonce());
     }
     return proto::encode_hello(h);
   }

@@ -8,7 +8,7 @@
 #include "store/client.hpp"
 #include "store/server.hpp"
 
-using namespace ddprun::rdzv;
+using namespace ddprun::store;
 
 int main(int argc, char** argv) {
   return bench::table_main(argc, argv, "ddprun store", [](int n) {

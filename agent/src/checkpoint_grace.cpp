@@ -1,4 +1,4 @@
-#include "agent/checkpoint_grace.hpp"
+#include "checkpoint_grace.hpp"
 
 #include <utility>
 

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "agent/report.hpp"
+#include "report.hpp"
 
 namespace ddprun::agent {
 

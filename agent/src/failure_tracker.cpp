@@ -1,4 +1,4 @@
-#include "agent/failure_tracker.hpp"
+#include "failure_tracker.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

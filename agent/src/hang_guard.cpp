@@ -1,4 +1,4 @@
-#include "agent/hang_guard.hpp"
+#include "hang_guard.hpp"
 
 #include <utility>
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "agent/events.hpp"
-#include "agent/job_summary.hpp"
 #include "core/json.hpp"
+#include "job_summary.hpp"
 
 namespace ddprun::agent {
 

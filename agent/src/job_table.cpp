@@ -5,7 +5,7 @@
 #include <set>
 
 #include "agent/events.hpp"
-#include "agent/job_summary.hpp"
+#include "job_summary.hpp"
 
 namespace ddprun::agent {
 

@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "agent/stacks.hpp"
 #include "core/stack_groups.hpp"
+#include "stacks.hpp"
 
 namespace ddprun::agent {
 

@@ -1,4 +1,4 @@
-#include "agent/log_relay.hpp"
+#include "log_relay.hpp"
 
 #include "agent/io.hpp"
 

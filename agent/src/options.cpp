@@ -1,8 +1,9 @@
 // The agent's options: the checks a run and a dry run share.
 #include "agent/command.hpp"
 #include "agent/error.hpp"
-#include "agent/log_relay.hpp"
 #include "agent/supervisor.hpp"
+#include "core/checks.hpp"
+#include "log_relay.hpp"
 
 namespace ddprun::agent {
 
@@ -16,9 +17,10 @@ void validate_options(const AgentOptions& opts) {
   if (opts.tee && !opts.log_dir) {
     throw Error("--tee writes per-rank files and needs --log-dir DIR to know where");
   }
-  if (opts.term_timeout.count() < 0) throw Error("--term-timeout must not be negative");
-  if (opts.hang_timeout && opts.hang_timeout->count() <= 0) {
-    throw Error("--hang-timeout must be a positive number of seconds (at least 0.001)");
+  const auto secs = [](std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; };
+  if (auto e = core::term_timeout_error(secs(opts.term_timeout))) throw Error(*e);
+  if (opts.hang_timeout) {
+    if (auto e = core::hang_timeout_error(secs(*opts.hang_timeout))) throw Error(*e);
   }
   if (opts.attempt < 0) throw Error("attempt number must not be negative");
 }

@@ -1,4 +1,4 @@
-#include "agent/output_relay.hpp"
+#include "output_relay.hpp"
 
 #include <fcntl.h>
 #include <cerrno>

@@ -114,17 +114,7 @@ SignalAction signal_action(int sig, int previous_agent_signal, bool teardown_sta
 }
 
 std::string_view to_string(SignalAction a) {
-  switch (a) {
-    case SignalAction::forward:
-      return "forward";
-    case SignalAction::teardown:
-      return "teardown";
-    case SignalAction::kill:
-      return "kill";
-    case SignalAction::ignore:
-      return "ignore";
-  }
-  return "ignore";
+  return core::name_of(kSignalActionNames, a, "ignore");
 }
 
 StepHistory record_step(StepHistory h, std::optional<Step> step, int attempt) {

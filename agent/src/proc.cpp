@@ -1,4 +1,4 @@
-#include "agent/proc.hpp"
+#include "proc.hpp"
 
 #include <sys/wait.h>
 #include <cerrno>

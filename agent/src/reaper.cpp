@@ -1,4 +1,4 @@
-#include "agent/reaper.hpp"
+#include "reaper.hpp"
 
 #include <linux/close_range.h>
 #include <sys/prctl.h>
@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
+
+#include "agent/signals.hpp"
 
 namespace ddprun::agent {
 
@@ -76,14 +78,10 @@ void Reaper::start() {
   if (pid_ > 0) return;
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return;
-  // Block every signal across fork so no agent handler runs in the child before it resets them.
-  sigset_t all;
-  sigset_t old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  AllSignalsBlocked blocked;  // across fork: the child resets the handlers first
   const pid_t pid = ::fork();
   if (pid == 0) reaper_main(sv[1]);
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  blocked.restore();
   ::close(sv[1]);
   if (pid < 0) {
     ::close(sv[0]);

@@ -1,4 +1,4 @@
-#include "agent/report.hpp"
+#include "report.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>

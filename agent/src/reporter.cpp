@@ -1,4 +1,4 @@
-#include "agent/reporter.hpp"
+#include "reporter.hpp"
 #include "core/duration.hpp"
 
 #include <fmt/format.h>
@@ -7,8 +7,8 @@
 
 #include "agent/events.hpp"
 #include "agent/io.hpp"
-#include "agent/report.hpp"
 #include "core/duration.hpp"
+#include "report.hpp"
 
 namespace ddprun::agent {
 

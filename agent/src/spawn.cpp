@@ -18,6 +18,7 @@
 #include <fmt/ranges.h>
 
 #include "agent/error.hpp"
+#include "agent/signals.hpp"
 
 extern char** environ;
 
@@ -229,17 +230,13 @@ Spawned spawn_process(const SpawnRequest& req) {
 
   const CpuMask cpus = cpu_mask(req.cpus);
   const ChildSetup setup{::getpid(), devnull.get(), out_w.get(), err_w.get(), sync_w.get(), &cpus};
-  // Block every signal across fork so no agent handler runs in the child before it resets them.
-  sigset_t all;
-  sigset_t old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  AllSignalsBlocked blocked;  // across fork: the child resets the handlers first
   const pid_t pid = ::fork();
   if (pid == 0) {
     child_main(setup, req.program.c_str(), argv.data(), envp.data());
   }
   const int fork_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  blocked.restore();
   if (pid < 0) {
     throw Error(std::string("cannot fork a worker: ") + std::strerror(fork_errno), 1);
   }

@@ -1,4 +1,4 @@
-#include "agent/stacks.hpp"
+#include "stacks.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "agent/status_publisher.hpp"
+#include "status_publisher.hpp"
 
 #include "agent/hang_watch.hpp"
 #include "agent/heartbeat_step.hpp"

@@ -7,19 +7,19 @@
 #include <string>
 #include <vector>
 
-#include "agent/checkpoint_grace.hpp"
 #include "agent/error.hpp"
-#include "agent/failure_tracker.hpp"
-#include "agent/hang_guard.hpp"
 #include "agent/live_stacks.hpp"
-#include "agent/output_relay.hpp"
-#include "agent/proc.hpp"
 #include "agent/python_error.hpp"
-#include "agent/reaper.hpp"
-#include "agent/reporter.hpp"
 #include "agent/signals.hpp"
-#include "agent/status_publisher.hpp"
-#include "agent/teardown.hpp"
+#include "checkpoint_grace.hpp"
+#include "failure_tracker.hpp"
+#include "hang_guard.hpp"
+#include "output_relay.hpp"
+#include "proc.hpp"
+#include "reaper.hpp"
+#include "reporter.hpp"
+#include "status_publisher.hpp"
+#include "teardown.hpp"
 
 namespace ddprun::agent::detail {
 

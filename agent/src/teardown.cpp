@@ -1,4 +1,4 @@
-#include "agent/teardown.hpp"
+#include "teardown.hpp"
 
 #include <csignal>
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/checks.hpp"
 #include "core/hostlist.hpp"
 #include "core/node_count.hpp"
 #include "core/requeue.hpp"
@@ -195,6 +196,23 @@ struct Layout {
   std::optional<ReservedPorts> reserved;  // srun --resv-ports: these beat the derived ports
 };
 
+}  // namespace
+
+std::optional<std::string> term_timeout_error(double seconds) {
+  if (seconds >= 0) return std::nullopt;
+  return "--term-timeout must be 0 or more seconds";
+}
+
+std::optional<std::string> hang_timeout_error(double seconds) {
+  if (!(seconds > 0 && std::isfinite(seconds))) {
+    return fmt::format("--hang-timeout {} must be a positive number of seconds (e.g. 600)", seconds);
+  }
+  if (seconds < 0.001) return fmt::format("--hang-timeout {} must be at least 0.001 seconds (1 ms)", seconds);
+  return std::nullopt;
+}
+
+namespace {
+
 void check_numbers(const Options& o) {
   if (o.max_restarts && *o.max_restarts < 0) {
     throw Error(fmt::format("--max-restarts {} is negative; give 0 or more", *o.max_restarts));
@@ -216,10 +234,9 @@ void check_numbers(const Options& o) {
   if (o.max_requeues < 0) {
     throw Error(fmt::format("--max-requeues {} is negative; give 0 or more", o.max_requeues));
   }
-  if (!(o.term_timeout >= 0)) throw Error("--term-timeout must be 0 or more seconds");
-  if (o.hang_timeout && !(*o.hang_timeout > 0 && std::isfinite(*o.hang_timeout))) {
-    throw Error(
-        fmt::format("--hang-timeout {} must be a positive number of seconds (e.g. 600)", *o.hang_timeout));
+  if (auto e = term_timeout_error(o.term_timeout)) throw Error(*e);
+  if (o.hang_timeout) {
+    if (auto e = hang_timeout_error(*o.hang_timeout)) throw Error(*e);
   }
   if (!(o.health_check_timeout > 0 && std::isfinite(o.health_check_timeout))) {
     throw Error(fmt::format("--health-check-timeout {} must be a positive number of seconds (e.g. 60)",

@@ -9,23 +9,11 @@
 namespace ddprun::core {
 
 const char* to_string(CpuBind m) {
-  switch (m) {
-    case CpuBind::none:
-      return "none";
-    case CpuBind::cores:
-      return "cores";
-    case CpuBind::numa:
-      return "numa";
-    case CpuBind::gpu:
-      return "gpu";
-  }
-  return "?";
+  return name_of(kCpuBindNames, m, "?");
 }
 
 CpuBind parse_cpu_bind(const std::string& v) {
-  for (CpuBind m : {CpuBind::none, CpuBind::cores, CpuBind::numa, CpuBind::gpu}) {
-    if (v == to_string(m)) return m;
-  }
+  if (const auto m = value_of(kCpuBindNames, v)) return *m;
   throw Error(fmt::format("--cpu-bind '{}' is not a mode; give none, cores, numa or gpu", v));
 }
 

@@ -9,15 +9,7 @@
 namespace ddprun::core {
 
 const char* to_string(Mode m) {
-  switch (m) {
-    case Mode::agent:
-      return "agent";
-    case Mode::per_task:
-      return "per-task";
-    case Mode::standalone:
-      return "standalone";
-  }
-  return "?";
+  return name_of(kModeNames, m, "?");
 }
 
 int resolve_nproc(const std::optional<std::string>& nproc, const std::vector<std::string>& gpus,

@@ -13,13 +13,11 @@
 namespace ddprun::core {
 
 std::optional<RankOrder> parse_rank_order(std::string_view v) {
-  if (v == "slurm") return RankOrder::slurm;
-  if (v == "topology") return RankOrder::topology;
-  return std::nullopt;
+  return value_of(kRankOrderNames, v);
 }
 
 const char* to_string(RankOrder o) {
-  return o == RankOrder::topology ? "topology" : "slurm";
+  return name_of(kRankOrderNames, o, "slurm");
 }
 
 TopologyGroup topology_group(std::string_view addr) {

@@ -14,15 +14,7 @@
 namespace ddprun::core {
 
 const char* to_string(SlurmContext c) {
-  switch (c) {
-    case SlurmContext::none:
-      return "none";
-    case SlurmContext::batch:
-      return "batch";
-    case SlurmContext::step:
-      return "step";
-  }
-  return "?";
+  return name_of(kSlurmContextNames, c, "?");
 }
 
 int parse_int(const std::string& name, const std::string& value, int min_value) {

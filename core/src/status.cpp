@@ -14,8 +14,6 @@ namespace ddprun::core {
 
 namespace {
 
-constexpr std::array<const char*, 5> kStateNames = {"starting", "running", "hung", "exited", "stopped"};
-
 // Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
 std::size_t utf8_length(std::string_view s, std::size_t i) {
   const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
@@ -77,14 +75,11 @@ double tenths(double s) {
 }  // namespace
 
 const char* to_string(RankState s) {
-  return kStateNames.at(static_cast<std::size_t>(s));
+  return name_of(kRankStateNames, s, "?");
 }
 
 std::optional<RankState> rank_state_from_string(std::string_view s) {
-  for (std::size_t i = 0; i < kStateNames.size(); ++i) {
-    if (s == kStateNames[i]) return static_cast<RankState>(i);
-  }
-  return std::nullopt;
+  return value_of(kRankStateNames, s);
 }
 
 std::string encode_node_status(const NodeStatus& s) {

@@ -7,22 +7,11 @@
 namespace ddprun::core {
 
 const char* to_string(WorkerStore s) {
-  switch (s) {
-    case WorkerStore::agent:
-      return "agent";
-    case WorkerStore::rank0:
-      return "rank0";
-    case WorkerStore::relay:
-      return "relay";
-  }
-  return "agent";
+  return name_of(kWorkerStoreNames, s, "agent");
 }
 
 std::optional<WorkerStore> parse_worker_store(std::string_view s) {
-  if (s == "agent") return WorkerStore::agent;
-  if (s == "rank0") return WorkerStore::rank0;
-  if (s == "relay") return WorkerStore::relay;
-  return std::nullopt;
+  return value_of(kWorkerStoreNames, s);
 }
 
 std::uint16_t relay_port(const std::string& run_id, int node, std::uint16_t master_port) {

@@ -10,6 +10,8 @@
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
+#include "core/defaults.hpp"
+
 namespace ddprun::launcher {
 
 std::string version_string() {
@@ -186,12 +188,15 @@ void add_store_options(CLI::App& app, core::Options& o) {
                  "from a batch script or salloc shell, the job id; else none)")
       ->envname(env("RDZV_ID"))
       ->group(g);
-  app.add_option("--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout,
-                 "Seconds to wait for all nodes to join (default 900)")
+  app.add_option(
+         "--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout,
+         fmt::format("Seconds to wait for all nodes to join (default {})", core::kDefaultRdzvTimeout.count()))
       ->envname(env("RDZV_TIMEOUT"))
       ->group(g);
-  app.add_option("--rdzv-last-call", o.last_call,
-                 "With --nnodes MIN:MAX, seconds to wait for more nodes once MIN joined (default 30)")
+  app.add_option(
+         "--rdzv-last-call", o.last_call,
+         fmt::format("With --nnodes MIN:MAX, seconds to wait for more nodes once MIN joined (default {})",
+                     core::kDefaultLastCall.count()))
       ->envname(env("RDZV_LAST_CALL"))
       ->group(g);
   app.add_option(
@@ -326,8 +331,10 @@ struct TeeLevels {
 
 void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
   const std::string g = "Supervision and logs";
-  app.add_option("--term-timeout", o.term_timeout,
-                 "Seconds between SIGTERM and SIGKILL at teardown (default 10; fits Slurm's KillWait)")
+  app.add_option(
+         "--term-timeout", o.term_timeout,
+         fmt::format("Seconds between SIGTERM and SIGKILL at teardown (default {}; fits Slurm's KillWait)",
+                     core::kDefaultTermTimeout.count()))
       ->envname(env("TERM_TIMEOUT"))
       ->group(g);
   app.add_option("--hang-timeout", o.hang_timeout,

@@ -10,7 +10,6 @@
 #include "agent/log_paths.hpp"
 #include "agent/private_dir.hpp"
 #include "agent/python_error.hpp"
-#include "agent/stacks.hpp"
 #include "core/command.hpp"
 #include "core/elastic.hpp"
 #include "core/rank_order.hpp"

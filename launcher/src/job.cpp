@@ -78,7 +78,7 @@ class LocalSession final : public Session {
 // munged; the token is then removed from our environment so the workers do not inherit it, in every
 // mode. A standalone run opens no store: nothing to authenticate, so its settings are not checked
 // (a site-wide DDPRUN_RDZV_AUTH=token must not stop a one-node run).
-rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Events& ev) {
+store::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Events& ev) {
   if (r.mode == core::Mode::standalone) {
     ::unsetenv("DDPRUN_TOKEN");
     return {};
@@ -89,16 +89,16 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Even
   if (const char* t = std::getenv("DDPRUN_TOKEN"); t && *t) token = std::string(t);
   // Where Slurm itself finds munged (slurm.conf's AuthInfo), unless DDPRUN_MUNGE_SOCKET says.
   const std::string socket = munge_socket(snapshot_environ());
-  rdzv::auth::Config cfg;
+  store::auth::Config cfg;
   try {
-    cfg = rdzv::auth::resolve(rdzv::auth::parse_policy(r.rdzv_auth), token, r.rdzv_token_file, socket);
-  } catch (const rdzv::Error& e) {
+    cfg = store::auth::resolve(store::auth::parse_policy(r.rdzv_auth), token, r.rdzv_token_file, socket);
+  } catch (const store::Error& e) {
     // A bad token file or an unsatisfiable --rdzv-auth is the user's input: usage exit code.
-    if (e.kind() == rdzv::Error::Kind::usage) throw core::Error(e.what());
+    if (e.kind() == store::Error::Kind::usage) throw core::Error(e.what());
     throw;
   }
   ::unsetenv("DDPRUN_TOKEN");
-  if (cfg.mode != rdzv::auth::Mode::none || r.rdzv_auth != "auto") return cfg;
+  if (cfg.mode != store::auth::Mode::none || r.rdzv_auth != "auto") return cfg;
   switch (open_store_policy(r.context, r.mode, r.nagents)) {
     case OpenStore::allow:
       // An advice about the site's set-up, repeated by every job: --quiet hides it (the JSON event stays).
@@ -109,8 +109,8 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Even
       }
       break;
     case OpenStore::private_token:
-      cfg.mode = rdzv::auth::Mode::token;
-      cfg.token = rdzv::auth::random_token();
+      cfg.mode = store::auth::Mode::token;
+      cfg.token = store::auth::random_token();
       break;
     case OpenStore::refuse:
       throw core::Error(fmt::format(
@@ -118,15 +118,15 @@ rdzv::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Even
           "rendezvous store open to other users: start munged or set DDPRUN_MUNGE_SOCKET, export one "
           "DDPRUN_TOKEN for every node before srun (or start ddprun from the batch script, which makes "
           "one), or pass --rdzv-auth none to run unauthenticated",
-          !rdzv::auth::munge_built() ? std::string("this ddprun was built without it")
-          : socket.empty()           ? std::string("munged does not answer on its default socket")
-                                     : fmt::format("munged does not answer on {}", socket)));
+          !store::auth::munge_built() ? std::string("this ddprun was built without it")
+          : socket.empty()            ? std::string("munged does not answer on its default socket")
+                                      : fmt::format("munged does not answer on {}", socket)));
   }
   return cfg;
 }
 
 rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,
-                                            rdzv::auth::Config auth, agent::Events& ev) {
+                                            store::auth::Config auth, agent::Events& ev) {
   rdzv::RendezvousOptions ro;
   ro.run_id = r.rdzv_run_id.empty() ? r.job.run_id : r.rdzv_run_id;
   ro.auth = std::move(auth);
@@ -169,9 +169,9 @@ core::PlanTable parse_published_plan(const std::string& text, const std::string&
   try {
     return core::decode_plan_table(text);
   } catch (const core::Error& e) {
-    throw rdzv::Error(rdzv::Error::Kind::protocol,
-                      fmt::format("rendezvous {}: the published plan is malformed: {}", endpoint, e.what()),
-                      "join", endpoint);
+    throw store::Error(store::Error::Kind::protocol,
+                       fmt::format("rendezvous {}: the published plan is malformed: {}", endpoint, e.what()),
+                       "join", endpoint);
   }
 }
 
@@ -361,7 +361,7 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
   };
   try {
     ao.events = &ev;
-    rdzv::auth::Config auth = resolve_auth(r, o.quiet, ev);
+    store::auth::Config auth = resolve_auth(r, o.quiet, ev);
     if (r.elastic && r.job.node_rank == 0) {
       if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) ev.warn(*none);
     }
@@ -382,7 +382,7 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
       std::vector<core::NodeSpec>().swap(r.nodes);
     }
     return run_attempts(*session, o, r, ao, ev);
-  } catch (const rdzv::Error& e) {
+  } catch (const store::Error& e) {
     return fail(e.what(), 1);
   } catch (const core::Error& e) {
     return fail(e.what(), e.exit_code());

@@ -7,6 +7,7 @@
 
 #include "store/client.hpp"
 #include "store/error.hpp"
+#include "store_coordinator.hpp"
 
 namespace ddprun::launcher {
 
@@ -49,14 +50,7 @@ agent::PublishOutcome PerTaskCoordinator::publish_failure(const core::Failure& f
 }
 
 void PerTaskCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
-  {
-    std::lock_guard lock(mu_);
-    handler_ = std::move(h);
-    if (!handler_ || watched_attempt_ == attempt()) return;
-    watched_attempt_ = attempt();
-    delivered_ = false;
-  }
-  try {
+  const auto watch = [this] {
     if (relay()) {
       s_.up->watch([this](const core::Failure& f) { on_up(f); });
       if (s_.down) s_.down->watch([this](const core::Failure& f) { on_down(f); });
@@ -67,12 +61,9 @@ void PerTaskCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
         if (!closed_) deliver(job_root_or(f, kRootWait), !s_.down->master_lost());
       });
     }
-  } catch (...) {
-    std::lock_guard lock(mu_);
-    handler_ = nullptr;  // the supervisor that installed it is going away
-    watched_attempt_ = -1;
-    throw;
-  }
+  };
+  install_abort_handler(mu_, handler_, watched_attempt_, attempt(), std::move(h), watch,
+                        [this] { delivered_ = false; });
 }
 
 // The job's root cause (or a lost master): down to the node's tasks, then to our supervisor.
@@ -99,7 +90,7 @@ void PerTaskCoordinator::tell_node(const core::Failure& root) {
     auto c = s_.connect_local();
     c->set(key("root"), core::encode_failure(root));
     c->flush();
-  } catch (const rdzv::Error&) {
+  } catch (const store::Error&) {
     // Our own node-local store is gone: nobody left to tell.
   }
   s_.down->abort(root);
@@ -136,7 +127,7 @@ agent::BarrierOutcome PerTaskCoordinator::exit_barrier() {
       auto c = s_.connect_local();
       c->set(key(fmt::format("exit/{}", s_.local)), "1");
       c->flush();
-    } catch (const rdzv::Error& e) {
+    } catch (const store::Error& e) {
       // The relay could not be told, so it would wait for this task: the node's failure, which the relay
       // (if it is there at all) takes up to the job.
       core::Failure f;
@@ -178,7 +169,7 @@ agent::BarrierOutcome PerTaskCoordinator::wait_local_arrivals() {
       if (auto local = s_.down->aborted()) return {s_.up->abort(*local), true};
     }
     return {};
-  } catch (const rdzv::Error& e) {
+  } catch (const store::Error& e) {
     core::Failure f;
     f.reason =
         fmt::format("the node's relay lost its own node-local store at the exit barrier: {}", e.what());

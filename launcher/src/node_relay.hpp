@@ -23,7 +23,7 @@
 #include "launcher/relay_bundle.hpp"
 #include "rendezvous/rendezvous.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 class TcpStore;
 }
 
@@ -35,7 +35,7 @@ struct RelaySetup {
   int local = 0;                     // SLURM_LOCALID
   int local_tasks = 1;
   // Connects a short extra client to the node-local store (its own keys, above).
-  std::function<std::shared_ptr<rdzv::TcpStore>()> connect_local;
+  std::function<std::shared_ptr<store::TcpStore>()> connect_local;
   // The master: the plan ranks of each node's tasks, in local order (to unpack the bundles).
   std::vector<std::vector<int>> node_ranks;
 };

@@ -36,7 +36,8 @@ std::vector<std::vector<int>> ranks_by_node(const core::PlanTable& table) {
 
 class PerTaskSession final : public Session {
  public:
-  PerTaskSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth, agent::Events& ev);
+  PerTaskSession(const core::Options& o, const core::Resolved& r, store::auth::Config auth,
+                 agent::Events& ev);
   ~PerTaskSession() override {
     if (coord_) coord_->close();  // the watches call across both rendezvous: quiet them first
   }
@@ -67,11 +68,11 @@ class PerTaskSession final : public Session {
   rdzv::JoinInfo join_info(int node_rank, int local_world_size) const;
   std::string master_plan(int attempt, const std::vector<rdzv::JoinInfo>& joined);
   void pass_down_join_error(const std::string& message);
-  std::shared_ptr<rdzv::TcpStore> connect_local() const;
+  std::shared_ptr<store::TcpStore> connect_local() const;
 
   const core::Resolved& r_;
   core::TaskPlace place_;
-  rdzv::auth::Config auth_;
+  store::auth::Config auth_;
   std::string local_run_id_;
   std::uint16_t local_port_ = 0;
   PortHold master_hold_;  // on task 0: other ddprun jobs here stay off MASTER_PORT
@@ -88,7 +89,7 @@ std::vector<int> tasks_per_node(const core::Resolved& r) {
   return tasks;
 }
 
-PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
+PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, store::auth::Config auth,
                                agent::Events& ev)
     : r_(r),
       place_(core::task_place(tasks_per_node(r), r.job.node_rank, r.job.task_local_rank.value_or(0))),
@@ -120,11 +121,11 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
     ro.expected_hosts.assign(static_cast<std::size_t>(place_.local_tasks), r.self.host.value_or("localhost"));
     try {
       down_ = std::make_unique<rdzv::Rendezvous>(std::move(ro));
-    } catch (const rdzv::Error& e) {
+    } catch (const store::Error& e) {
       // The store's own advice (--rdzv-endpoint) is for the job's store, not this one: keep its cause only.
       std::string why = e.what();
       why.resize(std::min(why.size(), why.find("; ")));
-      throw rdzv::Error(
+      throw store::Error(
           e.kind(),
           fmt::format("per-task mode: {} (this node's local store, its port derived from the run "
                       "id '{}' and the node); another program holds the port: run the step "
@@ -203,7 +204,7 @@ Round PerTaskSession::join(int attempt) {
     try {
       text = down_->join(join_info(place_.local, 1), [&](const std::vector<rdzv::JoinInfo>&) { return text; })
                  .plan;
-    } catch (const rdzv::Error& e) {
+    } catch (const store::Error& e) {
       if (const auto& f = down_->start_failure()) throw core::Error(e.what(), f->exit_code);
       throw;
     }
@@ -230,15 +231,15 @@ void PerTaskSession::pass_down_join_error(const std::string& message) {
   if (!down_) return;
   try {
     down_->join(join_info(place_.local, 1), [&](const std::vector<rdzv::JoinInfo>&) -> std::string {
-      throw rdzv::Error(rdzv::Error::Kind::join, message, "join");
+      throw rdzv::Error(message, "join");
     });
   } catch (const std::exception&) {
     // Expected: the round failed with our message.
   }
 }
 
-std::shared_ptr<rdzv::TcpStore> PerTaskSession::connect_local() const {
-  rdzv::ClientOptions co;
+std::shared_ptr<store::TcpStore> PerTaskSession::connect_local() const {
+  store::ClientOptions co;
   co.host = "127.0.0.1";
   co.port = local_port_;
   co.run_id = local_run_id_;
@@ -246,13 +247,13 @@ std::shared_ptr<rdzv::TcpStore> PerTaskSession::connect_local() const {
   co.label = fmt::format("pertask/{}", place_.local);
   co.connect_timeout = milliseconds{2000};
   co.op_timeout = milliseconds{2000};
-  return std::make_shared<rdzv::TcpStore>(std::move(co));
+  return std::make_shared<store::TcpStore>(std::move(co));
 }
 
 }  // namespace
 
 std::unique_ptr<Session> make_per_task_session(const core::Options& o, const core::Resolved& r,
-                                               rdzv::auth::Config auth, agent::Events& ev) {
+                                               store::auth::Config auth, agent::Events& ev) {
   return std::make_unique<PerTaskSession>(o, r, std::move(auth), ev);
 }
 

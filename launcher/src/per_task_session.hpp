@@ -8,6 +8,6 @@
 namespace ddprun::launcher {
 
 std::unique_ptr<Session> make_per_task_session(const core::Options& o, const core::Resolved& r,
-                                               rdzv::auth::Config auth, agent::Events& ev);
+                                               store::auth::Config auth, agent::Events& ev);
 
 }  // namespace ddprun::launcher

@@ -32,8 +32,8 @@ std::vector<std::optional<std::string>> decode_bundle(const std::string& bundle)
     const auto colon = static_cast<std::size_t>(ptr - bundle.data());
     if (ec != std::errc() || ptr == begin || colon >= bundle.size() || bundle[colon] != ':' ||
         len > bundle.size() - colon - 1) {
-      throw rdzv::Error(rdzv::Error::Kind::protocol, fmt::format("malformed node bundle at byte {}", i),
-                        "bundle");
+      throw store::Error(store::Error::Kind::protocol, fmt::format("malformed node bundle at byte {}", i),
+                         "bundle");
     }
     out.emplace_back(bundle.substr(colon + 1, len));
     i = colon + 1 + len;
@@ -50,7 +50,7 @@ std::vector<agent::PeerRecord> unpack_bundles(const std::vector<rdzv::ResultReco
     std::vector<std::optional<std::string>> records;
     try {
       if (n.record) records = decode_bundle(*n.record);
-    } catch (const rdzv::Error&) {
+    } catch (const store::Error&) {
       records.clear();  // a garbled bundle reads as a node whose records did not come
     }
     for (std::size_t i = 0; i < node_ranks[k].size(); ++i) {

@@ -52,7 +52,7 @@ std::vector<int> lost_ranks(const std::optional<core::Failure>& root) {
 
 class RendezvousSession final : public Session {
  public:
-  RendezvousSession(const core::Options& o, const core::Resolved& r, rdzv::auth::Config auth,
+  RendezvousSession(const core::Options& o, const core::Resolved& r, store::auth::Config auth,
                     agent::Events& ev)
       : r_(r),
         ev_(ev),
@@ -102,7 +102,7 @@ class RendezvousSession final : public Session {
       joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
         return core::encode_plan_table(master_table(nodes, attempt));
       });
-    } catch (const rdzv::Error& e) {
+    } catch (const store::Error& e) {
       // Another agent could not start: its error, and its exit code, on every node.
       if (const auto& f = rz_.start_failure()) throw core::Error(e.what(), f->exit_code);
       throw;
@@ -279,7 +279,7 @@ class RendezvousSession final : public Session {
 }  // namespace
 
 rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::Resolved& r,
-                                           rdzv::auth::Config auth, agent::Events& ev) {
+                                           store::auth::Config auth, agent::Events& ev) {
   rdzv::RendezvousOptions ro = common_rdzv_options(o, r, std::move(auth), ev);
   ro.host = r.rdzv_host;
   ro.port = r.rdzv_port;
@@ -351,7 +351,7 @@ void publish_start_error(const core::Options& o, const core::Resolved& r, const 
 }
 
 std::unique_ptr<Session> make_rendezvous_session(const core::Options& o, const core::Resolved& r,
-                                                 rdzv::auth::Config auth, agent::Events& ev) {
+                                                 store::auth::Config auth, agent::Events& ev) {
   return std::make_unique<RendezvousSession>(o, r, std::move(auth), ev);
 }
 

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "agent/io.hpp"
+#include "agent/signals.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
 #include "core/requeue.hpp"
@@ -120,9 +121,7 @@ void pass_on(int sig) {
 
 // srun as a child of this process; its exit code as a shell gives it (128+S for a signal).
 int run_srun(std::vector<char*>& cargv) {
-  sigset_t all, old;
-  sigfillset(&all);
-  sigprocmask(SIG_BLOCK, &all, &old);  // no signal between fork and knowing srun's pid
+  agent::AllSignalsBlocked blocked;  // no signal between fork and knowing srun's pid
   struct sigaction sa {};
   sa.sa_handler = pass_on;
   sigemptyset(&sa.sa_mask);
@@ -133,7 +132,7 @@ int run_srun(std::vector<char*>& cargv) {
   if (pid == 0) {
     for (const int sig : kPassedOn) std::signal(sig, SIG_DFL);
     std::signal(SIGINT, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &old, nullptr);
+    sigprocmask(SIG_SETMASK, &blocked.old(), nullptr);
     ::execvp(cargv[0], cargv.data());
     fmt::print(stderr,
                "ddprun: error: cannot run srun to start ddprun on the allocation's nodes: {}; is Slurm's "
@@ -143,7 +142,7 @@ int run_srun(std::vector<char*>& cargv) {
   }
   if (pid < 0) throw core::Error(fmt::format("cannot start srun: {}", std::strerror(errno)), 1);
   g_srun_pid = pid;
-  sigprocmask(SIG_SETMASK, &old, nullptr);
+  blocked.restore();
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -253,8 +252,8 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   const auto env = snapshot_environ();
   const char* token = std::getenv("DDPRUN_TOKEN");
   const bool have_token = (token != nullptr && *token != '\0') || r.rdzv_token_file.has_value();
-  if (self_launch_needs_token(r.rdzv_auth, have_token, rdzv::auth::munge_usable(munge_socket(env)))) {
-    ::setenv("DDPRUN_TOKEN", rdzv::auth::random_token().c_str(), 1);
+  if (self_launch_needs_token(r.rdzv_auth, have_token, store::auth::munge_usable(munge_socket(env)))) {
+    ::setenv("DDPRUN_TOKEN", store::auth::random_token().c_str(), 1);
   }
   // The step plans with the job id, as this batch context did (its dry run shows the run's run id and ports).
   const auto job = env.find("SLURM_JOB_ID") != env.end() ? env.find("SLURM_JOB_ID") : env.find("SLURM_JOBID");

@@ -15,20 +15,9 @@ agent::PublishOutcome StoreCoordinator::publish_failure(const core::Failure& f,
 }
 
 void StoreCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
-  {
-    std::lock_guard lock(mu_);
-    handler_ = std::move(h);
-    if (!handler_ || watched_attempt_ == rz_.attempt()) return;
-    watched_attempt_ = rz_.attempt();
-  }
-  try {
-    rz_.watch([this](const core::Failure& f) { on_abort(f); });
-  } catch (...) {
-    std::lock_guard lock(mu_);
-    handler_ = nullptr;  // the supervisor that installed it is going away
-    watched_attempt_ = -1;
-    throw;
-  }
+  install_abort_handler(
+      mu_, handler_, watched_attempt_, rz_.attempt(), std::move(h),
+      [this] { rz_.watch([this](const core::Failure& f) { on_abort(f); }); }, [] {});
 }
 
 void StoreCoordinator::on_abort(const core::Failure& f) {

@@ -17,6 +17,30 @@
 
 namespace ddprun::launcher {
 
+// How both coordinators (this one and per-task mode's) take the supervisor's abort handler: keep it in
+// `slot` under `mu`; with the first handler of a new `attempt`, run `new_attempt` under the lock, then
+// `watch` (install the rendezvous watches that call the handler) outside it, since a watch may fire at
+// once. When `watch` throws, the supervisor that set the handler is going away: forget it, rethrow.
+template <class Watch, class NewAttempt>
+void install_abort_handler(std::mutex& mu, agent::AbortHandler& slot, int& watched_attempt, int attempt,
+                           agent::AbortHandler h, Watch&& watch, NewAttempt&& new_attempt) {
+  {
+    std::lock_guard lock(mu);
+    slot = std::move(h);
+    if (!slot || watched_attempt == attempt) return;
+    watched_attempt = attempt;
+    new_attempt();
+  }
+  try {
+    watch();
+  } catch (...) {
+    std::lock_guard lock(mu);
+    slot = nullptr;
+    watched_attempt = -1;
+    throw;
+  }
+}
+
 class StoreCoordinator final : public agent::Coordinator {
  public:
   explicit StoreCoordinator(rdzv::Rendezvous& rz) : rz_(rz) {}

@@ -175,7 +175,7 @@ std::vector<core::IfaceEntry> list_interfaces() {
       sockaddr_storage ss{};
       std::memcpy(&ss, i->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
       e.family = fam == AF_INET ? core::IfaceEntry::Family::v4 : core::IfaceEntry::Family::v6;
-      e.address = rdzv::numeric_host_of(ss);
+      e.address = store::numeric_host_of(ss);
       const auto scope = e.address.find('%');  // a link-local address's scope is not part of it
       if (scope != std::string::npos) e.address.resize(scope);
     }

@@ -30,31 +30,31 @@ std::vector<std::string> resolve_numeric(const std::string& host) {
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     sockaddr_storage ss{};
     std::memcpy(&ss, a->ai_addr, std::min<std::size_t>(a->ai_addrlen, sizeof ss));
-    const std::string n = rdzv::normalize_address(rdzv::numeric_host_of(ss));
+    const std::string n = store::normalize_address(store::numeric_host_of(ss));
     if (!n.empty()) out.push_back(n);
   }
   ::freeaddrinfo(res);
   return out;
 }
 
-std::unique_ptr<rdzv::C10dServer> open_server(const std::vector<std::string>& hosts, std::uint16_t port,
-                                              bool filter,
-                                              const std::function<void(const std::string&)>& log) {
-  rdzv::C10dServerOptions o;
+std::unique_ptr<store::C10dServer> open_server(const std::vector<std::string>& hosts, std::uint16_t port,
+                                               bool filter,
+                                               const std::function<void(const std::string&)>& log) {
+  store::C10dServerOptions o;
   o.hosts = hosts;
   o.port = port;
   o.legacy = legacy_layout_from_env();
   o.filter_peers = filter;
   o.log = log;
-  return std::make_unique<rdzv::C10dServer>(std::move(o));
+  return std::make_unique<store::C10dServer>(std::move(o));
 }
 
 }  // namespace
 
-rdzv::c10d::Layout legacy_layout_from_env() {
+store::c10d::Layout legacy_layout_from_env() {
   const char* v = std::getenv("DDPRUN_WORKER_STORE_LEGACY");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return rdzv::c10d::Layout::v1;
-  if (std::strcmp(v, "2.1") == 0) return rdzv::c10d::Layout::v21;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return store::c10d::Layout::v1;
+  if (std::strcmp(v, "2.1") == 0) return store::c10d::Layout::v21;
   throw core::Error(fmt::format("DDPRUN_WORKER_STORE_LEGACY={}: expected 1 (torch 1.x-2.0) or 2.1", v));
 }
 
@@ -68,7 +68,7 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
   server_.reset();
   hold_ = PortHold{};
   const auto hosts =
-      core::worker_store_hosts(resolve_numeric(master_addr), rdzv::local_addresses(), several_nodes);
+      core::worker_store_hosts(resolve_numeric(master_addr), store::local_addresses(), several_nodes);
   const bool filter = several_nodes;
   const auto port = planned > 0 && planned <= 65535 ? static_cast<std::uint16_t>(planned) : std::uint16_t{0};
   if (port != 0 && port != avoid) {
@@ -77,7 +77,7 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
       try {
         server_ = open_server(hosts, port, filter, log_);
         hold_ = std::move(*hold);
-      } catch (const rdzv::Error& e) {
+      } catch (const store::Error& e) {
         if (std::string(e.what()).find(std::strerror(EADDRINUSE)) == std::string::npos) {
           why = fmt::format("cannot be served: {}", e.what());
         }
@@ -101,7 +101,7 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
       if (!hold) continue;
       hold_ = std::move(*hold);
       server_ = std::move(s);
-    } catch (const rdzv::Error& e) {
+    } catch (const store::Error& e) {
       if (i == 19) throw core::Error(e.what(), 1);
     }
   }
@@ -115,7 +115,7 @@ void WorkerStoreHost::relay(const core::JobConstants& job, int node_rank, std::v
   relay_.reset();
   if (node_rank != 0) server_.reset();  // not the master (any more): it serves nothing
   if (job.worker_store != core::WorkerStore::relay || node_rank == 0 || local.empty()) return;
-  rdzv::C10dRelayOptions o;
+  store::C10dRelayOptions o;
   o.host = "127.0.0.1";
   o.port = core::relay_port(job.run_id, node_rank, static_cast<std::uint16_t>(job.master_port));
   o.upstream_host = job.master_addr;
@@ -123,11 +123,11 @@ void WorkerStoreHost::relay(const core::JobConstants& job, int node_rank, std::v
   o.legacy = legacy_layout_from_env();
   o.log = log_;
   try {
-    relay_ = std::make_unique<rdzv::C10dRelay>(o);
-  } catch (const rdzv::Error&) {
+    relay_ = std::make_unique<store::C10dRelay>(o);
+  } catch (const store::Error&) {
     const auto planned = o.port;
     o.port = 0;
-    relay_ = std::make_unique<rdzv::C10dRelay>(o);
+    relay_ = std::make_unique<store::C10dRelay>(o);
     log_(fmt::format("worker store relay: port {} is busy on this node; its workers use {}", planned,
                      relay_->port()));
   }

@@ -52,14 +52,14 @@ class WorkerStoreHost {
 
  private:
   std::function<void(const std::string&)> log_;
-  std::unique_ptr<rdzv::C10dServer> server_;
+  std::unique_ptr<store::C10dServer> server_;
   PortHold hold_;  // the served port's claim (launcher/system.hpp): a rank0 job here never takes it
-  std::unique_ptr<rdzv::C10dRelay> relay_;
+  std::unique_ptr<store::C10dRelay> relay_;
   std::string addr_;  // the MASTER_ADDR it serves for
 };
 
 // DDPRUN_WORKER_STORE_LEGACY=2.1: connections without VALIDATE are read as torch 2.1 from the start
 // (docs/protocol.md); unset or 1: as 1.x-2.0 until they send an op only 2.1 has.
-rdzv::c10d::Layout legacy_layout_from_env();
+store::c10d::Layout legacy_layout_from_env();
 
 }  // namespace ddprun::launcher

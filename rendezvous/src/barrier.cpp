@@ -31,7 +31,7 @@ void Rendezvous::Impl::ack_barrier(PrefixStore& s, const std::string& name) {
   watching_ = false;
   try {
     s.set(keys::barrier_ack(name, opts_.node_rank), "1");
-  } catch (const Error&) {
+  } catch (const store::Error&) {
   }
 }
 
@@ -52,9 +52,10 @@ Rendezvous::Impl::BarrierEnd Rendezvous::Impl::wait_barrier(const std::string& n
     try {
       // A master the watch declared lost before this wait began would never answer it (the watch
       // closes the connection only under a waiting barrier).
-      if (master_lost_) throw Error(Error::Kind::io, "the rendezvous master is lost", "barrier", endpoint());
+      if (master_lost_)
+        throw store::Error(store::Error::Kind::io, "the rendezvous master is lost", "barrier", endpoint());
       got = s.wait_any({keys::barrier_done(name), keys::kAbort}, left_until(deadline));
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       std::lock_guard lk(barrier_mu_);
       barrier_waiting_ = false;
       throw;
@@ -76,10 +77,10 @@ Rendezvous::Impl::BarrierEnd Rendezvous::Impl::wait_barrier(const std::string& n
       }
       try {
         if (!acks.empty()) s.wait(acks, std::min(left_until(deadline) + Millis{1000}, Millis{10000}));
-      } catch (const Error&) {
+      } catch (const store::Error&) {
       }
     }
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     error = e.what();
     end = BarrierEnd::failed;
   }

@@ -5,6 +5,7 @@
 #include "core/duration.hpp"
 
 #include "store/store.hpp"
+#include "store_names.hpp"
 
 namespace ddprun::rdzv::detail {
 

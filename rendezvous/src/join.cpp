@@ -63,12 +63,12 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   if (server_) run_master_round(make_plan);
 
   if (!wait_for_plan(s, start)) {
-    throw Error(Error::Kind::timeout,
-                fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: the master (node "
-                            "rank 0) published no plan; check that it runs and that every node "
-                            "started (--rdzv-timeout)",
-                            endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
-                "join", endpoint());
+    throw store::Error(store::Error::Kind::timeout,
+                       fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: the master (node "
+                                   "rank 0) published no plan; check that it runs and that every node "
+                                   "started (--rdzv-timeout)",
+                                   endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
+                       "join", endpoint());
   }
   Joined joined = read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
   {
@@ -89,11 +89,11 @@ void Rendezvous::Impl::claim_node_rank(PrefixStore& s, int node_rank) {
     }
   } catch (const std::exception&) {
   }
-  throw Error(Error::Kind::rejected,
-              fmt::format("rendezvous {} (run {}): node rank {} is already taken by {}; every "
-                          "node needs its own node rank (check --node-rank / SLURM_NODEID)",
-                          endpoint(), opts_.run_id, node_rank, holder),
-              "join", endpoint());
+  throw store::Error(store::Error::Kind::rejected,
+                     fmt::format("rendezvous {} (run {}): node rank {} is already taken by {}; every "
+                                 "node needs its own node rank (check --node-rank / SLURM_NODEID)",
+                                 endpoint(), opts_.run_id, node_rank, holder),
+                     "join", endpoint());
 }
 
 // True once the plan is published; throws the master's error if the round failed there, false
@@ -117,8 +117,7 @@ bool Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock::time_point start) {
   if (got && *got == 2) leave_after_start_failure(s);
   if (got && *got == 1) {
     auto msg = s.get(keys::kJoinError, Millis{0});
-    throw Error(Error::Kind::join, msg.value_or("the rendezvous round failed on the master"), "join",
-                endpoint());
+    throw Error(msg.value_or("the rendezvous round failed on the master"), "join", endpoint());
   }
   return got.has_value();
 }
@@ -156,7 +155,7 @@ void Rendezvous::Impl::await_start_failure_read(PrefixStore& s) {
   try {
     s.set(keys::start_read(s.add(keys::kStartRead, 1)), std::to_string(opts_.node_rank));
     s.wait({keys::start_read(agents)}, opts_.join_timeout);
-  } catch (const Error&) {
+  } catch (const store::Error&) {
   }
 }
 
@@ -165,25 +164,26 @@ void Rendezvous::Impl::leave_after_start_failure(PrefixStore& s) {
   try {
     f = core::decode_failure(s.get(keys::kAbort, Millis{0}).value_or(""));
   } catch (const core::Error& e) {
-    throw Error(Error::Kind::protocol,
-                fmt::format("rendezvous {}: the published root cause is malformed: {}", endpoint(), e.what()),
-                "join", endpoint());
+    throw store::Error(
+        store::Error::Kind::protocol,
+        fmt::format("rendezvous {}: the published root cause is malformed: {}", endpoint(), e.what()), "join",
+        endpoint());
   }
   start_failure_ = f;
   if (opts_.on_start_failure) opts_.on_start_failure();
   await_start_failure_read(s);
   const std::string who = f.host.empty() ? fmt::format("node rank {}", f.node_rank)
                                          : fmt::format("{} (node rank {})", f.host, f.node_rank);
-  throw Error(Error::Kind::join, fmt::format("{} could not start: {}", who, f.reason), "join", endpoint());
+  throw Error(fmt::format("{} could not start: {}", who, f.reason), "join", endpoint());
 }
 
 void Rendezvous::Impl::fail_join(const std::string& message) {
   try {
     store().set(keys::kJoinError, message);
     linger(opts_.heartbeat_timeout);  // let the waiting agents read it before we go
-  } catch (const Error&) {
+  } catch (const store::Error&) {
   }
-  throw Error(Error::Kind::join, message, "join", endpoint());
+  throw Error(message, "join", endpoint());
 }
 
 // ---- the master's round
@@ -229,7 +229,7 @@ void Rendezvous::Impl::run_master_round(const PlanFn& make_plan) {
     try {
       s.set(keys::kJoinError, e.what());
       linger(opts_.heartbeat_timeout);
-    } catch (const Error&) {
+    } catch (const store::Error&) {
     }
     throw;
   }
@@ -424,15 +424,14 @@ Joined Rendezvous::Impl::read_plan(const std::string& published) {
   PlanRecord rec;
   try {
     rec = decode_plan_record(published);
-  } catch (const Error& e) {
-    throw Error(Error::Kind::protocol, fmt::format("rendezvous {}: {}", endpoint(), e.what()), "join",
-                endpoint());
+  } catch (const store::Error& e) {
+    throw store::Error(store::Error::Kind::protocol, fmt::format("rendezvous {}: {}", endpoint(), e.what()),
+                       "join", endpoint());
   }
   // In the round's node order, which --rank-order topology may have changed: not sorted.
   const auto mine = std::find(rec.node_ranks.begin(), rec.node_ranks.end(), opts_.node_rank);
   if (mine == rec.node_ranks.end() || *mine != opts_.node_rank) {
-    throw Error(Error::Kind::join,
-                fmt::format("rendezvous {} (run {}): the round closed without this node (node "
+    throw Error(fmt::format("rendezvous {} (run {}): the round closed without this node (node "
                             "rank {}): it arrived after the last call; {} node(s) are running",
                             endpoint(), opts_.run_id, opts_.node_rank, rec.node_ranks.size()),
                 "join", endpoint());

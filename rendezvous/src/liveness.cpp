@@ -159,7 +159,7 @@ void Rendezvous::Impl::watch_loop(std::shared_ptr<TcpStore> conn, const Liveness
         }
       }
     }
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     if (watching_.load() && !fired) fire_lost_master(e.what(), conn.get());
   }
 }
@@ -258,7 +258,7 @@ void Rendezvous::Impl::monitor_loop(int attempt) {
                            [&](const core::Member& p) { return p.orig_rank == r; });
       };
       if (orig && *orig != opts_.node_rank && ours(*orig)) publish_lost(s, *orig, ev->second);
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       return;  // our own server is gone: nothing left to tell
     }
   }

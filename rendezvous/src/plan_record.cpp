@@ -24,7 +24,7 @@ namespace {
 constexpr std::size_t kMaxNodes = std::size_t{1} << 20;
 
 [[noreturn]] void malformed(const std::string& what) {
-  throw Error(Error::Kind::protocol, "the published plan is malformed: " + what, "join");
+  throw store::Error(store::Error::Kind::protocol, "the published plan is malformed: " + what, "join");
 }
 
 json rank_runs(const std::vector<int>& ranks) {
@@ -83,7 +83,7 @@ PlanRecord decode_plan_record(std::string_view bytes) {
       r.hosts = j.at(keys::plan_record::kHosts).get<std::vector<std::string>>();
     }
     r.active = core::json_int<std::size_t>(j.at(keys::plan_record::kActive));
-  } catch (const Error&) {
+  } catch (const store::Error&) {
     throw;
   } catch (const std::exception& e) {  // json's and the hostlist's errors
     malformed(e.what());

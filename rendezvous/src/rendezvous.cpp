@@ -48,19 +48,19 @@ std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_ma
 
 Rendezvous::Impl::Impl(RendezvousOptions o) : opts_(std::move(o)) {
   if (opts_.nnodes_min < 1 || opts_.nnodes_max < opts_.nnodes_min) {
-    throw Error(Error::Kind::usage,
-                fmt::format("invalid node count {}:{}; use --nnodes N or MIN:MAX with 1 <= MIN "
-                            "<= MAX",
-                            opts_.nnodes_min, opts_.nnodes_max),
-                "rendezvous");
+    throw store::Error(store::Error::Kind::usage,
+                       fmt::format("invalid node count {}:{}; use --nnodes N or MIN:MAX with 1 <= MIN "
+                                   "<= MAX",
+                                   opts_.nnodes_min, opts_.nnodes_max),
+                       "rendezvous");
   }
   // Standbys (elastic) have node ranks beyond MAX.
   const int agents = opts_.elastic ? std::max(opts_.nnodes_max, opts_.nagents) : opts_.nnodes_max;
   if (opts_.node_rank < 0 || opts_.node_rank >= agents) {
-    throw Error(Error::Kind::usage,
-                fmt::format("node rank {} is outside 0..{}; check --node-rank / SLURM_NODEID",
-                            opts_.node_rank, agents - 1),
-                "rendezvous");
+    throw store::Error(store::Error::Kind::usage,
+                       fmt::format("node rank {} is outside 0..{}; check --node-rank / SLURM_NODEID",
+                                   opts_.node_rank, agents - 1),
+                       "rendezvous");
   }
   port_ = opts_.port;
   if (opts_.node_rank == 0) serve_first_free();
@@ -74,14 +74,14 @@ void Rendezvous::Impl::serve_first_free() {
     try {
       start_server(port);
       return;
-    } catch (const Error& e) {
+    } catch (const store::Error& e) {
       if (opts_.fallback_ports.empty()) throw;
       if (e.op() != "listen") throw;
       busy.push_back(e.what());
     }
   }
-  throw Error(
-      Error::Kind::io,
+  throw store::Error(
+      store::Error::Kind::io,
       fmt::format("cannot serve the rendezvous store on port {} nor on its {} fallback ports ({}): {}; "
                   "free one of them or choose a port (--rdzv-endpoint HOST:PORT)",
                   opts_.port, opts_.fallback_ports.size(), fmt::join(opts_.fallback_ports, ", "),
@@ -121,7 +121,7 @@ void Rendezvous::Impl::fail_over(int host_rank, const std::string& addr, std::ui
     try {
       start_server(port);
       return;
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       if (Clock::now() >= deadline) throw;
     }
     std::this_thread::sleep_for(Millis{100});
@@ -211,10 +211,11 @@ std::shared_ptr<TcpStore> Rendezvous::Impl::connect_client(const std::string& la
   co.op_timeout = op_timeout;
   try {
     return std::make_shared<TcpStore>(std::move(co));
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     if (!server_) throw;
     // Name the endpoint the user gave, not our loopback shortcut.
-    throw Error(e.kind(), fmt::format("rendezvous store {}: {}", endpoint(), e.what()), e.op(), endpoint());
+    throw store::Error(e.kind(), fmt::format("rendezvous store {}: {}", endpoint(), e.what()), e.op(),
+                       endpoint());
   }
 }
 
@@ -223,9 +224,9 @@ void Rendezvous::Impl::ensure_connected() {
   // Within a round the one connection is the master: once it is gone, so is the master. Only a
   // new round (next_attempt) connects again, and only a join waits for a master to come up.
   if (client_ && joined_) {
-    throw Error(Error::Kind::io,
-                fmt::format("rendezvous {}: the connection to the master is lost", endpoint()), "connect",
-                endpoint());
+    throw store::Error(store::Error::Kind::io,
+                       fmt::format("rendezvous {}: the connection to the master is lost", endpoint()),
+                       "connect", endpoint());
   }
   // Non-master agents keep retrying while the master starts, up to the join timeout.
   // The handshake is pipelined with the first call, so a peer that never answers (not our store)
@@ -270,20 +271,20 @@ std::shared_ptr<TcpStore> Rendezvous::Impl::find_store() {
         auto c = std::make_shared<TcpStore>(std::move(co));
         port_ = ports[i];
         return c;
-      } catch (const Error& e) {
-        if (e.kind() == Error::Kind::rejected) throw;
-        if (e.kind() == Error::Kind::other_run) not_before[i] = Clock::now() + Millis{10000};
-        last[i] =
-            fmt::format("{}: {}", ports[i],
-                        e.kind() == Error::Kind::other_run ? "a store of another run" : "no store answered");
+      } catch (const store::Error& e) {
+        if (e.kind() == store::Error::Kind::rejected) throw;
+        if (e.kind() == store::Error::Kind::other_run) not_before[i] = Clock::now() + Millis{10000};
+        last[i] = fmt::format(
+            "{}: {}", ports[i],
+            e.kind() == store::Error::Kind::other_run ? "a store of another run" : "no store answered");
       }
     }
     const auto now = Clock::now();
     if (now >= deadline) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, backoff.next()));
   }
-  throw Error(
-      Error::Kind::timeout,
+  throw store::Error(
+      store::Error::Kind::timeout,
       fmt::format("cannot reach the rendezvous store at {} on port {} or its fallback ports after {:.1f} s "
                   "({}); is the master agent (node rank 0) running, and is the endpoint right?",
                   opts_.host, opts_.port, std::chrono::duration<double>(Clock::now() - start).count(),
@@ -336,7 +337,7 @@ core::Failure Rendezvous::Impl::abort(const core::Failure& cause_in, Millis boun
     if (server_) return abort_beside_barrier(mine);  // in this process: answers at once
     try {
       conn = connect_client(labels::abort(opts_.node_rank), Millis{0}, bound, bound);
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       end_barrier_wait();
       throw;
     }
@@ -361,14 +362,14 @@ core::Failure Rendezvous::Impl::abort(const core::Failure& cause_in, Millis boun
   call.join();
   try {
     if (!in_time) {
-      throw Error(
-          Error::Kind::timeout,
+      throw store::Error(
+          store::Error::Kind::timeout,
           fmt::format("the rendezvous store at {} did not answer within {} ms", endpoint(), bound.count()),
           "abort", endpoint(), keys::kAbort);
     }
     const std::string won = winner.get();  // throws the call's Error
     return won == mine ? cause : core::decode_failure(won);
-  } catch (const Error&) {
+  } catch (const store::Error&) {
     if (beside) end_barrier_wait();
     throw;
   }
@@ -398,7 +399,7 @@ void Rendezvous::Impl::next_attempt(const std::vector<int>& lost) {
   // drop it while the next round gathers.
   try {
     if (client_ && client_->connected()) client_->watch(labels::main_conn(opts_.node_rank), Millis{0}, {});
-  } catch (const Error&) {
+  } catch (const store::Error&) {
     client_.reset();  // the next round connects afresh
   }
   ++opts_.attempt;

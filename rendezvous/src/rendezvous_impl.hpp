@@ -19,12 +19,9 @@
 #include <vector>
 
 #include "rendezvous/rendezvous.hpp"
+#include "store_names.hpp"
 
 namespace ddprun::rdzv {
-
-class StoreServer;
-class TcpStore;
-class PrefixStore;
 
 class Rendezvous::Impl {
  public:

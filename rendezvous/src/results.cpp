@@ -31,7 +31,7 @@ bool Rendezvous::Impl::publish_result(const std::string& record) {
       PrefixStore s(key_prefix(), std::make_shared<ServerStore>(*server_));
       s.set(keys::result(opts_.node_rank), record);
       return true;
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       return false;
     }
   }
@@ -42,7 +42,7 @@ bool Rendezvous::Impl::publish_result(const std::string& record) {
       s.set(keys::result(opts_.node_rank), record);
       client_->flush(kPublishTimeout);
       return true;
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       if (client_->connected()) return false;  // the master did not answer in time
     }
   }
@@ -53,7 +53,7 @@ bool Rendezvous::Impl::publish_result(const std::string& record) {
     s.set(keys::result(opts_.node_rank), record);
     conn->flush();  // the master has it
     return true;
-  } catch (const Error&) {
+  } catch (const store::Error&) {
     return false;
   }
 }
@@ -69,7 +69,7 @@ bool Rendezvous::Impl::publish_status(const std::string& key, const std::string&
     try {
       ServerStore(*server).set(key, record);
       return true;
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       return false;
     }
   }
@@ -84,7 +84,7 @@ bool Rendezvous::Impl::publish_status(const std::string& key, const std::string&
   if (!conn || !conn->connected()) return false;
   try {
     return conn->try_set(key, record);
-  } catch (const Error&) {
+  } catch (const store::Error&) {
     return false;  // the connection is gone: the watch reports the master lost
   }
 }
@@ -100,7 +100,7 @@ std::optional<std::string> Rendezvous::Impl::local_status(const std::string& key
       ServerStore s(*server);
       if (!s.check({key})) return std::nullopt;
       return s.get(key, Millis{0});
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       return std::nullopt;
     }
   }
@@ -129,7 +129,7 @@ bool Rendezvous::Impl::write_shared(const std::string& key, const std::string& v
     }
     if (!conn || !conn->connected()) return false;
     return conn->try_set(key, value);
-  } catch (const Error&) {
+  } catch (const store::Error&) {
     return false;
   }
 }
@@ -151,7 +151,7 @@ std::vector<ResultRecord> Rendezvous::Impl::gather_results(Millis timeout, std::
     while (!s.wait(awaited, std::min(left_until(deadline), kGatherPoll))) {
       if (left_until(deadline) == Millis{0} || !others_connected()) break;
     }
-  } catch (const Error&) {
+  } catch (const store::Error&) {
     // The wait failed (our connection, at the end of a large job): read what has come.
   }
   // Read in-process, each record on its own: one that never came is no report, not the end of all.
@@ -159,7 +159,7 @@ std::vector<ResultRecord> Rendezvous::Impl::gather_results(Millis timeout, std::
   for (std::size_t i = 0; i < all.size(); ++i) {
     try {
       out[i].record = local.get(all[i], Millis{0});
-    } catch (const Error&) {
+    } catch (const store::Error&) {
     }
   }
   return out;

@@ -24,7 +24,7 @@ std::optional<core::Failure> Rendezvous::Impl::standby(const std::function<bool(
     std::optional<std::size_t> got;
     try {
       got = s.wait_any({keys::barrier_done("exit"), keys::kAbort}, kPoll);
-    } catch (const Error&) {
+    } catch (const store::Error&) {
       continue;  // the watch names the lost master
     }
     if (!got) continue;

@@ -2,7 +2,7 @@
 
 #include "store/error.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 using proto::Op;
 using proto::Status;
@@ -78,4 +78,4 @@ bool ready(const StoreData& data, const proto::Request& q) {
   }
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -16,7 +16,7 @@
 
 #include "store/error.hpp"
 
-namespace ddprun::rdzv::auth {
+namespace ddprun::store::auth {
 namespace {
 
 constexpr std::size_t kNonceSize = 16;
@@ -327,4 +327,4 @@ std::uint64_t LogLimiter::take_suppressed() {
   return n;
 }
 
-}  // namespace ddprun::rdzv::auth
+}  // namespace ddprun::store::auth

@@ -4,7 +4,7 @@
 #include <functional>
 #include <thread>
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 Backoff::Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max, std::uint32_t seed)
     : interval_(initial), max_(max), rng_(seed) {}
@@ -22,4 +22,4 @@ std::uint32_t Backoff::cheap_seed() {
       static_cast<std::size_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

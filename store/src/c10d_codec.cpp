@@ -7,7 +7,7 @@
 
 #include "store/error.hpp"
 
-namespace ddprun::rdzv::c10d {
+namespace ddprun::store::c10d {
 namespace {
 
 [[noreturn]] void bad(const std::string& what) {
@@ -414,4 +414,4 @@ std::optional<Request> Parser::next(std::string_view& in) {
   return done;
 }
 
-}  // namespace ddprun::rdzv::c10d
+}  // namespace ddprun::store::c10d

@@ -11,7 +11,7 @@
 
 #include "store/error.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 C10dLoop::Impl::Impl() {
   epfd = ::epoll_create1(EPOLL_CLOEXEC);
@@ -132,4 +132,4 @@ void C10dLoop::Impl::run() {
 C10dLoop::C10dLoop() : impl_(std::make_shared<Impl>()) {}
 C10dLoop::~C10dLoop() = default;
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -16,7 +16,7 @@
 
 #include "store/c10d_server.hpp"
 
-namespace ddprun::rdzv::c10d {
+namespace ddprun::store::c10d {
 
 class Handler {
  public:
@@ -24,9 +24,9 @@ class Handler {
   virtual void on_event(std::uint32_t events) = 0;
 };
 
-}  // namespace ddprun::rdzv::c10d
+}  // namespace ddprun::store::c10d
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 struct C10dLoop::Impl {
   Impl();
@@ -67,4 +67,4 @@ struct C10dLoop::Impl {
   void drain_posted();
 };
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -13,7 +13,7 @@
 
 #include "store/error.hpp"
 
-namespace ddprun::rdzv::c10d {
+namespace ddprun::store::c10d {
 
 namespace {
 // The kernel clamps it to net.core.somaxconn: a rank storm should find the queue as deep as allowed.
@@ -128,4 +128,4 @@ int connect_result(int fd) {
   return err;
 }
 
-}  // namespace ddprun::rdzv::c10d
+}  // namespace ddprun::store::c10d

@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <string>
 
-namespace ddprun::rdzv::c10d {
+namespace ddprun::store::c10d {
 
 // A non-blocking, close-on-exec listener on a numeric host ("0.0.0.0", "::", "10.1.2.3") and
 // port, with SO_REUSEADDR (as torch's store) and the largest backlog the kernel allows. Throws
-// rdzv::Error naming the address and the OS error.
+// store::Error naming the address and the OS error.
 int listen_on(const std::string& host, std::uint16_t port);
 std::uint16_t local_port(int fd);
 // Closes with a reset (SO_LINGER 0): nothing is owed to the peer, and no TIME_WAIT stays behind.
@@ -21,4 +21,4 @@ void close_reset(int fd);
 int start_connect(const std::string& host, std::uint16_t port, bool& done, const std::string& source = "");
 int connect_result(int fd);  // 0 or the errno of a finished non-blocking connect
 
-}  // namespace ddprun::rdzv::c10d
+}  // namespace ddprun::store::c10d

@@ -21,7 +21,7 @@
 #include "store/error.hpp"
 #include "store/limits.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 using c10d::Op;
 using c10d::Request;
@@ -637,4 +637,4 @@ std::uint64_t C10dRelay::request_count() const {
   return impl_->n_requests;
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

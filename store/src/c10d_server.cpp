@@ -34,7 +34,7 @@
 #include "store/limits.hpp"
 #include "store/sockaddr.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 using c10d::Op;
 using c10d::Request;
@@ -936,4 +936,4 @@ std::vector<std::string> local_addresses() {
   return out;
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -13,7 +13,7 @@
 
 #include "client_impl.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 using detail::Clock;
 
@@ -253,4 +253,4 @@ int TcpStore::native_handle() const {
   return impl_->fd.load();
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

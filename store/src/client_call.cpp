@@ -10,7 +10,7 @@
 
 #include "client_impl.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace detail {
 namespace {
 
@@ -221,4 +221,4 @@ void TcpStore::Impl::check_key(const std::string& key, const char* op) const {
   }
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -18,7 +18,7 @@
 #include "store/backoff.hpp"
 #include "store/sockaddr.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace {
 
 using detail::Address;
@@ -213,4 +213,4 @@ void TcpStore::Impl::check_hello(Clock::time_point deadline, const std::string& 
   }
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -17,7 +17,7 @@
 #include "store/codec.hpp"
 #include "store/error.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace detail {
 
 using Clock = std::chrono::steady_clock;
@@ -106,4 +106,4 @@ struct TcpStore::Impl {
   void check_key(const std::string& key, const char* op) const;
 };
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

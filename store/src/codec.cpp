@@ -6,7 +6,7 @@
 
 #include "store/error.hpp"
 
-namespace ddprun::rdzv::proto {
+namespace ddprun::store::proto {
 namespace {
 
 [[noreturn]] void bad(const std::string& what) {
@@ -318,4 +318,4 @@ std::optional<std::string> FrameParser::next() {
   return payload;
 }
 
-}  // namespace ddprun::rdzv::proto
+}  // namespace ddprun::store::proto

@@ -18,7 +18,7 @@
 #include "store/answer.hpp"
 #include "store/error.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace {
 
 namespace asio = boost::asio;
@@ -377,4 +377,4 @@ void StoreServer::Impl::close(const ConnPtr& c, const std::string& reason, Closi
   }
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

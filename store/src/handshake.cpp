@@ -8,7 +8,7 @@
 #include "server_impl.hpp"
 #include "store/sockaddr.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace {
 
 // Why this hello is refused; nullopt when it is accepted.
@@ -86,4 +86,4 @@ void StoreServer::Impl::emit_log(const std::string& line) {
   }
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

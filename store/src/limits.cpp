@@ -7,7 +7,7 @@
 
 #include <fmt/core.h>
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace {
 // Linux refuses a soft limit above fs.nr_open (1 Mi by default) even when the hard one is
 // "unlimited".
@@ -44,4 +44,4 @@ FdLimits raise_fd_limit() {
   return before;
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

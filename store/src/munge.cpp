@@ -12,7 +12,7 @@
 #ifdef DDPRUN_HAVE_MUNGE
 #include <munge.h>
 
-namespace ddprun::rdzv::auth {
+namespace ddprun::store::auth {
 namespace {
 
 struct MungeCtx {
@@ -92,11 +92,11 @@ std::optional<std::string> munge_check(std::string_view credential, const std::s
   return std::nullopt;
 }
 
-}  // namespace ddprun::rdzv::auth
+}  // namespace ddprun::store::auth
 
 #else  // no libmunge at build time
 
-namespace ddprun::rdzv::auth {
+namespace ddprun::store::auth {
 
 namespace {
 constexpr const char* kNoMunge =
@@ -119,6 +119,6 @@ std::optional<std::string> munge_check(std::string_view, const std::string&, std
   return fmt::format("authentication failed: {}", kNoMunge);
 }
 
-}  // namespace ddprun::rdzv::auth
+}  // namespace ddprun::store::auth
 
 #endif

@@ -29,7 +29,7 @@
 #include "store/error.hpp"
 #include "store/sockaddr.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace {
 
 namespace asio = boost::asio;
@@ -280,4 +280,4 @@ std::vector<std::string> StoreServer::peer_hosts() const {
   return fut.get();
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -33,7 +33,7 @@
 #include "store/store.hpp"
 #include "waiters.hpp"
 
-namespace ddprun::rdzv::detail {
+namespace ddprun::store::detail {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -74,9 +74,9 @@ struct Conn {
 };
 using ConnPtr = std::shared_ptr<Conn>;
 
-}  // namespace ddprun::rdzv::detail
+}  // namespace ddprun::store::detail
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 struct StoreServer::Impl {
   using Conn = detail::Conn;
@@ -163,4 +163,4 @@ struct StoreServer::Impl {
   boost::asio::awaitable<void> wait_for(ConnPtr c, proto::Request q);
 };
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

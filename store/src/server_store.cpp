@@ -2,7 +2,7 @@
 #include "store/answer.hpp"
 #include "store/server.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace {
 
 proto::Request request(proto::Op op, std::string key = {}) {
@@ -66,4 +66,4 @@ std::optional<std::size_t> ServerStore::wait_any(const std::vector<std::string>&
   return static_cast<std::size_t>(r.number);
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

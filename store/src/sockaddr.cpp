@@ -5,7 +5,7 @@
 
 #include <fmt/core.h>
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 std::string sockaddr_text(const sockaddr* sa) {
   char host[INET6_ADDRSTRLEN] = {};
@@ -32,4 +32,4 @@ std::string numeric_host_of(const sockaddr_storage& ss) {
   return host;
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

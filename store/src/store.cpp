@@ -6,7 +6,7 @@
 
 #include "store/error.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 const std::string* StoreData::find(const std::string& key) const {
   auto it = data_.find(key);
@@ -163,4 +163,4 @@ std::optional<std::size_t> PrefixStore::wait_any(const std::vector<std::string>&
   return inner_->wait_any(prefixed(keys), timeout);
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -11,7 +11,7 @@
 #include "server_impl.hpp"
 #include "store/answer.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 namespace detail {
 namespace {
 
@@ -103,4 +103,4 @@ boost::asio::awaitable<void> StoreServer::Impl::wait_for(ConnPtr c, proto::Reque
   send(c, proto::encode_response(answer(data, std::move(w->request)).reply));
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

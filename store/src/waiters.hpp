@@ -14,7 +14,7 @@
 #include "store/codec.hpp"
 #include "store/store.hpp"
 
-namespace ddprun::rdzv::detail {
+namespace ddprun::store::detail {
 
 // One blocked request: its timer expires at the timeout, or is cancelled by the satisfying write.
 struct Waiter {
@@ -44,4 +44,4 @@ class Waiters {
   std::size_t count_ = 0;
 };
 
-}  // namespace ddprun::rdzv::detail
+}  // namespace ddprun::store::detail

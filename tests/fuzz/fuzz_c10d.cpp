@@ -2,7 +2,7 @@
 // stream of one connection, as torch's clients (or anyone reaching MASTER_PORT) send it. It goes
 // through the parser with the default limits and with tiny ones (so every cap is reached by short
 // inputs), once with each legacy layout setting. Checked:
-//   - nothing crashes or reads out of bounds (sanitizers); the only exception is rdzv::Error of
+//   - nothing crashes or reads out of bounds (sanitizers); the only exception is store::Error of
 //     kind protocol with a one-line message;
 //   - no key, value, list or request is larger than its cap, and the parser never holds more than
 //     max_request bytes of a request under way;
@@ -30,8 +30,8 @@
     }                                                                            \
   } while (false)
 
-namespace rdzv = ddprun::rdzv;
-namespace c10d = ddprun::rdzv::c10d;
+namespace store = ddprun::store;
+namespace c10d = ddprun::store::c10d;
 
 namespace {
 
@@ -116,8 +116,8 @@ Outcome run(std::string_view data, const c10d::Limits& l, c10d::Layout legacy, b
       // A partial field is all the caller ever holds: at most a length and its bytes.
       FUZZ_REQUIRE(held.size() <= 8 + (l.max_value > l.max_key ? l.max_value : l.max_key) + 8);
     }
-  } catch (const rdzv::Error& e) {
-    FUZZ_REQUIRE(e.kind() == rdzv::Error::Kind::protocol);
+  } catch (const store::Error& e) {
+    FUZZ_REQUIRE(e.kind() == store::Error::Kind::protocol);
     const std::string_view what = e.what();
     FUZZ_REQUIRE(!what.empty() && what.find('\n') == std::string_view::npos);
     out.error = e.what();

@@ -3,7 +3,7 @@
 // then requests under max_message) and the client's path (responses), each with the default
 // limits and with tiny ones so the caps are reached by short inputs. Checked:
 //   - nothing crashes or reads out of bounds (sanitizers), and the only exception is
-//     rdzv::Error of kind protocol with a one-line message;
+//     store::Error of kind protocol with a one-line message;
 //   - no payload or decoded field is larger than its cap;
 //   - the bytes are fed in chunks whose sizes come from a hash of the input, and the result is the
 //     same as feeding them all at once;
@@ -31,8 +31,8 @@
     }                                                                             \
   } while (false)
 
-namespace rdzv = ddprun::rdzv;
-namespace proto = ddprun::rdzv::proto;
+namespace store = ddprun::store;
+namespace proto = ddprun::store::proto;
 
 namespace {
 
@@ -172,8 +172,8 @@ Outcome run(std::string_view data, Side side, const proto::Limits& l, bool chunk
         ++out.messages;
       }
     }
-  } catch (const rdzv::Error& e) {
-    FUZZ_REQUIRE(e.kind() == rdzv::Error::Kind::protocol);
+  } catch (const store::Error& e) {
+    FUZZ_REQUIRE(e.kind() == store::Error::Kind::protocol);
     const std::string_view what = e.what();
     FUZZ_REQUIRE(!what.empty() && what.find('\n') == std::string_view::npos);
     out.error = e.what();

@@ -13,7 +13,7 @@
 
 #include "store/codec.hpp"
 
-namespace proto = ddprun::rdzv::proto;
+namespace proto = ddprun::store::proto;
 namespace fs = std::filesystem;
 
 namespace {

@@ -11,11 +11,11 @@
 #include "store/error.hpp"
 
 int main(int argc, char** argv) {
-  ddprun::rdzv::C10dServerOptions o;
+  ddprun::store::C10dServerOptions o;
   o.hosts = {"127.0.0.1"};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--legacy") == 0 && std::strcmp(argv[i + 1], "2.1") == 0) {
-      o.legacy = ddprun::rdzv::c10d::Layout::v21;
+      o.legacy = ddprun::store::c10d::Layout::v21;
     } else if (std::strcmp(argv[i], "--host") == 0) {
       o.hosts = {argv[i + 1]};
     } else {
@@ -24,13 +24,13 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    ddprun::rdzv::C10dServer server(o);
+    ddprun::store::C10dServer server(o);
     std::printf("%u\n", static_cast<unsigned>(server.port()));
     std::fflush(stdout);
     char buf[256];
     while (::read(0, buf, sizeof buf) > 0) {
     }
-  } catch (const ddprun::rdzv::Error& e) {
+  } catch (const ddprun::store::Error& e) {
     std::fprintf(stderr, "c10d_serve: %s\n", e.what());
     return 1;
   }

@@ -22,7 +22,7 @@ namespace testnet {
 class C10dClient {
  public:
   // Connects to ip:port, from `source` when given (a loopback alias such as 127.0.0.2).
-  C10dClient(std::uint16_t port, ddprun::rdzv::c10d::Layout layout, const std::string& ip = "127.0.0.1",
+  C10dClient(std::uint16_t port, ddprun::store::c10d::Layout layout, const std::string& ip = "127.0.0.1",
              const std::string& source = "")
       : layout_(layout) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -43,7 +43,7 @@ class C10dClient {
     const int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     // Best effort: a server that refuses the peer may already have reset the connection.
-    if (layout == ddprun::rdzv::c10d::Layout::v22) {
+    if (layout == ddprun::store::c10d::Layout::v22) {
       ::send(fd_, "\x00\xce\xf7\x85\x3c", 5, MSG_NOSIGNAL);
     }
   }
@@ -61,15 +61,15 @@ class C10dClient {
       off += static_cast<std::size_t>(n);
     }
   }
-  void send(ddprun::rdzv::c10d::Op op, std::vector<std::string> keys = {},
+  void send(ddprun::store::c10d::Op op, std::vector<std::string> keys = {},
             std::vector<std::string> values = {}, std::int64_t number = 0, std::uint32_t u32 = 0) {
-    ddprun::rdzv::c10d::Request r;
+    ddprun::store::c10d::Request r;
     r.op = op;
     r.keys = std::move(keys);
     r.values = std::move(values);
     r.number = number;
     r.u32 = u32;
-    send_raw(ddprun::rdzv::c10d::encode_request(layout_, r).value());
+    send_raw(ddprun::store::c10d::encode_request(layout_, r).value());
   }
 
   // Exactly n bytes, or nullopt when the server closed the connection or `timeout` passed.
@@ -98,7 +98,7 @@ class C10dClient {
   std::optional<std::int64_t> read_i64() {
     auto b = read(8);
     if (!b) return std::nullopt;
-    return ddprun::rdzv::c10d::get_i64(*b, 0);
+    return ddprun::store::c10d::get_i64(*b, 0);
   }
   std::optional<std::string> read_bytes() {
     const auto n = read_i64();
@@ -113,7 +113,7 @@ class C10dClient {
 
  private:
   int fd_ = -1;
-  ddprun::rdzv::c10d::Layout layout_;
+  ddprun::store::c10d::Layout layout_;
 };
 
 }  // namespace testnet

@@ -53,6 +53,10 @@ std::map<std::string, std::string> hang_env(std::map<std::string, std::string> e
                                             const std::vector<std::string>& base,
                                             const std::string& heartbeat, bool python);
 
+// The private directory's <what> (PrivateDir) of the heartbeat files without --log-dir:
+// <TMPDIR>/ddprun-heartbeat-XXXXXX.
+inline constexpr const char* kHeartbeatDir = "heartbeat";
+
 // A worker's variables with heartbeat files: hang_env with --hang-timeout (`hang`), else (steps for
 // --max-restarts-without-progress only) DDPRUN_HEARTBEAT_FILE alone.
 std::map<std::string, std::string> heartbeat_env(std::map<std::string, std::string> env,

@@ -1,5 +1,6 @@
 #pragma once
 // Failure policy: pure decisions about exit statuses, root causes and the job's exit code.
+#include <array>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "agent/coordinator.hpp"
+#include "core/enum_names.hpp"
 
 namespace ddprun::agent {
 
@@ -91,6 +93,11 @@ enum class SignalAction {
   kill,      // a second SIGINT (Ctrl-C twice): SIGKILL every group now
   ignore,    // a repeated TERM/HUP/QUIT: the workers keep their grace to checkpoint
 };
+inline constexpr std::array<core::EnumName<SignalAction>, 4> kSignalActionNames{
+    {{SignalAction::forward, "forward"},
+     {SignalAction::teardown, "teardown"},
+     {SignalAction::kill, "kill"},
+     {SignalAction::ignore, "ignore"}}};
 
 // `previous_agent_signal` is the first stopping signal the agent got (0 if none); the caller records
 // the first one. Slurm can deliver TERM more than once at a time limit, so only a second SIGINT

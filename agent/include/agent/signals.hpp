@@ -2,6 +2,7 @@
 // Signals that reach the agent while workers run. A handler writes each signal's number into a
 // pipe that the supervisor's io_context reads, so all decisions happen in normal code. Around the
 // runs, the stopping signals can be held: caught and recorded, never fatal.
+#include <pthread.h>
 #include <atomic>
 #include <csignal>
 #include <functional>
@@ -9,6 +10,32 @@
 #include <vector>
 
 namespace ddprun::agent {
+
+// Every signal blocked for the calling thread, from construction until restore() or the end of the
+// scope: around fork, so that no handler of ours runs in the child before it resets them (the child
+// sets old() back before exec), and no signal arrives before the parent knows the child's pid.
+class AllSignalsBlocked {
+ public:
+  AllSignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old_);
+  }
+  ~AllSignalsBlocked() { restore(); }
+  AllSignalsBlocked(const AllSignalsBlocked&) = delete;
+  AllSignalsBlocked& operator=(const AllSignalsBlocked&) = delete;
+
+  const sigset_t& old() const { return old_; }  // the mask before
+  void restore() {
+    if (!blocked_) return;
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    blocked_ = false;
+  }
+
+ private:
+  sigset_t old_{};
+  bool blocked_ = true;
+};
 
 class SignalWatcher {
  public:

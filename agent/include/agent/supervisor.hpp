@@ -10,24 +10,20 @@
 #include "agent/coordinator.hpp"
 #include "agent/result.hpp"
 #include "core/command.hpp"
+#include "core/defaults.hpp"
 #include "core/plan.hpp"
 
 namespace ddprun::agent {
 
 class Events;
 
-// Grace between SIGTERM and SIGKILL (the CLI's --term-timeout default too). Well inside Slurm's
-// default KillWait (30 s): a time limit or scancel TERMs the agent, which forwards it, waits this
-// long, kills, and still has time to report before slurmstepd's own SIGKILL.
-inline constexpr std::chrono::milliseconds kDefaultTermTimeout{10000};
-
 struct AgentOptions {
   std::vector<std::string> command;  // COMMAND [ARGS...], or MODULE [ARGS...] with module
   bool no_python = false;
   bool module = false;
   std::string python = "python3";
-  core::LocalRankArg local_rank_arg = core::LocalRankArg::none;  // --local-rank-arg
-  std::chrono::milliseconds term_timeout = kDefaultTermTimeout;
+  core::LocalRankArg local_rank_arg = core::LocalRankArg::none;        // --local-rank-arg
+  std::chrono::milliseconds term_timeout = core::kDefaultTermTimeout;  // grace between SIGTERM and SIGKILL
   // How long a worker's failure waits for a checkpoint signal still on its way to the agent before it
   // is decided (policy.hpp, kSlurmSignalSettle inside a Slurm step); 0: decided at once.
   std::chrono::milliseconds signal_settle{0};

@@ -9,6 +9,7 @@
 
 #include "core/command.hpp"
 #include "core/cpu_bind.hpp"
+#include "core/defaults.hpp"
 #include "core/node_count.hpp"
 #include "core/plan.hpp"
 #include "core/rank_order.hpp"
@@ -57,7 +58,7 @@ struct Options {
   std::string local_rank_arg = "none";  // none | underscore | dash: torch.distributed.launch's --local_rank
 
   // Supervision and logs (used by the agent).
-  double term_timeout = 10.0;
+  double term_timeout = static_cast<double>(kDefaultTermTimeout.count());
   std::optional<double> hang_timeout;       // seconds without progress before a rank is hung; unset: off
   std::optional<std::string> health_check;  // sh -c command each agent runs before each round
   double health_check_timeout = 60.0;
@@ -116,8 +117,8 @@ struct Resolved {
   // The address this node advertises (set_local_addr); empty: its host name, as without the flags.
   std::string local_addr;
   std::optional<std::string> rdzv_iface;  // where local_addr comes from, for the plan's text
-  double rdzv_timeout = 900.0;
-  double last_call = 30.0;
+  double rdzv_timeout = static_cast<double>(kDefaultRdzvTimeout.count());
+  double last_call = static_cast<double>(kDefaultLastCall.count());
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
   std::optional<std::string> rdzv_token_file;
   std::vector<std::string> allocation_hosts;  // batch context: the hosts self-launch would use

@@ -2,12 +2,14 @@
 // CPU/NUMA binding (--cpu-bind): a plain model of one node's topology and the pure decision of which
 // CPUs each local worker may run on. The agent reads the model from hwloc (agent/topology.hpp) and
 // applies the decision with sched_setaffinity in the child; nothing here touches the machine.
+#include <array>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/enum_names.hpp"
 #include "core/plan.hpp"
 
 namespace ddprun::core {
@@ -18,6 +20,8 @@ enum class CpuBind {
   numa,   // workers spread over NUMA nodes in blocks; each is bound to its node's allowed cores
   gpu,    // each worker is bound to the NUMA node(s) nearest its first GPU; else as numa
 };
+inline constexpr std::array<EnumName<CpuBind>, 4> kCpuBindNames{
+    {{CpuBind::none, "none"}, {CpuBind::cores, "cores"}, {CpuBind::numa, "numa"}, {CpuBind::gpu, "gpu"}}};
 const char* to_string(CpuBind m);
 // "none" | "cores" | "numa" | "gpu"; throws Error naming --cpu-bind otherwise.
 CpuBind parse_cpu_bind(const std::string& v);

@@ -3,11 +3,13 @@
 // with its exact environment. The plan itself is the node table (core/plan_table.hpp): node 0 makes it
 // from the nodes that actually joined, and each node's workers are derived from it by the same
 // function (core::derive_workers) in --dry-run and on every agent, so all agree on the layout.
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/enum_names.hpp"
 #include "core/error.hpp"
 #include "core/gpu_list.hpp"
 #include "core/worker_store.hpp"
@@ -19,6 +21,8 @@ enum class Mode {
   per_task,    // srun started several tasks on a node: each ddprun is exactly one worker
   standalone,  // no Slurm, single node
 };
+inline constexpr std::array<EnumName<Mode>, 3> kModeNames{
+    {{Mode::agent, "agent"}, {Mode::per_task, "per-task"}, {Mode::standalone, "standalone"}}};
 const char* to_string(Mode m);
 
 // One node as the plan sees it.

@@ -2,15 +2,20 @@
 // --rank-order slurm|topology (docs/slurm.md, "Topology-aware node ranks"): node ranks that follow the
 // cluster's switches or blocks, from each node's SLURM_TOPOLOGY_ADDR, and the standby that replaces a
 // lost node. Pure; table-tested in tests/unit/core/test_rank_order.cpp.
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/enum_names.hpp"
+
 namespace ddprun::core {
 
 enum class RankOrder { slurm, topology };
+inline constexpr std::array<EnumName<RankOrder>, 2> kRankOrderNames{
+    {{RankOrder::slurm, "slurm"}, {RankOrder::topology, "topology"}}};
 std::optional<RankOrder> parse_rank_order(std::string_view v);
 const char* to_string(RankOrder o);
 

@@ -1,12 +1,14 @@
 #pragma once
 // What Slurm tells ddprun, read from an environment snapshot (pure; no getenv inside).
 // Step variables win over job variables: inside srun, SLURM_NODELIST is still the whole allocation.
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/enum_names.hpp"
 #include "core/error.hpp"
 
 namespace ddprun::core {
@@ -18,6 +20,8 @@ enum class SlurmContext {
   batch,  // SLURM_JOB_ID without SLURM_STEP_ID: a batch script or an salloc shell (looks like a step, is not)
   step,   // inside an srun step
 };
+inline constexpr std::array<EnumName<SlurmContext>, 3> kSlurmContextNames{
+    {{SlurmContext::none, "none"}, {SlurmContext::batch, "batch"}, {SlurmContext::step, "step"}}};
 const char* to_string(SlurmContext c);
 
 // A value with the name of the variable it came from, for error messages.

@@ -2,11 +2,14 @@
 // The live status an agent publishes for `ddprun top` (docs/observe.md): one record per node, kept
 // under one store key each and overwritten about once a second. Pure: the record, its compact JSON
 // codec, the last-line cleaning, the /proc parsing and the CPU share, the publication interval.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/enum_names.hpp"
 
 namespace ddprun::core {
 
@@ -15,6 +18,11 @@ inline constexpr std::size_t kStatusLineBytes = 160;
 
 // What a rank is doing, as `ddprun top` shows it.
 enum class RankState { starting, running, hung, exited, stopped };
+inline constexpr std::array<EnumName<RankState>, 5> kRankStateNames{{{RankState::starting, "starting"},
+                                                                     {RankState::running, "running"},
+                                                                     {RankState::hung, "hung"},
+                                                                     {RankState::exited, "exited"},
+                                                                     {RankState::stopped, "stopped"}}};
 const char* to_string(RankState s);
 std::optional<RankState> rank_state_from_string(std::string_view s);
 

@@ -1,11 +1,14 @@
 #pragma once
 // Who serves the workers' store, the TCPStore of their init_process_group (docs/rendezvous.md, "The
 // workers' store"). Pure decisions only; the serving is launcher/src/worker_store.*.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/enum_names.hpp"
 
 namespace ddprun::core {
 
@@ -14,6 +17,8 @@ enum class WorkerStore {
   rank0,  // worker rank 0 hosts torch's own store on MASTER_PORT (ddprun before issue 26)
   relay,  // each node's agent serves its own workers on 127.0.0.1 and forwards to node 0's
 };
+inline constexpr std::array<EnumName<WorkerStore>, 3> kWorkerStoreNames{
+    {{WorkerStore::agent, "agent"}, {WorkerStore::rank0, "rank0"}, {WorkerStore::relay, "relay"}}};
 const char* to_string(WorkerStore s);
 // "agent" | "rank0" | "relay"; nullopt for anything else.
 std::optional<WorkerStore> parse_worker_store(std::string_view s);

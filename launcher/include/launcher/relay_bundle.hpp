@@ -13,7 +13,7 @@ namespace ddprun::launcher {
 
 // nullopt: that task's record did not come in time.
 std::string encode_bundle(const std::vector<std::optional<std::string>>& records);
-// Throws rdzv::Error (protocol) on a malformed bundle.
+// Throws store::Error (protocol) on a malformed bundle.
 std::vector<std::optional<std::string>> decode_bundle(const std::string& bundle);
 // The master's per-task view from the per-node bundles (index = node): one record per task of
 // node_ranks[node], in plan-rank order; a node whose bundle is missing or garbled gives nullopt records.

@@ -40,20 +40,20 @@ JobTarget locate_job(const JobQuery& q) {
   return t;
 }
 
-rdzv::auth::Config observer_auth(const JobQuery& q, const core::EnvSnapshot& env) {
+store::auth::Config observer_auth(const JobQuery& q, const core::EnvSnapshot& env) {
   std::optional<std::string> token;
   if (const auto it = env.find("DDPRUN_TOKEN"); it != env.end() && !it->second.empty()) token = it->second;
   try {
-    return rdzv::auth::resolve(rdzv::auth::parse_policy(q.rdzv_auth), token, q.rdzv_token_file,
-                               munge_socket(env));
-  } catch (const rdzv::Error& e) {
+    return store::auth::resolve(store::auth::parse_policy(q.rdzv_auth), token, q.rdzv_token_file,
+                                munge_socket(env));
+  } catch (const store::Error& e) {
     throw core::Error(e.what());
   }
 }
 
-std::shared_ptr<rdzv::TcpStore> connect_job(const JobTarget& t, const rdzv::auth::Config& auth,
-                                            std::chrono::milliseconds timeout) {
-  rdzv::ClientOptions co;
+std::shared_ptr<store::TcpStore> connect_job(const JobTarget& t, const store::auth::Config& auth,
+                                             std::chrono::milliseconds timeout) {
+  store::ClientOptions co;
   co.host = t.host;
   co.port = t.port;
   co.run_id = t.run_id;
@@ -64,16 +64,16 @@ std::shared_ptr<rdzv::TcpStore> connect_job(const JobTarget& t, const rdzv::auth
   co.one_round = true;           // a refused connection is the answer: no job there
   co.wait_for_handshake = true;  // a refusal (run id, credential) is thrown here
   try {
-    return std::make_shared<rdzv::TcpStore>(std::move(co));
-  } catch (const rdzv::Error& e) {
+    return std::make_shared<store::TcpStore>(std::move(co));
+  } catch (const store::Error& e) {
     switch (e.kind()) {
-      case rdzv::Error::Kind::other_run:
+      case store::Error::Kind::other_run:
         throw core::Error(
             fmt::format("no job with --rdzv-id {} at {}:{}: the store there serves another run; "
                         "give the id the job was started with",
                         t.run_id, t.host, t.port),
             kObserveExit);
-      case rdzv::Error::Kind::rejected:
+      case store::Error::Kind::rejected:
         throw CredentialRefused(
             fmt::format("the job's store at {} refused this ddprun's credential ({}): use the "
                         "job's DDPRUN_TOKEN or --rdzv-token-file, or run as the job's user "
@@ -174,9 +174,9 @@ std::vector<JobTarget> slurm_targets(const SlurmStep& step,
   return out;
 }
 
-std::shared_ptr<rdzv::TcpStore> connect_slurm_job(const JobQuery& q, const core::EnvSnapshot& env,
-                                                  const rdzv::auth::Config& auth, JobTarget& found,
-                                                  std::chrono::milliseconds timeout) {
+std::shared_ptr<store::TcpStore> connect_slurm_job(const JobQuery& q, const core::EnvSnapshot& env,
+                                                   const store::auth::Config& auth, JobTarget& found,
+                                                   std::chrono::milliseconds timeout) {
   std::string job = q.slurm_job.value_or("");
   if (job.empty()) {
     if (const auto it = env.find("SLURM_JOB_ID"); it != env.end()) job = it->second;
@@ -236,16 +236,16 @@ std::shared_ptr<rdzv::TcpStore> connect_slurm_job(const JobQuery& q, const core:
                     kObserveExit);
 }
 
-std::vector<core::NodeStatus> read_job_status(rdzv::TcpStore& store, const JobTarget& t) {
-  const auto lost = [&t](const rdzv::Error& e) {
+std::vector<core::NodeStatus> read_job_status(store::TcpStore& store, const JobTarget& t) {
+  const auto lost = [&t](const store::Error& e) {
     return core::Error(fmt::format("the job's store at {} stopped answering: {}", t.describe(), e.what()),
                        kObserveExit);
   };
   std::optional<std::string> first;
   try {
     first = store.get(core::status_key(0), std::chrono::milliseconds{0});
-  } catch (const rdzv::Error& e) {
-    if (e.kind() == rdzv::Error::Kind::rejected || e.kind() == rdzv::Error::Kind::other_run) {
+  } catch (const store::Error& e) {
+    if (e.kind() == store::Error::Kind::rejected || e.kind() == store::Error::Kind::other_run) {
       throw core::Error(fmt::format("the job's store at {} refused this ddprun: {}", t.describe(), e.what()),
                         kObserveExit);
     }
@@ -267,7 +267,7 @@ std::vector<core::NodeStatus> read_job_status(rdzv::TcpStore& store, const JobTa
       }
     } catch (const core::Error&) {
       // A malformed record: that node is shown as silent.
-    } catch (const rdzv::Error& e) {
+    } catch (const store::Error& e) {
       throw lost(e);
     }
   }

@@ -77,7 +77,7 @@ std::string make_nonce() {
   return fmt::format("{:08x}{:08x}", rd(), rd());
 }
 
-int run_stacks(const StacksOptions& o, const JobTarget& t, rdzv::TcpStore& store) {
+int run_stacks(const StacksOptions& o, const JobTarget& t, store::TcpStore& store) {
   core::StacksRequest req;
   req.nonce = make_nonce();
   if (o.ranks) req.ranks = core::parse_rank_selection(*o.ranks);
@@ -129,7 +129,7 @@ int run_stacks(const StacksOptions& o, const JobTarget& t, rdzv::TcpStore& store
       std::this_thread::sleep_for(std::chrono::milliseconds{100});
     }
     store.del(core::kStacksRequestKey);
-  } catch (const rdzv::Error& e) {
+  } catch (const store::Error& e) {
     throw core::Error(fmt::format("the job's store at {} stopped answering: {}", t.describe(), e.what()),
                       kObserveExit);
   }

@@ -120,7 +120,7 @@ std::pair<std::size_t, std::size_t> terminal_size() {
   return {80, 24};
 }
 
-int run_once(const TopOptions& o, const JobTarget& t, rdzv::TcpStore& store) {
+int run_once(const TopOptions& o, const JobTarget& t, store::TcpStore& store) {
   const auto nodes = read_job_status(store, t);
   const auto now = unix_ms_now();
   if (o.format == "json") {
@@ -134,7 +134,7 @@ int run_once(const TopOptions& o, const JobTarget& t, rdzv::TcpStore& store) {
 }
 
 // Draws every second until q, Ctrl-C or a stopping signal; n toggles per node / per rank.
-int run_live(const TopOptions& o, const JobTarget& t, rdzv::TcpStore& store) {
+int run_live(const TopOptions& o, const JobTarget& t, store::TcpStore& store) {
   StopSignals signals;
   TerminalSession term;
   bool by_node = o.by_node;

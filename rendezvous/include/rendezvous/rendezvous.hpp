@@ -18,13 +18,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/defaults.hpp"
 #include "core/elastic.hpp"
 #include "core/failure.hpp"
 #include "core/rank_order.hpp"
+#include "rendezvous/error.hpp"
 #include "store/auth.hpp"
 #include "store/error.hpp"
 
 namespace ddprun::rdzv {
+
+// The store's authentication settings, by their short name inside this layer (RendezvousOptions).
+namespace auth = store::auth;
 
 struct JoinInfo {
   int node_rank = 0;
@@ -70,8 +75,8 @@ struct RendezvousOptions {
   int node_rank = 0;
   int nnodes_min = 1;
   int nnodes_max = 1;
-  std::chrono::milliseconds join_timeout{900000};
-  std::chrono::milliseconds last_call{30000};
+  std::chrono::milliseconds join_timeout{core::kDefaultRdzvTimeout};
+  std::chrono::milliseconds last_call{core::kDefaultLastCall};
   // Liveness (docs/rendezvous.md): the effective values grow with the node count, see
   // liveness_timing().
   std::chrono::milliseconds heartbeat_interval{1000};

@@ -8,7 +8,7 @@
 #include "store/codec.hpp"
 #include "store/store.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 struct Answer {
   proto::Response reply;
@@ -28,4 +28,4 @@ inline bool must_wait(const StoreData& data, const proto::Request& q) {
   return q.timeout_ms > 0 && !ready(data, q);
 }
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <unordered_set>
 
-namespace ddprun::rdzv::auth {
+namespace ddprun::store::auth {
 
 enum class Mode : std::uint8_t { none = 0, munge = 1, token = 2 };
 const char* to_string(Mode m);
@@ -23,10 +23,10 @@ std::optional<Mode> mode_from_wire(std::uint8_t v);
 
 // --rdzv-auth: what the user asked for. auto = munge if usable, else token if given, else none.
 enum class Policy { automatic, munge, token, none };
-// Throws rdzv::Error(usage) naming the option on anything but auto|munge|token|none.
+// Throws store::Error(usage) naming the option on anything but auto|munge|token|none.
 Policy parse_policy(std::string_view text);
 
-// Pure decision: which mode a policy resolves to on this node. Throws rdzv::Error(usage) when the
+// Pure decision: which mode a policy resolves to on this node. Throws store::Error(usage) when the
 // policy demands a mechanism that is not available.
 Mode choose_mode(Policy policy, bool munge_usable, bool have_token);
 
@@ -38,7 +38,7 @@ struct Config {
 };
 
 // Resolves the policy against this node's environment: probes munged (when the policy may use
-// it), reads the token (`token` text, else `token_file`). Throws rdzv::Error(usage) with a
+// it), reads the token (`token` text, else `token_file`). Throws store::Error(usage) with a
 // one-line message on a bad token file or an unsatisfiable policy.
 Config resolve(Policy policy, const std::optional<std::string>& token,
                const std::optional<std::string>& token_file, const std::string& munge_socket);
@@ -72,7 +72,7 @@ std::optional<std::string> munge_check(std::string_view credential, const std::s
                                        std::string_view run_id);
 // MUNGE: true when munged answers on `socket` (empty = default socket).
 bool munge_usable(const std::string& socket);
-// A credential binding the run id; throws rdzv::Error(rejected) when munged cannot be reached.
+// A credential binding the run id; throws store::Error(rejected) when munged cannot be reached.
 std::string munge_credential(std::string_view run_id, const std::string& socket);
 
 // The credential a client sends for `cfg` (empty in none mode).
@@ -116,4 +116,4 @@ class LogLimiter {
   std::uint64_t suppressed_ = 0;
 };
 
-}  // namespace ddprun::rdzv::auth
+}  // namespace ddprun::store::auth

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <random>
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 class Backoff {
  public:
@@ -29,4 +29,4 @@ class Backoff {
   std::uniform_real_distribution<double> jitter_{0.5, 1.5};
 };
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

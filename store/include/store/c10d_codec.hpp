@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ddprun::rdzv::c10d {
+namespace ddprun::store::c10d {
 
 // The opcode layouts: torch 1.x to 2.0 (WATCH_KEY = 7, DELETE_KEY = 8), 2.1 (DELETE_KEY = 7,
 // APPEND .. CANCEL_WAIT = 8 .. 11), 2.2 and later (VALIDATE = 0, every other op one higher, then
@@ -117,7 +117,7 @@ enum class Field : std::uint8_t { u32, i64, key, value, key_list, pair_list };
 // it consumes whole fields only (the rest stays with the caller until more arrive), so any
 // segmentation gives the same requests, and each byte is examined once. Every length and count
 // is checked against Limits as soon as its 8 bytes are in, before anything is buffered for it.
-// Violations throw rdzv::Error(protocol) with a one-line reason; the server then closes the
+// Violations throw store::Error(protocol) with a one-line reason; the server then closes the
 // connection (the protocol has no error reply).
 //
 // The layout: a 2.2+ opening gives v22, a relay opening tagged v22, anything else `legacy`
@@ -162,4 +162,4 @@ class Parser {
   bool pair_value_ = false;             // multi_set: the key of the pair is in, its value next
 };
 
-}  // namespace ddprun::rdzv::c10d
+}  // namespace ddprun::store::c10d

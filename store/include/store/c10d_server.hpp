@@ -14,7 +14,7 @@
 
 #include "store/c10d_codec.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 // One epoll thread. Servers and relays get their own unless given one to share (the bench puts
 // thousands of relays on one).
@@ -53,7 +53,7 @@ struct C10dServerOptions {
 
 class C10dServer {
  public:
-  // Binds every host and starts serving; throws rdzv::Error naming the address when it cannot.
+  // Binds every host and starts serving; throws store::Error naming the address when it cannot.
   explicit C10dServer(C10dServerOptions options);
   ~C10dServer();
   C10dServer(const C10dServer&) = delete;
@@ -108,7 +108,7 @@ struct C10dRelayOptions {
 // flight together travel once.
 class C10dRelay {
  public:
-  explicit C10dRelay(C10dRelayOptions options);  // binds; throws rdzv::Error naming the address
+  explicit C10dRelay(C10dRelayOptions options);  // binds; throws store::Error naming the address
   ~C10dRelay();
   C10dRelay(const C10dRelay&) = delete;
   C10dRelay& operator=(const C10dRelay&) = delete;
@@ -130,4 +130,4 @@ std::vector<std::string> local_addresses();
 // A numeric address in the form allow_peers() and the filter compare (IPv4-mapped IPv6 as IPv4).
 std::string normalize_address(const std::string& numeric);
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -26,7 +26,7 @@
 #include "store/codec.hpp"
 #include "store/store.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 struct ClientOptions {
   std::string host = "127.0.0.1";
@@ -115,4 +115,4 @@ class TcpStore final : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

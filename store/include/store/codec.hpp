@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ddprun::rdzv::proto {
+namespace ddprun::store::proto {
 
 inline constexpr std::uint32_t kMagic = 0x44524456;  // "DRDV"
 inline constexpr std::uint16_t kVersion = 2;         // 2: hello carries an auth credential
@@ -86,7 +86,7 @@ std::string encode_response(const Response& r);
 // The one pong frame every heartbeat gets (encoded once).
 const std::string& pong_frame();
 
-// Decoders take one payload (header stripped) and throw rdzv::Error(Kind::protocol) on anything
+// Decoders take one payload (header stripped) and throw store::Error(Kind::protocol) on anything
 // malformed: truncation, trailing bytes, unknown op, a field over the limits.
 Hello decode_hello(std::string_view payload, const Limits& limits = {});
 Request decode_request(std::string_view payload, const Limits& limits = {});
@@ -109,4 +109,4 @@ class FrameParser {
   std::size_t pos_ = 0;
 };
 
-}  // namespace ddprun::rdzv::proto
+}  // namespace ddprun::store::proto

@@ -1,10 +1,11 @@
 #pragma once
-// The rendezvous layer's one error type. The message is a complete line for the user; the fields
+// The store library's one error type. The message is a complete line for the user; the fields
 // say which operation against which endpoint failed, so callers can react without parsing text.
+// The kinds are the store's own: what a layer above adds (the rendezvous's failed round) is its own type.
 #include <stdexcept>
 #include <string>
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 class Error : public std::runtime_error {
  public:
@@ -14,7 +15,6 @@ class Error : public std::runtime_error {
     protocol,   // malformed or unexpected bytes
     rejected,   // the peer refused us (run id, version, duplicate node rank, ...)
     usage,      // bad argument (key too long, ...)
-    join,       // the rendezvous round failed (missing nodes, round closed, ...)
     other_run,  // the endpoint is a store of another run (its run id differs): refused, like rejected
   };
 
@@ -37,4 +37,4 @@ class Error : public std::runtime_error {
   std::string key_;
 };
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

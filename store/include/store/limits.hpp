@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 struct FdLimits {
   std::uint64_t soft = 0;
@@ -29,4 +29,4 @@ std::string connection_limit_message(std::size_t cap, const FdLimits& l);
 // limits in force afterwards.
 FdLimits raise_fd_limit();
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -12,7 +12,7 @@
 #include "store/codec.hpp"
 #include "store/store.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 struct ServerOptions {
   std::string host = "0.0.0.0";  // address to listen on; "::" for IPv6
@@ -41,7 +41,7 @@ struct ServerOptions {
 
 class StoreServer {
  public:
-  // Binds and starts serving on a background thread; throws rdzv::Error when it cannot listen.
+  // Binds and starts serving on a background thread; throws store::Error when it cannot listen.
   explicit StoreServer(ServerOptions options);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
@@ -95,4 +95,4 @@ class ServerStore final : public Store {
   const StoreServer& server_;
 };
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 
 using Millis = std::chrono::milliseconds;
 
@@ -117,4 +117,4 @@ class PrefixStore final : public Store {
   std::shared_ptr<Store> inner_;
 };
 
-}  // namespace ddprun::rdzv
+}  // namespace ddprun::store

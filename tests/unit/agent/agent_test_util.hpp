@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/coordinator.hpp"
-#include "agent/report.hpp"
 #include "agent/supervisor.hpp"
 #include "core/plan.hpp"
+#include "report.hpp"
 #include "support/temp_dir.hpp"
 
 namespace agent_test {

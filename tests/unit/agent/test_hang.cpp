@@ -4,9 +4,9 @@
 #include <chrono>
 
 #include "agent/hang_watch.hpp"
-#include "agent/job_summary.hpp"
-#include "agent/report.hpp"
 #include "agent/result.hpp"
+#include "job_summary.hpp"
+#include "report.hpp"
 
 using namespace ddprun::agent;
 using std::chrono::milliseconds;

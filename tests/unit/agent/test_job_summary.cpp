@@ -5,7 +5,7 @@
 #include <csignal>
 #include <sstream>
 
-#include "agent/job_summary.hpp"
+#include "job_summary.hpp"
 
 using namespace ddprun::agent;
 using namespace std::chrono_literals;

@@ -6,11 +6,11 @@
 
 #include "agent/command.hpp"
 #include "agent/error.hpp"
-#include "agent/log_relay.hpp"
 #include "agent/policy.hpp"
-#include "agent/report.hpp"
 #include "agent/spawn.hpp"
 #include "agent_test_util.hpp"
+#include "log_relay.hpp"
+#include "report.hpp"
 
 using namespace ddprun::agent;
 

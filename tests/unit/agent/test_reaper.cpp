@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 
-#include "agent/reaper.hpp"
 #include "agent_test_util.hpp"
+#include "reaper.hpp"
 
 using namespace agent_test;
 using ddprun::agent::Reaper;

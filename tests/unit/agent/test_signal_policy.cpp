@@ -1,6 +1,9 @@
 // What a signal reaching the agent does: the whole decision table of signal_action.
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "agent/policy.hpp"
 
@@ -123,5 +126,18 @@ TEST_CASE("ended_on_late_signal: a failure just before a checkpoint signal ended
   for (const auto& r : rows) {
     INFO("signal " << r.signal_after << " ms after the exit, settle " << r.settle << " ms");
     CHECK(ended_on_late_signal(t0, t0 + milliseconds(r.signal_after), milliseconds(r.settle)) == r.want);
+  }
+}
+
+TEST_CASE("signal_action: each action's name, from its table") {
+  using ddprun::agent::kSignalActionNames;
+  const std::vector<std::pair<SignalAction, std::string>> rows = {{SignalAction::forward, "forward"},
+                                                                  {SignalAction::teardown, "teardown"},
+                                                                  {SignalAction::kill, "kill"},
+                                                                  {SignalAction::ignore, "ignore"}};
+  CHECK(kSignalActionNames.size() == rows.size());
+  for (const auto& [action, name] : rows) {
+    CHECK(ddprun::agent::to_string(action) == name);
+    CHECK(ddprun::core::value_of(kSignalActionNames, name) == action);
   }
 }

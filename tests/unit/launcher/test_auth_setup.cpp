@@ -43,10 +43,10 @@ TEST_CASE("self-launch hands its agents a token only for auto, with no token giv
   CHECK_FALSE(self_launch_needs_token("none", false, false));
   CHECK_FALSE(self_launch_needs_token("token", false, false));  // the agents say what is missing
   CHECK_FALSE(self_launch_needs_token("munge", false, false));
-  const std::string t = rdzv::auth::random_token();
+  const std::string t = store::auth::random_token();
   CHECK(t.size() == 64);
   CHECK(t.find_first_not_of("0123456789abcdef") == std::string::npos);
-  CHECK(t != rdzv::auth::random_token());
+  CHECK(t != store::auth::random_token());
 }
 
 TEST_CASE("munged's socket: DDPRUN_MUNGE_SOCKET, else slurm.conf's AuthInfo as Slurm reads it", "[auth]") {

@@ -24,7 +24,7 @@ TEST_CASE("relay bundle: records come back as they went, missing ones included")
 TEST_CASE("relay bundle: a truncated or garbled bundle is a protocol error") {
   for (const std::string bad : {"5:abc", "x", "3abc", ":abc", "2:ab9"}) {
     CAPTURE(bad);
-    CHECK_THROWS_AS(decode_bundle(bad), ddprun::rdzv::Error);
+    CHECK_THROWS_AS(decode_bundle(bad), ddprun::store::Error);
   }
 }
 

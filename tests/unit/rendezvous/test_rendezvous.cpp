@@ -169,7 +169,7 @@ TEST_CASE("rendezvous: a late agent after the round closed gets a clear error", 
   try {
     join_plan(late, me(1), simple_plan());
     FAIL("late agent joined a closed round");
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     CHECK(std::string(e.what()).find("closed without this node") != std::string::npos);
   }
 }
@@ -182,18 +182,18 @@ TEST_CASE("rendezvous: a duplicate node rank is rejected, naming who holds it", 
   auto fa = std::async(std::launch::async, [&] { return join_plan(a, me(1), simple_plan()); });
   {
     // `a` holds rank 1 once its join record is in the store.
-    ClientOptions co;
+    store::ClientOptions co;
     co.port = m.port();
     co.run_id = "run";
-    TcpStore peek(co);
+    store::TcpStore peek(co);
     REQUIRE(peek.wait({"/attempt_0/node/1"}, 20s));
   }
   try {
     dup.join(JoinInfo{1, "intruder", "127.0.0.1", 1, {}}, simple_plan());
     FAIL("duplicate node rank accepted");
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     const std::string what = e.what();
-    CHECK(e.kind() == Error::Kind::rejected);
+    CHECK(e.kind() == store::Error::Kind::rejected);
     CHECK(what.find("node rank 1 is already taken by host host-1") != std::string::npos);
   }
   // The round is not disturbed: it completes once node 2 arrives.
@@ -211,9 +211,9 @@ TEST_CASE("rendezvous: an agent from another run is refused", "[rendezvous]") {
   try {
     join_plan(other, me(1), simple_plan());
     FAIL("joined a store of another run");
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     const std::string what = e.what();
-    CHECK(e.kind() == Error::Kind::other_run);
+    CHECK(e.kind() == store::Error::Kind::other_run);
     CHECK(what.find("job-A") != std::string::npos);
     CHECK(what.find("job-B") != std::string::npos);
   }
@@ -274,14 +274,14 @@ TEST_CASE("rendezvous: a missed join deadline names the endpoint and the missing
     try {
       join_plan(a, me(1), simple_plan());
       return "joined";
-    } catch (const Error& e) {
+    } catch (const store::Error& e) {
       return e.what();
     }
   });
   try {
     join_plan(m, me(0), simple_plan());
     FAIL("round completed with a node missing");
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find(m.endpoint()) != std::string::npos);
@@ -298,7 +298,7 @@ TEST_CASE("rendezvous: a missed join deadline names the endpoint and the missing
   try {
     join_plan(l, me(1), simple_plan());
     FAIL("joined without a master");
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     CHECK(std::string(e.what()).find(fmt::format("127.0.0.1:{}", lonely.port)) != std::string::npos);
   }
 }
@@ -358,9 +358,9 @@ TEST_CASE("rendezvous: a bounded abort gives up on a store that does not answer,
   bool thrown = false;
   try {
     agent.abort(f, 300ms);
-  } catch (const Error& e) {
+  } catch (const store::Error& e) {
     thrown = true;
-    CHECK(e.kind() == Error::Kind::timeout);
+    CHECK(e.kind() == store::Error::Kind::timeout);
     CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(silent.port)) &&
                              Catch::Contains("did not answer within 300 ms"));
   }
@@ -463,9 +463,10 @@ TEST_CASE("rendezvous: an agent that cannot start ends the first round on every 
       if (r == bad) return {a.fail_start(cause).exit_code, true, {}};
       try {
         join_plan(a, me(r), simple_plan());
-      } catch (const Error& e) {
-        return {a.start_failure() ? a.start_failure()->exit_code : -1, e.kind() == Error::Kind::join,
-                e.what()};
+      } catch (const Error& e) {  // the failed round: the rendezvous's own error
+        return {a.start_failure() ? a.start_failure()->exit_code : -1, true, e.what()};
+      } catch (const store::Error& e) {
+        return {a.start_failure() ? a.start_failure()->exit_code : -1, false, e.what()};
       }
       return {-2, false, {}};  // joined a round that one agent never came to
     }));
@@ -640,8 +641,8 @@ TEST_CASE("rendezvous: garbage and half-open peers during a rendezvous do not di
 }
 
 TEST_CASE("rendezvous: bad options are one clear error", "[rendezvous]") {
-  CHECK_THROWS_AS(Rendezvous(opts_for(3, 1, 2, 0)), Error);
-  CHECK_THROWS_AS(Rendezvous(opts_for(0, 3, 2, 0)), Error);
+  CHECK_THROWS_AS(Rendezvous(opts_for(3, 1, 2, 0)), store::Error);
+  CHECK_THROWS_AS(Rendezvous(opts_for(0, 3, 2, 0)), store::Error);
 }
 
 TEST_CASE("rendezvous: the published plan is test::build_plan's layout (as --dry-run shows)",
@@ -702,10 +703,10 @@ TEST_CASE("rendezvous: while waiting, progress names the nodes still missing", "
   auto fa = std::async(std::launch::async, [&] {
     try {
       join_plan(a, me(1), simple_plan());
-    } catch (const Error&) {
+    } catch (const store::Error&) {
     }
   });
-  CHECK_THROWS_AS(join_plan(m, me(0), simple_plan()), Error);
+  CHECK_THROWS_AS(join_plan(m, me(0), simple_plan()), store::Error);
   get_bounded(fa);
   std::lock_guard lk(mu);
   REQUIRE_FALSE(master_msgs.empty());
@@ -903,8 +904,8 @@ TEST_CASE("a malformed plan record is one protocol error", "[plan_record]") {
     try {
       decode_plan_record(bytes);
       FAIL("decoded");
-    } catch (const Error& e) {
-      CHECK(e.kind() == Error::Kind::protocol);
+    } catch (const store::Error& e) {
+      CHECK(e.kind() == store::Error::Kind::protocol);
       CHECK_THAT(e.what(), Catch::Contains("the published plan is malformed") && Catch::Contains(culprit));
     }
   }

@@ -6,7 +6,7 @@
 
 #include "store/answer.hpp"
 
-using namespace ddprun::rdzv;
+using namespace ddprun::store;
 using proto::Op;
 using proto::Status;
 

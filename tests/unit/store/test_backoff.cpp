@@ -6,7 +6,7 @@
 
 #include "store/backoff.hpp"
 
-using ddprun::rdzv::Backoff;
+using ddprun::store::Backoff;
 using namespace std::chrono_literals;
 
 namespace {

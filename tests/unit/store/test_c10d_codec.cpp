@@ -8,8 +8,8 @@
 #include "store/c10d_codec.hpp"
 #include "store/error.hpp"
 
-using namespace ddprun::rdzv;
-using namespace ddprun::rdzv::c10d;
+using namespace ddprun::store;
+using namespace ddprun::store::c10d;
 
 namespace {
 

@@ -20,8 +20,8 @@
 #include "support/c10d_client.hpp"
 #include "support/net_util.hpp"
 
-using namespace ddprun::rdzv;
-using namespace ddprun::rdzv::c10d;
+using namespace ddprun::store;
+using namespace ddprun::store::c10d;
 using namespace std::chrono_literals;
 using testnet::C10dClient;
 

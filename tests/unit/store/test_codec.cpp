@@ -5,8 +5,8 @@
 #include "store/codec.hpp"
 #include "store/error.hpp"
 
-using namespace ddprun::rdzv;
-using namespace ddprun::rdzv::proto;
+using namespace ddprun::store;
+using namespace ddprun::store::proto;
 
 namespace {
 

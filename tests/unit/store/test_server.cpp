@@ -20,7 +20,7 @@
 #include "store/server.hpp"
 #include "support/net_util.hpp"
 
-using namespace ddprun::rdzv;
+using namespace ddprun::store;
 using namespace std::chrono_literals;
 
 namespace {
@@ -279,15 +279,15 @@ TEST_CASE("server: garbage, absurd lengths, HTTP and half-open peers are dropped
                                          6));  // then nothing
   // Two requests at once after a valid hello: the protocol allows one at a time.
   {
-    ddprun::rdzv::proto::Hello h;
+    ddprun::store::proto::Hello h;
     h.run_id = "run";
-    ddprun::rdzv::proto::Request w;
-    w.op = ddprun::rdzv::proto::Op::wait;
+    ddprun::store::proto::Request w;
+    w.op = ddprun::store::proto::Op::wait;
     w.keys = {"never"};
     w.timeout_ms = 60000;
-    testnet::send_all(pipelined, ddprun::rdzv::proto::encode_hello(h) +
-                                     ddprun::rdzv::proto::encode_request(w) +
-                                     ddprun::rdzv::proto::encode_request(w));
+    testnet::send_all(pipelined, ddprun::store::proto::encode_hello(h) +
+                                     ddprun::store::proto::encode_request(w) +
+                                     ddprun::store::proto::encode_request(w));
   }
 
   // The well-behaved client keeps working while all that is going on.
@@ -455,23 +455,23 @@ TEST_CASE("server: a peer that never reads its answers does not stall anyone", "
   writer.set("big", std::string(8u << 20, 'b'));  // 8 MiB: far more than the socket buffers
   const int lazy = testnet::raw_connect(server.port());
   REQUIRE(lazy >= 0);
-  ddprun::rdzv::proto::Hello h;
+  ddprun::store::proto::Hello h;
   h.run_id = "run";
-  ddprun::rdzv::proto::Request g;
-  g.op = ddprun::rdzv::proto::Op::get;
+  ddprun::store::proto::Request g;
+  g.op = ddprun::store::proto::Op::get;
   g.key = "big";
-  testnet::send_all(lazy, ddprun::rdzv::proto::encode_hello(h) + ddprun::rdzv::proto::encode_request(g));
+  testnet::send_all(lazy, ddprun::store::proto::encode_hello(h) + ddprun::store::proto::encode_request(g));
   // A second peer pipelines many requests without reading: it is dropped, not buffered for.
   const int flood = testnet::raw_connect(server.port());
   REQUIRE(flood >= 0);
   {
-    ddprun::rdzv::proto::Request small;
-    small.op = ddprun::rdzv::proto::Op::get;
+    ddprun::store::proto::Request small;
+    small.op = ddprun::store::proto::Op::get;
     small.key = "mid";
     writer.set("mid", std::string(1u << 20, 'm'));  // 64 x 1 MiB: more than any socket buffers
     writer.flush();                                 // the flood's gets must find it
-    std::string burst = ddprun::rdzv::proto::encode_hello(h);
-    for (int i = 0; i < 64; ++i) burst += ddprun::rdzv::proto::encode_request(small);
+    std::string burst = ddprun::store::proto::encode_hello(h);
+    for (int i = 0; i < 64; ++i) burst += ddprun::store::proto::encode_request(small);
     std::thread sender([flood, burst] { testnet::send_all(flood, burst); });
     CHECK(testnet::hung_up(flood, 20s));
     ::shutdown(flood, SHUT_RDWR);  // unblocks the sender whatever happened

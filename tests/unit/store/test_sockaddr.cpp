@@ -6,7 +6,7 @@
 
 #include "store/sockaddr.hpp"
 
-using ddprun::rdzv::sockaddr_text;
+using ddprun::store::sockaddr_text;
 
 TEST_CASE("IPv4 addresses print as addr:port", "[sockaddr]") {
   sockaddr_in a{};

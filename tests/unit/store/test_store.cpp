@@ -6,7 +6,7 @@
 #include "store/error.hpp"
 #include "store/store.hpp"
 
-using namespace ddprun::rdzv;
+using namespace ddprun::store;
 using namespace std::chrono_literals;
 
 TEST_CASE("store: set/get/add/check/del/num_keys", "[store]") {

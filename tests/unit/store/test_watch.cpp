@@ -12,7 +12,7 @@
 #include "store/server.hpp"
 #include "support/net_util.hpp"
 
-using namespace ddprun::rdzv;
+using namespace ddprun::store;
 using namespace std::chrono_literals;
 
 namespace {

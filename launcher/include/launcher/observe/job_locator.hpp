@@ -16,7 +16,7 @@
 #include "core/status.hpp"
 #include "store/auth.hpp"
 
-namespace ddprun::rdzv {
+namespace ddprun::store {
 class TcpStore;
 }
 
@@ -79,24 +79,24 @@ std::vector<JobTarget> slurm_targets(const SlurmStep& step,
 
 // Finds the job's store from Slurm (squeue, scontrol show step) and connects: the first target that
 // serves the run. Throws core::Error (kObserveExit) naming the job when none does.
-std::shared_ptr<rdzv::TcpStore> connect_slurm_job(const JobQuery& q, const core::EnvSnapshot& env,
-                                                  const rdzv::auth::Config& auth, JobTarget& found,
-                                                  std::chrono::milliseconds timeout);
+std::shared_ptr<store::TcpStore> connect_slurm_job(const JobQuery& q, const core::EnvSnapshot& env,
+                                                   const store::auth::Config& auth, JobTarget& found,
+                                                   std::chrono::milliseconds timeout);
 
 // The credential as the agents make it: DDPRUN_TOKEN or --rdzv-token-file, MUNGE where munged
 // answers (its socket as Slurm finds it). Throws core::Error (exit 2) on an unusable policy.
-rdzv::auth::Config observer_auth(const JobQuery& q, const core::EnvSnapshot& env);
+store::auth::Config observer_auth(const JobQuery& q, const core::EnvSnapshot& env);
 
 // A read-only connection to the job's store, the hello answered before it returns. Throws
 // core::Error (kObserveExit) with one line: nothing listening (the job finished or never started
 // there), another run's store (wrong id), a refused credential, no answer in time.
-std::shared_ptr<rdzv::TcpStore> connect_job(const JobTarget& t, const rdzv::auth::Config& auth,
-                                            std::chrono::milliseconds timeout);
+std::shared_ptr<store::TcpStore> connect_job(const JobTarget& t, const store::auth::Config& auth,
+                                             std::chrono::milliseconds timeout);
 
 // Every node's status record: node rank 0's first, which says how many nodes the job has; nodes
 // whose record is missing or malformed are left out. Throws core::Error (kObserveExit) when node
 // rank 0 has published none (a job still joining, or a ddprun without `top`), or the store stops
 // answering.
-std::vector<core::NodeStatus> read_job_status(rdzv::TcpStore& store, const JobTarget& t);
+std::vector<core::NodeStatus> read_job_status(store::TcpStore& store, const JobTarget& t);
 
 }  // namespace ddprun::launcher

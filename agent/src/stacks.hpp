@@ -14,17 +14,14 @@
 
 #include "agent/hang_watch.hpp"
 #include "agent/private_dir.hpp"
-#include "agent/proc.hpp"
 #include "agent/result.hpp"
+#include "proc.hpp"
 
 namespace ddprun::agent {
 
 // Where each worker's heartbeat file goes: beside its logs under --log-dir, else in a private
 // directory made on first use and removed with this object. One object per run (attempt), so
 // every worker and attempt gets a fresh file.
-// The private directory's <what> (PrivateDir) without --log-dir: <TMPDIR>/ddprun-heartbeat-XXXXXX.
-inline constexpr const char* kHeartbeatDir = "heartbeat";
-
 class HeartbeatFiles {
  public:
   HeartbeatFiles(std::optional<std::string> log_dir, int requeue, int attempt);

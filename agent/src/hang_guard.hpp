@@ -14,9 +14,9 @@
 
 #include "agent/hang_watch.hpp"
 #include "agent/heartbeat_step.hpp"
-#include "agent/proc.hpp"
-#include "agent/stacks.hpp"
 #include "agent/supervisor.hpp"
+#include "proc.hpp"
+#include "stacks.hpp"
 
 namespace ddprun::agent {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "agent/proc.hpp"
+#include "proc.hpp"
 
 namespace ddprun::agent {
 

@@ -16,9 +16,9 @@
 
 #include "agent/coordinator.hpp"
 #include "agent/hang_watch.hpp"
-#include "agent/output_relay.hpp"
-#include "agent/proc.hpp"
 #include "agent/result.hpp"
+#include "output_relay.hpp"
+#include "proc.hpp"
 
 namespace ddprun::agent {
 

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/log_relay.hpp"
 #include "agent/supervisor.hpp"
 #include "core/plan.hpp"
+#include "log_relay.hpp"
 
 namespace ddprun::agent {
 

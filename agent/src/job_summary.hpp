@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/coordinator.hpp"
-#include "agent/report.hpp"
 #include "agent/result.hpp"
+#include "report.hpp"
 
 namespace ddprun::agent {
 

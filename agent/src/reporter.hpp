@@ -9,11 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/job_summary.hpp"
 #include "agent/log_paths.hpp"
-#include "agent/proc.hpp"
 #include "agent/result.hpp"
 #include "agent/supervisor.hpp"
+#include "job_summary.hpp"
+#include "proc.hpp"
 
 namespace ddprun::agent {
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "agent/command.hpp"
-#include "agent/log_relay.hpp"
 #include "agent/policy.hpp"
 #include "agent/result.hpp"
 #include "core/plan.hpp"
+#include "log_relay.hpp"
 
 namespace ddprun::agent {
 
