@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache hits across clones in different directories (CI builds a fresh clone every time).
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
-bash scripts/setup.sh
+# Only the packages the demo needs; no torch 2.x virtual environment (that is for the tests and the CUDA trainer).
+bash scripts/setup.sh --demo
 cmake --preset default >/dev/null
 cmake --build build -j"$(nproc)" --target ddprun ddprun-train
 metrics=$(mktemp /tmp/ddprun-demo-metrics.XXXXXX)

@@ -2,32 +2,57 @@
 # Installs every Debian package ddprun needs. Idempotent: does nothing when all are present,
 # and runs `apt-get update` at most once per invocation. Installing needs root: run it as root, or as a
 # user with sudo; without either it names the missing packages and exits 1.
+#
+# `scripts/setup.sh --demo` (what scripts/demo.sh runs) installs only what the demo builds and runs with: the
+# packages of DEMO_PACKAGES, and no torch 2.x virtual environment. Without it (the test command), everything.
 set -euo pipefail
 
-PACKAGES=(
+mode=all
+case "${1:-}" in
+  "") ;;
+  --demo) mode=demo ;;
+  *)
+    echo "setup: unknown argument '$1': run scripts/setup.sh (everything) or scripts/setup.sh --demo" >&2
+    exit 2
+    ;;
+esac
+
+# What scripts/demo.sh needs to build ddprun and ddprun-train and to train on Fashion-MNIST.
+DEMO_PACKAGES=(
   # build
   build-essential cmake ccache pkg-config git
-  # core libraries
+  # core libraries (catch2: the default preset configures the tests, though the demo builds none)
   libboost1.81-dev libcli11-dev nlohmann-json3-dev libfmt-dev catch2
   # CPU/NUMA binding (--cpu-bind): the node's topology
   libhwloc-dev
-  # rendezvous authentication: SHA-256 for HMAC-SHA256 (libcrypto); nonces come from getrandom(2)
-  libssl-dev
-  # Slurm (hostlist oracle, local test cluster) and MUNGE
-  libslurm-dev slurm-wlm munge libmunge-dev
+  # rendezvous authentication: SHA-256 for HMAC-SHA256 (libcrypto); MUNGE credentials (libmunge)
+  libssl-dev libmunge-dev
   # trainer: Debian's CPU libtorch, gloo and a threaded BLAS
   libtorch-dev libgloo-dev libopenblas0-pthread zlib1g-dev
-  # tests and demo: real PyTorch workers, torchrun, Fashion-MNIST
-  python3-torch dataset-fashion-mnist
+  # the demo's data, and the python3 that prints its result
+  dataset-fashion-mnist python3
+)
+
+# The rest, for the tests, benchmarks and tools.
+TEST_PACKAGES=(
+  # Slurm (hostlist oracle, local test cluster) and the MUNGE daemon
+  libslurm-dev slurm-wlm munge
+  # tests: real PyTorch workers, torchrun
+  python3-torch
   # the torch 2.x virtual environment below
   python3-venv
-  # tools: fuzzing, formatting, process inspection in tests
-  clang libclang-rt-14-dev clang-format procps iproute2
+  # tools: fuzzing, formatting, static analysis (clang-tidy), process inspection in tests
+  clang libclang-rt-14-dev clang-format clang-tidy procps iproute2
   # native stacks of hung workers (ddprun --hang-timeout runs eu-stack when present)
   elfutils
   # benchmarks: plots
   gnuplot-nox
 )
+
+PACKAGES=("${DEMO_PACKAGES[@]}")
+if [ "$mode" = all ]; then
+  PACKAGES+=("${TEST_PACKAGES[@]}")
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -61,7 +86,9 @@ fi
 # 2.7 GB download (4.7 GB on disk) with its nvidia-* and cuda-* dependencies (docs/install.md). Without network
 # access, set DDPRUN_SKIP_TORCH2=1: the torch 2.x tests and the CUDA trainer build are then skipped, saying so.
 . "$(dirname "$0")/torch2.sh"
-if [ "${DDPRUN_SKIP_TORCH2:-0}" = 1 ]; then
+if [ "$mode" = demo ]; then
+  echo "setup: torch $DDPRUN_TORCH2_VERSION not needed by the demo (scripts/setup.sh without --demo installs it)"
+elif [ "${DDPRUN_SKIP_TORCH2:-0}" = 1 ]; then
   echo "setup: torch $DDPRUN_TORCH2_VERSION skipped (DDPRUN_SKIP_TORCH2=1)"
 elif "$DDPRUN_TORCH2_PYTHON" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$DDPRUN_TORCH2_VERSION')" \
   2>/dev/null; then

@@ -60,7 +60,7 @@ void Events::warn(const std::string& message) {
   write_all(fd_, line);
 }
 
-void Events::emit(const std::string& event, nlohmann::json fields) {
+void Events::emit(const std::string& event, const nlohmann::json& fields) {
   if (!json()) return;
   const std::string now = format_time(core::failure_now());
   std::lock_guard lk(m_);

@@ -109,7 +109,7 @@ ErrorFiles::ErrorFiles(const std::optional<std::string>& log_dir, int requeue, i
 }
 
 std::string ErrorFiles::prepare(int rank) const {
-  const std::string path = worker_error_file(log_dir_, requeue_, attempt_, rank, temp_dir_.path());
+  std::string path = worker_error_file(log_dir_, requeue_, attempt_, rank, temp_dir_.path());
   ::unlink(path.c_str());  // a file from an earlier run must not be taken for this one's
   return path;
 }

@@ -51,8 +51,8 @@ ErrorFileSpec Reporter::error_file_spec() const {
           node_rank_,       opts_.agents,  opts_.task_rank};
 }
 
-void Reporter::event(const std::string& name, nlohmann::json fields) const {
-  if (json_) opts_.events->emit(name, std::move(fields));
+void Reporter::event(const std::string& name, const nlohmann::json& fields) const {
+  if (json_) opts_.events->emit(name, fields);
 }
 
 void Reporter::warn(const std::string& message) const {

@@ -46,7 +46,7 @@ class Reporter {
   void finished(const RunResult& r) const;
 
  private:
-  void event(const std::string& name, nlohmann::json fields) const;
+  void event(const std::string& name, const nlohmann::json& fields) const;
   void write_error_json(const RunResult& r) const;
   void write_text(const RunResult& r, const ReportPlan& plan) const;
   void job_summary(const RunResult& r, const std::vector<PeerRecord>& peers) const;

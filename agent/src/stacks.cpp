@@ -31,7 +31,7 @@ std::string HeartbeatFiles::create(int rank) {
                             PrivateDir::name_template(kHeartbeatDir)),
                 kCannotExecute);
   }
-  const std::string path = worker_heartbeat_file(log_dir_, requeue_, attempt_, rank, temp_dir_.path());
+  std::string path = worker_heartbeat_file(log_dir_, requeue_, attempt_, rank, temp_dir_.path());
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

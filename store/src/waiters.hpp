@@ -18,7 +18,7 @@ namespace ddprun::store::detail {
 
 // One blocked request: its timer expires at the timeout, or is cancelled by the satisfying write.
 struct Waiter {
-  Waiter(boost::asio::any_io_executor ex, proto::Request q) : request(std::move(q)), timer(std::move(ex)) {}
+  Waiter(const boost::asio::any_io_executor& ex, proto::Request q) : request(std::move(q)), timer(ex) {}
   proto::Request request;
   std::string fired_by;  // the key whose write satisfied it; empty on timeout
   // The answer, encoded when the write woke it; waiters woken by one write for the same value

@@ -22,7 +22,7 @@ class Events {
   explicit Events(LogFormat f = LogFormat::text, int fd = 2);
   bool json() const { return format_ == LogFormat::json; }
   void set_context(std::string host, int node_rank);
-  void emit(const std::string& event, nlohmann::json fields = nlohmann::json::object());
+  void emit(const std::string& event, const nlohmann::json& fields = nlohmann::json::object());
   // A warning for the user: a "warning" event in json mode, else "ddprun: warning: ..." on the fd.
   void warn(const std::string& message);
 

@@ -18,8 +18,9 @@ class Error : public std::runtime_error {
     other_run,  // the endpoint is a store of another run (its run id differs): refused, like rejected
   };
 
-  Error(Kind kind, std::string message, std::string op = {}, std::string endpoint = {}, std::string key = {})
-      : std::runtime_error(std::move(message)),
+  Error(Kind kind, const std::string& message, std::string op = {}, std::string endpoint = {},
+        std::string key = {})
+      : std::runtime_error(message),
         kind_(kind),
         op_(std::move(op)),
         endpoint_(std::move(endpoint)),
