@@ -53,7 +53,7 @@ Rendezvous::Impl::BarrierEnd Rendezvous::Impl::wait_barrier(const std::string& n
       // A master the watch declared lost before this wait began would never answer it (the watch
       // closes the connection only under a waiting barrier).
       if (master_lost_)
-        throw store::Error(store::Error::Kind::io, "the rendezvous master is lost", "barrier", endpoint());
+        throw store::Error(store::Error::Kind::io, "the rendezvous store is lost", "barrier", endpoint());
       got = s.wait_any({keys::barrier_done(name), keys::kAbort}, left_until(deadline));
     } catch (const store::Error&) {
       std::lock_guard lk(barrier_mu_);
@@ -114,7 +114,7 @@ ExitBarrierEnd Rendezvous::Impl::exit_barrier() {
   if (end == BarrierEnd::timed_out) error = "the exit barrier did not pass";
   if (server_) {
     core::Failure info;
-    info.reason = fmt::format("the exit barrier failed on the rendezvous master {}: {}", endpoint(), error);
+    info.reason = fmt::format("the exit barrier failed on the rendezvous store {}: {}", endpoint(), error);
     info.host = opts_.host;
     info.node_rank = 0;
     info.exit_code = 1;

@@ -64,8 +64,8 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
 
   if (!wait_for_plan(s, start)) {
     throw store::Error(store::Error::Kind::timeout,
-                       fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: the master (node "
-                                   "rank 0) published no plan; check that it runs and that every node "
+                       fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: node 0 published "
+                                   "no plan; check that it runs and that every node "
                                    "started (--rdzv-timeout)",
                                    endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
                        "join", endpoint());
@@ -110,14 +110,14 @@ bool Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock::time_point start) {
     got = s.wait_any(watched, slice);
     if (got || slice >= left || Clock::now() >= deadline) break;
     opts_.on_progress(
-        fmt::format("rendezvous {} waiting {:.0f} s for the master (node rank 0) to "
+        fmt::format("rendezvous {} waiting {:.0f} s for node 0 to "
                     "publish the plan",
                     endpoint(), std::chrono::duration<double>(Clock::now() - start).count()));
   }
   if (got && *got == 2) leave_after_start_failure(s);
   if (got && *got == 1) {
     auto msg = s.get(keys::kJoinError, Millis{0});
-    throw Error(msg.value_or("the rendezvous round failed on the master"), "join", endpoint());
+    throw Error(msg.value_or("the rendezvous round failed on node 0"), "join", endpoint());
   }
   return got.has_value();
 }

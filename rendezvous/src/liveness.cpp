@@ -188,7 +188,7 @@ void Rendezvous::Impl::fire_event(const std::string& value) {
 
 core::Failure Rendezvous::Impl::lost_master_failure(const std::string& why) {
   core::Failure info;
-  info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), why);
+  info.reason = fmt::format("lost the rendezvous store at {}: {}", endpoint(), why);
   {
     std::lock_guard lk(cb_mu_);
     info.host = master_host_.empty() ? opts_.host : master_host_;

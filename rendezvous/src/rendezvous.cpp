@@ -225,7 +225,7 @@ void Rendezvous::Impl::ensure_connected() {
   // new round (next_attempt) connects again, and only a join waits for a master to come up.
   if (client_ && joined_) {
     throw store::Error(store::Error::Kind::io,
-                       fmt::format("rendezvous {}: the connection to the master is lost", endpoint()),
+                       fmt::format("rendezvous {}: the connection to the store is lost", endpoint()),
                        "connect", endpoint());
   }
   // Non-master agents keep retrying while the master starts, up to the join timeout.
@@ -286,7 +286,7 @@ std::shared_ptr<TcpStore> Rendezvous::Impl::find_store() {
   throw store::Error(
       store::Error::Kind::timeout,
       fmt::format("cannot reach the rendezvous store at {} on port {} or its fallback ports after {:.1f} s "
-                  "({}); is the master agent (node rank 0) running, and is the endpoint right?",
+                  "({}); is node 0's agent running, and is the endpoint right?",
                   opts_.host, opts_.port, std::chrono::duration<double>(Clock::now() - start).count(),
                   fmt::join(last, "; ")),
       "connect", endpoint());

@@ -155,7 +155,7 @@ Failure lost_master() {
   lost.node_rank = 0;
   lost.exit_code = 1;
   lost.lost = true;
-  lost.reason = "lost the rendezvous master at master:1: the connection is gone";
+  lost.reason = "lost the rendezvous store at master:1: the connection is gone";
   lost.time = ddprun::core::failure_now();
   return lost;
 }

@@ -426,7 +426,7 @@ TEST_CASE("rendezvous: a lost master is noticed by every agent", "[rendezvous]")
   std::lock_guard lk(sink.mu);
   for (int r : {1, 2}) {
     CHECK(sink.got[r].node_rank == 0);
-    CHECK(sink.got[r].reason.find("lost the rendezvous master") != std::string::npos);
+    CHECK(sink.got[r].reason.find("lost the rendezvous store") != std::string::npos);
   }
 }
 
@@ -583,7 +583,7 @@ TEST_CASE("rendezvous: the exit barrier waits for the job's outcome and returns 
     CHECK_FALSE(end.from_store);  // this agent's own judgement, no store's root cause
     CHECK(end.root->lost);
     CHECK(end.root->node_rank == 0);
-    CHECK(end.root->reason.find("lost the rendezvous master") != std::string::npos);
+    CHECK(end.root->reason.find("lost the rendezvous store") != std::string::npos);
   }
 }
 
