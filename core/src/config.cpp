@@ -389,7 +389,7 @@ Layout resolve_outside(const Options& o, const std::optional<Endpoint>& endpoint
   return {};
 }
 
-// --rdzv-endpoint HOST:0: the master binds a free port and prints it (launcher), so only an agent
+// --rdzv-endpoint HOST:0: node 0 binds a free port and prints it (launcher), so only an agent
 // started by hand as node rank 0 can take it; every other agent must be given the printed port, and
 // agents that start together (an srun step, a self-launch) could not learn it. One agent opens no store.
 void check_free_store_port(const std::optional<Endpoint>& endpoint, const Resolved& r) {
@@ -423,7 +423,7 @@ void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint
   } else {
     job.master_addr = "127.0.0.1";
   }
-  // Store endpoint: --rdzv-endpoint, else the master host with a derived (Slurm) or default port.
+  // Store endpoint: --rdzv-endpoint, else node 0 host with a derived (Slurm) or default port.
   r.rdzv_host = endpoint ? endpoint->first : job.master_addr;
   if (endpoint && endpoint->second) {
     r.rdzv_port = *endpoint->second;
