@@ -151,11 +151,11 @@ Failure other_node_failure(int code) {
 // What the store's watch hands over when node 0 is gone: this node's own judgement, no store's cause.
 Failure lost_node0() {
   Failure lost;
-  lost.host = "master";
+  lost.host = "node0";
   lost.node_rank = 0;
   lost.exit_code = 1;
   lost.lost = true;
-  lost.reason = "lost the rendezvous store at master:1: the connection is gone";
+  lost.reason = "lost the rendezvous store at node0:1: the connection is gone";
   lost.time = ddprun::core::failure_now();
   return lost;
 }
@@ -243,7 +243,7 @@ TEST_CASE("a stop at the exit barrier that the others cannot be told of stays th
   class Unreachable : public WaitingBarrier {
    public:
     PublishOutcome answer(const Failure&) override {
-      return {std::nullopt, "the rendezvous store at master:1 did not answer within 1700 ms"};
+      return {std::nullopt, "the rendezvous store at node0:1 did not answer within 1700 ms"};
     }
     BarrierOutcome end() override {
       const Failure lost = lost_node0();
@@ -313,7 +313,7 @@ TEST_CASE("a store that does not answer holds up neither the teardown nor the ro
       for (int i = 0; i < 2000 && !std::ifstream(term_file).good(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       torn_down_first = std::ifstream(term_file).good();
-      return {std::nullopt, "the rendezvous store at master:1 did not answer within 1500 ms"};
+      return {std::nullopt, "the rendezvous store at node0:1 did not answer within 1500 ms"};
     }
     std::string term_file;
     std::atomic<bool> torn_down_first{false};

@@ -713,7 +713,7 @@ TEST_CASE("rendezvous: while waiting, progress names the nodes still missing", "
   CHECK_THAT(master_msgs.back(), Catch::Contains("missing: node-c (node rank 2)") &&
                                      Catch::Contains(m.endpoint()) && !Catch::Contains("node-b"));
   REQUIRE_FALSE(agent_msgs.empty());
-  CHECK_THAT(agent_msgs.front(), Catch::Contains("for the master"));
+  CHECK_THAT(agent_msgs.front(), Catch::Contains("for node 0 to publish the plan"));
 }
 
 TEST_CASE("rendezvous: the master gathers every agent's end-of-run record, in plan order", "[rendezvous]") {
