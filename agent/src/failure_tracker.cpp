@@ -178,7 +178,7 @@ void FailureTracker::offer_local_now(const Failure& f) {
   on_published(publish_bounded(coord_, *local_, bound_), false);
 }
 
-// Off the loop: a master that is stopped, unreachable or slow holds up neither this node's teardown
+// Off the loop: a node 0 that is stopped, unreachable or slow holds up neither this node's teardown
 // nor its exit; the answer comes back to the loop.
 void FailureTracker::start_publish(const Failure& f) {
   publishing_ = true;

@@ -64,7 +64,7 @@ class FailureTracker {
   // Our own failure echoed back by the store.
   bool is_echo(const Failure& remote) const;
   // A cause from the coordinator: the store's root cause (`from_store`), or one only this node saw
-  // (a lost master). True the first time one comes.
+  // (a lost node 0). True the first time one comes.
   bool record_remote(const Failure& f, bool from_store);
   bool any() const { return local_ || store_root_ || observed_; }
   // Waits for the publication's thread (bounded by `bound`); its answer is then posted to the loop.
@@ -99,7 +99,7 @@ class FailureTracker {
   std::vector<const Proc*> pending_;
   std::optional<Failure> local_;       // this node's first failure
   std::optional<Failure> store_root_;  // the job's root cause as the store holds it
-  std::optional<Failure> observed_;    // a cause only this node saw (a lost master)
+  std::optional<Failure> observed_;    // a cause only this node saw (a lost node 0)
   std::string not_told_;
   bool remote_seen_ = false;  // a cause came from the coordinator
   bool publishing_ = false;

@@ -128,7 +128,7 @@ void Reporter::spawn_failed(const Failure& f, const std::string& message,
 void Reporter::finished(const RunResult& run) const {
   const ReportRole role = report_role(opts_.agents, opts_.task_rank.value_or(node_rank_));
   // A node whose failure the store did not take in time does not hand its record over either: that
-  // master did not answer, and trying again would only add seconds to this node's exit.
+  // node 0 did not answer, and trying again would only add seconds to this node's exit.
   const bool published = role != ReportRole::single && run.not_told.empty() &&
                          coord_.publish_result(encode_node_record(node_record(run)));
   const ReportPlan plan = plan_report(role, opts_.verbose, opts_.quiet, json_, run, published);

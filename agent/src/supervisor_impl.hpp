@@ -26,7 +26,7 @@ namespace ddprun::agent::detail {
 namespace asio = boost::asio;
 
 // How long telling the other nodes of this node's failure may take: about as long as this node's own
-// teardown, so that a stopped, unreachable or slow master adds at most a second to the node's exit.
+// teardown, so that a stopped, unreachable or slow node 0 adds at most a second to the node's exit.
 inline std::chrono::milliseconds publish_bound(std::chrono::milliseconds term_timeout) {
   return term_timeout + std::chrono::milliseconds{1000};
 }

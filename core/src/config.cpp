@@ -373,8 +373,10 @@ Layout resolve_outside(const Options& o, const std::optional<Endpoint>& endpoint
   const int agents = c.agents;  // a standby (--node-rank beyond MAX) is one node of several too
   job.run_id = o.rdzv_id.value_or(kNoRunId);
   if (agents > 1 && !o.node_rank) {
-    throw Error(fmt::format("--nnodes {} outside Slurm needs --node-rank on every node (0 on the master)",
-                            *o.nnodes));
+    throw Error(
+        fmt::format("--nnodes {} outside Slurm needs --node-rank on every node (0 on the one that serves the "
+                    "rendezvous store)",
+                    *o.nnodes));
   }
   if (agents > 1 && !endpoint && !o.master_addr) {
     throw Error(
@@ -387,20 +389,20 @@ Layout resolve_outside(const Options& o, const std::optional<Endpoint>& endpoint
   return {};
 }
 
-// --rdzv-endpoint HOST:0: the master binds a free port and prints it (launcher), so only an agent
+// --rdzv-endpoint HOST:0: node 0 binds a free port and prints it (launcher), so only an agent
 // started by hand as node rank 0 can take it; every other agent must be given the printed port, and
 // agents that start together (an srun step, a self-launch) could not learn it. One agent opens no store.
 void check_free_store_port(const std::optional<Endpoint>& endpoint, const Resolved& r) {
   if (!endpoint || endpoint->second != 0 || r.mode == Mode::standalone) return;
   if (r.context != SlurmContext::none || r.mode != Mode::agent) {
     throw Error(
-        "--rdzv-endpoint HOST:0 (a free port the master prints) is for agents started by hand: under Slurm "
+        "--rdzv-endpoint HOST:0 (a free port node 0 prints) is for agents started by hand: under Slurm "
         "they start together and could not learn it; give a port, or drop the port to use the step's");
   }
   if (r.job.node_rank != 0) {
     throw Error(fmt::format(
-        "--rdzv-endpoint {}:0 lets only the master (node rank 0) pick a free port; give node rank {} the "
-        "port the master printed ('rendezvous store listening on HOST:PORT')",
+        "--rdzv-endpoint {}:0 lets only node 0 (node rank 0) pick a free port; give node rank {} the "
+        "port node 0 printed ('rendezvous store listening on HOST:PORT')",
         endpoint->first, r.job.node_rank));
   }
 }
@@ -421,7 +423,7 @@ void resolve_addresses(const Options& o, const std::optional<Endpoint>& endpoint
   } else {
     job.master_addr = "127.0.0.1";
   }
-  // Store endpoint: --rdzv-endpoint, else the master host with a derived (Slurm) or default port.
+  // Store endpoint: --rdzv-endpoint, else node 0 host with a derived (Slurm) or default port.
   r.rdzv_host = endpoint ? endpoint->first : job.master_addr;
   if (endpoint && endpoint->second) {
     r.rdzv_port = *endpoint->second;

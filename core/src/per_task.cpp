@@ -22,7 +22,7 @@ TaskPlace task_place(const std::vector<int>& tasks_per_node, int node, int local
   p.local = local;
   p.local_tasks = tasks;
   p.relay = local == 0;
-  p.master = p.relay && node == 0;
+  p.node0 = p.relay && node == 0;
   p.node_store = tasks > 1;
   return p;
 }

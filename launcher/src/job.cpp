@@ -83,8 +83,7 @@ store::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Eve
     ::unsetenv("DDPRUN_TOKEN");
     return {};
   }
-  const bool master =
-      r.mode == core::Mode::per_task ? r.job.task_rank.value_or(0) == 0 : r.job.node_rank == 0;
+  const bool node0 = r.mode == core::Mode::per_task ? r.job.task_rank.value_or(0) == 0 : r.job.node_rank == 0;
   std::optional<std::string> token;
   if (const char* t = std::getenv("DDPRUN_TOKEN"); t && *t) token = std::string(t);
   // Where Slurm itself finds munged (slurm.conf's AuthInfo), unless DDPRUN_MUNGE_SOCKET says.
@@ -102,7 +101,7 @@ store::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Eve
   switch (open_store_policy(r.context, r.mode, r.nagents)) {
     case OpenStore::allow:
       // An advice about the site's set-up, repeated by every job: --quiet hides it (the JSON event stays).
-      if (master && (!quiet || ev.json())) {
+      if (node0 && (!quiet || ev.json())) {
         ev.warn(
             "the rendezvous store is unauthenticated (no munged, no DDPRUN_TOKEN): anyone who can "
             "reach its port can join or abort this job; see docs/security.md");

@@ -16,7 +16,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr milliseconds kLocalGather{3000};  // the node's records, before the master's gather ends (5 s)
+constexpr milliseconds kLocalGather{3000};  // the node's records, before node 0's gather ends (5 s)
 constexpr milliseconds kRootWait{3000};     // a member waits this long for the root its relay passes down
 constexpr milliseconds kPoll{100};          // the relay looks for an abort while the node arrives
 
@@ -44,7 +44,7 @@ agent::PublishOutcome PerTaskCoordinator::publish_failure(const core::Failure& f
     tell_node(root);
     return {root, {}};
   } catch (const std::exception& e) {
-    if (relay()) tell_node(f);  // the master did not answer: this node's tasks still stop for it
+    if (relay()) tell_node(f);  // node 0 did not answer: this node's tasks still stop for it
     return {std::nullopt, e.what()};
   }
 }
@@ -58,7 +58,7 @@ void PerTaskCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
       // The node-local abort is the node's first failure; the job's root comes right behind it.
       s_.down->watch([this](const core::Failure& f) {
         std::lock_guard life(life_mu_);
-        if (!closed_) deliver(job_root_or(f, kRootWait), !s_.down->master_lost());
+        if (!closed_) deliver(job_root_or(f, kRootWait), !s_.down->node0_lost());
       });
     }
   };
@@ -66,12 +66,12 @@ void PerTaskCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
                         [this] { delivered_ = false; });
 }
 
-// The job's root cause (or a lost master): down to the node's tasks, then to our supervisor.
+// The job's root cause (or a lost node 0): down to the node's tasks, then to our supervisor.
 void PerTaskCoordinator::on_up(const core::Failure& root) {
   std::lock_guard life(life_mu_);
   if (closed_) return;
   tell_node(root);
-  deliver(root, !s_.up->master_lost());
+  deliver(root, !s_.up->node0_lost());
 }
 
 // A failure on this node (a task's, or a local task lost): up to the job; the winner comes back.
@@ -179,7 +179,7 @@ agent::BarrierOutcome PerTaskCoordinator::wait_local_arrivals() {
   }
 }
 
-// ---- end-of-run records: members to their relay, one bundle per node to the master
+// ---- end-of-run records: members to their relay, one bundle per node to node 0
 
 bool PerTaskCoordinator::publish_result(const std::string& record) {
   if (!relay()) return s_.down->publish_result(record);
@@ -193,7 +193,7 @@ bool PerTaskCoordinator::publish_result(const std::string& record) {
 
 std::vector<agent::PeerRecord> PerTaskCoordinator::gather_results(milliseconds timeout,
                                                                   std::optional<int> lost) {
-  // `lost` names a task or a node depending on who reported it: the master waits for every node's
+  // `lost` names a task or a node depending on who reported it: node 0 waits for every node's
   // bundle instead, which ends early once no other relay is connected.
   (void)lost;
   if (!relay()) return {};

@@ -3,12 +3,12 @@
 //
 // Local task 0 of each node (the relay) holds the node's one agent place in the job's rendezvous
 // (`up`) and serves a node-local store on 127.0.0.1 (`down`) that the node's other tasks (members)
-// join instead of the master's. The relay passes aborts both ways (a local failure goes up, the
+// join instead of node 0's. The relay passes aborts both ways (a local failure goes up, the
 // job's root cause comes down), holds the node's exit barrier until every local task arrived, and
 // sends its node's end-of-run records up as one bundle. A node with one task has no `down`.
 //
 // Besides the rendezvous keys, the node-local store holds a few of the relay's own, under
-// "/pertask/attempt_<n>/": "root" (the job's root cause as the master decided it) and "exit/<local>"
+// "/pertask/attempt_<n>/": "root" (the job's root cause as node 0 decided it) and "exit/<local>"
 // (that local task reached the exit barrier).
 #include <chrono>
 #include <functional>
@@ -36,7 +36,7 @@ struct RelaySetup {
   int local_tasks = 1;
   // Connects a short extra client to the node-local store (its own keys, above).
   std::function<std::shared_ptr<store::TcpStore>()> connect_local;
-  // The master: the plan ranks of each node's tasks, in local order (to unpack the bundles).
+  // Node 0: the plan ranks of each node's tasks, in local order (to unpack the bundles).
   std::vector<std::vector<int>> node_ranks;
 };
 

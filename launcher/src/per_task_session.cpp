@@ -66,7 +66,7 @@ class PerTaskSession final : public Session {
 
  private:
   rdzv::JoinInfo join_info(int node_rank, int local_world_size) const;
-  std::string master_plan(int attempt, const std::vector<rdzv::JoinInfo>& joined);
+  std::string node0_plan(int attempt, const std::vector<rdzv::JoinInfo>& joined);
   void pass_down_join_error(const std::string& message);
   std::shared_ptr<store::TcpStore> connect_local() const;
 
@@ -80,7 +80,7 @@ class PerTaskSession final : public Session {
   std::unique_ptr<PerTaskCoordinator> coord_;
   std::unique_ptr<rdzv::Rendezvous> up_;    // relay: the node's place in the job
   std::unique_ptr<rdzv::Rendezvous> down_;  // the node-local store (served by the relay)
-  WorkerStoreHost store_;                   // the workers' store, on the master task
+  WorkerStoreHost store_;                   // the workers' store, on node 0's relay
 };
 
 std::vector<int> tasks_per_node(const core::Resolved& r) {
@@ -157,7 +157,7 @@ rdzv::JoinInfo PerTaskSession::join_info(int node_rank, int local_world_size) co
 // On the master: Slurm fixed the layout; the round agrees on the attempt and MASTER_PORT: the
 // workers' store served here for the attempt, or (--worker-store rank0) checked by binding it for
 // worker rank 0's own; never one of the rendezvous stores.
-std::string PerTaskSession::master_plan(int attempt, const std::vector<rdzv::JoinInfo>& joined) {
+std::string PerTaskSession::node0_plan(int attempt, const std::vector<rdzv::JoinInfo>& joined) {
   core::JobSpec job = r_.job;
   job.restart_count = attempt;
   core::PlanTable table = core::make_plan_table(job, r_.nodes);
@@ -179,10 +179,9 @@ Round PerTaskSession::join(int attempt) {
   std::string from;
   if (up_) {
     try {
-      text =
-          up_->join(join_info(place_.node, place_.local_tasks),
-                    [&](const std::vector<rdzv::JoinInfo>& joined) { return master_plan(attempt, joined); })
-              .plan;
+      text = up_->join(join_info(place_.node, place_.local_tasks),
+                       [&](const std::vector<rdzv::JoinInfo>& joined) { return node0_plan(attempt, joined); })
+                 .plan;
     } catch (const std::exception& e) {
       // Another node could not start: its cause, and its exit code, for this node's tasks too.
       if (const auto& f = up_->start_failure()) {

@@ -1,6 +1,6 @@
 #pragma once
 // Per-task mode's session (srun --ntasks-per-node=K ddprun): each ddprun is one worker, and only
-// local task 0 of each node talks to the master (node_relay.hpp). Private to the launcher.
+// local task 0 of each node talks to node 0 (node_relay.hpp). Private to the launcher.
 #include <memory>
 
 #include "session.hpp"

@@ -1,4 +1,4 @@
-// Agent mode: one agent per node, every agent a participant of the master's round; elastic jobs
+// Agent mode: one agent per node, every agent a participant of node 0's round; elastic jobs
 // (docs/elastic.md) go on without a lost node, promote a standby, or move the store to a survivor.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -95,12 +95,12 @@ class RendezvousSession final : public Session {
   }
 
   Round join(int attempt) override {
-    // The master publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
+    // Node 0 publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
     // every agent derives its own node's workers from them.
     rdzv::Joined joined;
     try {
       joined = rz_.join(me_, [&](const std::vector<rdzv::JoinInfo>& nodes) {
-        return core::encode_plan_table(master_table(nodes, attempt));
+        return core::encode_plan_table(node0_table(nodes, attempt));
       });
     } catch (const store::Error& e) {
       // Another agent could not start: its error, and its exit code, on every node.
@@ -160,7 +160,7 @@ class RendezvousSession final : public Session {
     // The rendezvous keeps the round that ended and who of it is gone; asked below and at the next join.
     rz_.next_attempt(lost_ranks(root));
     const auto& lost = rz_.previous_lost();
-    // The master is gone: the first survivor serves a fresh store on the next port.
+    // Node 0 is gone: the first survivor serves a fresh store on the next port.
     if (std::find(lost.begin(), lost.end(), 0) == lost.end()) return;
     const auto host = core::failover_host(rz_.previous_members(), lost);
     if (!host) return;
@@ -194,7 +194,7 @@ class RendezvousSession final : public Session {
     return out;
   }
 
-  // --rdzv-endpoint HOST:0 (only the master, core::resolve): the port the store got, which the other
+  // --rdzv-endpoint HOST:0 (only node 0, core::resolve): the port the store got, which the other
   // agents need, so said even under --quiet.
   void announce_store() {
     const bool v6 = r_.rdzv_host.find(':') != std::string::npos;
@@ -213,7 +213,7 @@ class RendezvousSession final : public Session {
   // On the master: the table from the nodes that joined, with MASTER_PORT: served here for the attempt
   // (the workers' store, --worker-store agent|relay), or checked by binding it for worker rank 0's own;
   // never the rendezvous store's port.
-  core::PlanTable master_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
+  core::PlanTable node0_table(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
     job.nnodes = static_cast<int>(
@@ -270,7 +270,7 @@ class RendezvousSession final : public Session {
   StoreCoordinator coord_;
   // The last round's plan, for the next one (elastic); its members are the rendezvous's.
   std::shared_ptr<const core::PlanTable> last_table_;
-  WorkerStoreHost store_;           // the workers' store, while this agent is the master
+  WorkerStoreHost store_;           // the workers' store, while this agent is node 0
   PortHold master_hold_;            // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
   std::atomic<int> node_rank_{-1};  // this agent's in the last round (the metrics thread reads it)
   std::unique_ptr<MetricsServer> metrics_;  // --metrics-port; declared last: stopped first

@@ -80,7 +80,7 @@ rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::
 // Where the workers' store's lines go: a worker_store event, or a "ddprun: ..." line on stderr.
 std::function<void(const std::string&)> worker_store_log(agent::Events& ev);
 
-// The plan the master publishes, parsed; a malformed one is a protocol error naming the store.
+// The plan node 0 publishes, parsed; a malformed one is a protocol error naming the store.
 core::PlanTable parse_published_plan(const std::string& text, const std::string& endpoint);
 
 }  // namespace ddprun::launcher

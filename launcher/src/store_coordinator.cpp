@@ -22,8 +22,8 @@ void StoreCoordinator::set_remote_abort_handler(agent::AbortHandler h) {
 
 void StoreCoordinator::on_abort(const core::Failure& f) {
   std::lock_guard lock(mu_);
-  // The watch fires once an attempt: with the store's abort, or with the master it called lost.
-  if (handler_) handler_(f, !rz_.master_lost());
+  // The watch fires once an attempt: with the store's abort, or with node 0 it called lost.
+  if (handler_) handler_(f, !rz_.node0_lost());
 }
 
 std::vector<agent::PeerRecord> StoreCoordinator::gather_results(std::chrono::milliseconds timeout,

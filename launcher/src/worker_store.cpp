@@ -113,7 +113,7 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
 
 void WorkerStoreHost::relay(const core::JobConstants& job, int node_rank, std::vector<core::Worker>& local) {
   relay_.reset();
-  if (node_rank != 0) server_.reset();  // not the master (any more): it serves nothing
+  if (node_rank != 0) server_.reset();  // not node 0 (any more): it serves nothing
   if (job.worker_store != core::WorkerStore::relay || node_rank == 0 || local.empty()) return;
   store::C10dRelayOptions o;
   o.host = "127.0.0.1";

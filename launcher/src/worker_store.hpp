@@ -31,7 +31,7 @@ class WorkerStoreHost {
  public:
   explicit WorkerStoreHost(std::function<void(const std::string&)> log) : log_(std::move(log)) {}
 
-  // On the node that hosts the store (the master; standalone: the only node), before the attempt's
+  // On the node that hosts the store (node 0; standalone: the only node), before the attempt's
   // plan is published: serves for this attempt and returns the MASTER_PORT the plan publishes. The
   // first call binds MASTER_ADDR's own addresses (core::worker_store_hosts) on `planned`, or on a
   // free port when that is busy or `avoid` and was not `given` (given and busy: core::Error, exit 1).
@@ -46,8 +46,8 @@ class WorkerStoreHost {
   // `local`'s MASTER_PORT), forwarding to node 0's store. A busy port is replaced by a free one, and
   // `local`'s MASTER_PORT with it.
   void relay(const core::JobConstants& job, int node_rank, std::vector<core::Worker>& local);
-  // The end of this node's part in serving: a relay (or a server, when this node is no longer the
-  // master) of the last attempt goes.
+  // The end of this node's part in serving: a relay (or a server, when this node is no longer
+  // node 0) of the last attempt goes.
   void drop_relay() { relay_.reset(); }
 
  private:

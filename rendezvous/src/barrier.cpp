@@ -23,9 +23,9 @@ void Rendezvous::Impl::arrive_at_barrier(PrefixStore& s, const std::string& name
   if (s.add(keys::barrier_count(name), 1) >= n) s.set(keys::barrier_done(name), "1");
 }
 
-// Barrier `name` has passed (on an agent, not the master): from here on the master closing the store is
-// expected, not a lost master, so the watch stops before the ack, which lets the master stop serving.
-// The ack only lets it stop sooner: a master that stopped first (its bounded wait for the acks ended) is
+// Barrier `name` has passed (on an agent, not node 0): from here on node 0 closing the store is
+// expected, not a lost node 0, so the watch stops before the ack, which lets node 0 stop serving.
+// The ack only lets it stop sooner: a node 0 that stopped first (its bounded wait for the acks ended) is
 // no failure of this node.
 void Rendezvous::Impl::ack_barrier(PrefixStore& s, const std::string& name) {
   watching_ = false;
@@ -50,10 +50,10 @@ Rendezvous::Impl::BarrierEnd Rendezvous::Impl::wait_barrier(const std::string& n
       barrier_waiting_ = true;
     }
     try {
-      // A master the watch declared lost before this wait began would never answer it (the watch
+      // A node 0 the watch declared lost before this wait began would never answer it (the watch
       // closes the connection only under a waiting barrier).
-      if (master_lost_)
-        throw store::Error(store::Error::Kind::io, "the rendezvous master is lost", "barrier", endpoint());
+      if (node0_lost_)
+        throw store::Error(store::Error::Kind::io, "the rendezvous store is lost", "barrier", endpoint());
       got = s.wait_any({keys::barrier_done(name), keys::kAbort}, left_until(deadline));
     } catch (const store::Error&) {
       std::lock_guard lk(barrier_mu_);
@@ -109,30 +109,30 @@ ExitBarrierEnd Rendezvous::Impl::exit_barrier() {
   }
   {
     std::lock_guard lk(cb_mu_);
-    if (lost_master_) return {*lost_master_, false};  // the watch's reason: no answer, or the connection gone
+    if (lost_node0_) return {*lost_node0_, false};  // the watch's reason: no answer, or the connection gone
   }
   if (end == BarrierEnd::timed_out) error = "the exit barrier did not pass";
   if (server_) {
     core::Failure info;
-    info.reason = fmt::format("the exit barrier failed on the rendezvous master {}: {}", endpoint(), error);
+    info.reason = fmt::format("the exit barrier failed on the rendezvous store {}: {}", endpoint(), error);
     info.host = opts_.host;
     info.node_rank = 0;
     info.exit_code = 1;
     info.time = core::failure_now();
     return {info, false};
   }
-  return {lost_master_failure(error), false};
+  return {lost_node0_failure(error), false};
 }
 
 // This node could not publish its root cause beside its waiting exit barrier: the other nodes cannot
-// end that wait for it, so it ends here (its connection closed, the barrier returns this node's master
+// end that wait for it, so it ends here (its connection closed, the barrier returns node 0
 // as lost), and the node goes on with its own failure.
 void Rendezvous::Impl::end_barrier_wait() {
   std::lock_guard lk(barrier_mu_);
   if (barrier_waiting_ && client_) client_->close();
 }
 
-// The root cause, published beside a waiting barrier's connection: in-process on the master, on a short
+// The root cause, published beside a waiting barrier's connection: in-process on node 0, on a short
 // connection of its own elsewhere. The abort key wakes every node's barrier, this one's too.
 core::Failure Rendezvous::Impl::abort_beside_barrier(const std::string& encoded) {
   std::shared_ptr<Store> target;

@@ -1,4 +1,4 @@
-// The join round: node-rank claims, join records, arrivals; on the master the round itself
+// The join round: node-rank claims, join records, arrivals; on node 0 the round itself
 // (wait for the nodes, build the plan, publish it); on every agent, reading the published plan.
 #include <algorithm>
 #include <set>
@@ -60,12 +60,12 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   // fans out, or spawning its workers right after, is still heard; a stopped or dead one is lost.
   start_liveness();
 
-  if (server_) run_master_round(make_plan);
+  if (server_) run_node0_round(make_plan);
 
   if (!wait_for_plan(s, start)) {
     throw store::Error(store::Error::Kind::timeout,
-                       fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: the master (node "
-                                   "rank 0) published no plan; check that it runs and that every node "
+                       fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: node 0 published "
+                                   "no plan; check that it runs and that every node "
                                    "started (--rdzv-timeout)",
                                    endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
                        "join", endpoint());
@@ -73,7 +73,7 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   Joined joined = read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
   {
     std::lock_guard lk(cb_mu_);
-    master_host_ = host_of(0);
+    node0_host_ = host_of(0);
   }
   if (server_) start_monitor();
   return joined;
@@ -96,7 +96,7 @@ void Rendezvous::Impl::claim_node_rank(PrefixStore& s, int node_rank) {
                      "join", endpoint());
 }
 
-// True once the plan is published; throws the master's error if the round failed there, false
+// True once the plan is published; throws node 0's error if the round failed there, false
 // at the join deadline.
 bool Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock::time_point start) {
   const auto deadline = start + opts_.join_timeout;
@@ -110,14 +110,14 @@ bool Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock::time_point start) {
     got = s.wait_any(watched, slice);
     if (got || slice >= left || Clock::now() >= deadline) break;
     opts_.on_progress(
-        fmt::format("rendezvous {} waiting {:.0f} s for the master (node rank 0) to "
+        fmt::format("rendezvous {} waiting {:.0f} s for node 0 to "
                     "publish the plan",
                     endpoint(), std::chrono::duration<double>(Clock::now() - start).count()));
   }
   if (got && *got == 2) leave_after_start_failure(s);
   if (got && *got == 1) {
     auto msg = s.get(keys::kJoinError, Millis{0});
-    throw Error(msg.value_or("the rendezvous round failed on the master"), "join", endpoint());
+    throw Error(msg.value_or("the rendezvous round failed on node 0"), "join", endpoint());
   }
   return got.has_value();
 }
@@ -148,7 +148,7 @@ core::Failure Rendezvous::Impl::fail_start(const core::Failure& cause_in) {
   return won;
 }
 
-// Every agent has read the start-up error, or the join deadline passed. The master serves its store
+// Every agent has read the start-up error, or the join deadline passed. Node 0 serves its store
 // until then; the others may see it close once the last one has read it, which ends their wait too.
 void Rendezvous::Impl::await_start_failure_read(PrefixStore& s) {
   const int agents = opts_.nagents > 0 ? opts_.nagents : opts_.nnodes_max;
@@ -186,9 +186,9 @@ void Rendezvous::Impl::fail_join(const std::string& message) {
   throw Error(message, "join", endpoint());
 }
 
-// ---- the master's round
+// ---- node 0's round
 
-void Rendezvous::Impl::run_master_round(const PlanFn& make_plan) {
+void Rendezvous::Impl::run_node0_round(const PlanFn& make_plan) {
   PrefixStore s = store();
   std::vector<int> in;  // node ranks that joined
   if (elastic_round()) {
@@ -225,7 +225,7 @@ void Rendezvous::Impl::run_master_round(const PlanFn& make_plan) {
   try {
     plan = make_plan(joined);
   } catch (const std::exception& e) {
-    // Every agent fails with the same message; the master rethrows the original error.
+    // Every agent fails with the same message; node 0 rethrows the original error.
     try {
       s.set(keys::kJoinError, e.what());
       linger(opts_.heartbeat_timeout);
@@ -248,8 +248,8 @@ void Rendezvous::Impl::run_master_round(const PlanFn& make_plan) {
   plan_published_ = Clock::now();  // from here on every participant's watch is due (liveness.cpp)
 }
 
-// The node ranks that arrived, from the arrival records: standbys' ranks lie beyond MAX, and a
-// master outside Slurm does not know how many there are.
+// The node ranks that arrived, from the arrival records: standbys' ranks lie beyond MAX, and
+// node 0 outside Slurm does not know how many there are.
 std::vector<int> Rendezvous::Impl::joined_ranks(PrefixStore& s) const {
   std::set<int> ranks;
   const auto read = [&](const char* counter, std::string (*key)(std::int64_t)) {
@@ -276,7 +276,7 @@ bool Rendezvous::Impl::start_errors_end_round() const {
   return opts_.attempt == 0 || !elastic_round();
 }
 
-// A round after a restart of an elastic job: MIN < MAX, or standbys (which the master outside Slurm
+// A round after a restart of an elastic job: MIN < MAX, or standbys (which node 0 outside Slurm
 // learns of only when they join).
 bool Rendezvous::Impl::elastic_round() const {
   return !previous_.empty() &&
@@ -321,7 +321,7 @@ void Rendezvous::Impl::wait_for_arrivals(PrefixStore& s) {
   // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
   // only to say, now and then, who is still missing.
   // The first round also ends when an agent could not start (fail_start): the caller looks.
-  // Under Slurm an elastic job's master knows its standbys (the step's nodes beyond MAX): they count
+  // Under Slurm an elastic job's node 0 knows its standbys (the step's nodes beyond MAX): they count
   // towards MIN, so that an active node that never comes (a failed --health-check) leaves its place
   // to a standby after the last call, as a lost node does.
   const bool standbys_count = opts_.elastic && opts_.nagents > opts_.nnodes_max;

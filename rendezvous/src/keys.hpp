@@ -17,7 +17,7 @@ inline std::string attempt_prefix(int attempt) {
 }
 
 inline constexpr const char* kPlan = "plan";             // the published plan record (below)
-inline constexpr const char* kJoinError = "join_error";  // why the round failed on the master
+inline constexpr const char* kJoinError = "join_error";  // why the round failed on node 0
 inline constexpr const char* kAbort = "abort";           // the root cause (core::Failure); first write wins
 inline constexpr const char* kArrivals = "arrivals";     // counter: agents that published their record
 inline constexpr const char* kStandbys = "standbys";     // counter: the same for standbys (node rank >= MAX)
@@ -36,7 +36,7 @@ inline std::string rank_claim(int node_rank) {
 inline std::string node(int node_rank) {
   return fmt::format("node/{}", node_rank);
 }
-// The node rank of the n-th arrival (n from 1): the master waits for "arrived/<nnodes>".
+// The node rank of the n-th arrival (n from 1): node 0 waits for "arrived/<nnodes>".
 inline std::string arrived(std::int64_t n) {
   return fmt::format("arrived/{}", n);
 }
@@ -123,7 +123,7 @@ inline std::string result(int node_rank) {
 inline std::string abort(int node_rank) {
   return fmt::format("abort/{}", node_rank);
 }
-// The master's connection that publishes lost agents.
+// Node 0's connection that publishes lost agents.
 inline std::string monitor(int attempt) {
   return fmt::format("monitor/{}", attempt);
 }

@@ -1,5 +1,5 @@
 // Liveness: every agent's watch (heartbeats and the pushed abort, on its one connection) and, on
-// the master, the monitor that turns a lost agent into a published abort.
+// node 0, the monitor that turns a lost agent into a published abort.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -22,7 +22,7 @@ namespace ddprun::rdzv {
 using detail::Clock;
 
 namespace {
-constexpr int kPongEvery = 3;  // heartbeats per pong asked for; the master timeout is 6+ intervals
+constexpr int kPongEvery = 3;  // heartbeats per pong asked for; the node-0 timeout is 6+ intervals
 }  // namespace
 
 void Rendezvous::Impl::fire(const core::Failure& info) {
@@ -38,12 +38,12 @@ void Rendezvous::Impl::fire(const core::Failure& info) {
 }
 
 LivenessTiming liveness_timing(Millis heartbeat_interval, Millis heartbeat_timeout, int nnodes) {
-  // The master gets at most kMaxHeartbeatRate heartbeats a second, whatever the job's size.
+  // Node 0 gets at most kMaxHeartbeatRate heartbeats a second, whatever the job's size.
   const Millis by_rate{(static_cast<std::int64_t>(std::max(nnodes, 1)) * 1000 + kMaxHeartbeatRate - 1) /
                        kMaxHeartbeatRate};
   const Millis interval = std::max({heartbeat_interval, by_rate, Millis{1}});
   // Three missed heartbeats before an agent is lost; the agent waits twice that before it calls a
-  // busy master lost.
+  // busy node 0 lost.
   const Millis agent_timeout = std::max(heartbeat_timeout, 3 * interval);
   return {interval, agent_timeout, 2 * agent_timeout};
 }
@@ -74,7 +74,7 @@ void Rendezvous::Impl::start_liveness() {
   }
   {
     std::lock_guard lk(cb_mu_);
-    master_host_ = host_of(0);  // the Slurm node list's first host until the plan names it
+    node0_host_ = host_of(0);  // the Slurm node list's first host until the plan names it
   }
   const int attempt = opts_.attempt;
   const int nnodes = joined_ ? static_cast<int>(members_.size()) : opts_.nnodes_max;
@@ -91,7 +91,7 @@ void Rendezvous::Impl::start_liveness() {
   if (server_ && joined_) start_monitor();
 }
 
-// Master, once the participants are known (the monitor reads them).
+// Node 0, once the participants are known (the monitor reads them).
 void Rendezvous::Impl::start_monitor() {
   if (monitor_thread_.joinable()) return;
   {
@@ -102,10 +102,10 @@ void Rendezvous::Impl::start_monitor() {
   monitor_thread_ = std::thread([this, attempt] { monitor_loop(attempt); });
 }
 
-// Heartbeats every interval, the abort as a pushed event, and a lost master: the connection
-// closed, or nothing heard for master_timeout. Until the watch stops: after the abort too, since
+// Heartbeats every interval, the abort as a pushed event, and a lost node 0: the connection
+// closed, or nothing heard for node0_timeout. Until the watch stops: after the abort too, since
 // this agent's teardown may take the whole grace (a trainer that checkpoints on SIGTERM) and a
-// node is lost only when its agent is (the master would drop a silent one, and an elastic job's
+// node is lost only when its agent is (node 0 would drop a silent one, and an elastic job's
 // next round would go on without a healthy node).
 void Rendezvous::Impl::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t) {
   auto next_beat = Clock::now();
@@ -126,11 +126,11 @@ void Rendezvous::Impl::watch_loop(std::shared_ptr<TcpStore> conn, const Liveness
   try {
     while (watching_.load()) {
       if (Clock::now() >= next_beat) {
-        // A pong every kPongEvery heartbeats, and at every one once the master has been quiet
-        // that long: the master answers a third of them, and a silent master still shows.
+        // A pong every kPongEvery heartbeats, and at every one once node 0 has been quiet
+        // that long: node 0 answers a third of them, and a silent node 0 still shows.
         const bool quiet = Clock::now() - conn->last_heard() >= kPongEvery * t.interval;
         if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0)) {
-          if (!fired) fire_lost_master("the connection is gone", conn.get());
+          if (!fired) fire_lost_node0("the connection is gone", conn.get());
           return;
         }
         next_beat = Clock::now() + t.interval;
@@ -143,9 +143,9 @@ void Rendezvous::Impl::watch_loop(std::shared_ptr<TcpStore> conn, const Liveness
         fired = true;
         continue;
       }
-      // On the master the store runs in this very process: a silent store is a busy one (fanning
+      // On node 0 the store runs in this very process: a silent store is a busy one (fanning
       // out a plan to thousands of nodes), never a lost one.
-      if (!server_ && Clock::now() - conn->last_heard() > t.master_timeout) {
+      if (!server_ && Clock::now() - conn->last_heard() > t.node0_timeout) {
         // This agent may itself have been stopped: read what came meanwhile before judging.
         events = take_stacks_requests(conn->poll_events(Millis{0}));
         if (!events.empty()) {
@@ -153,14 +153,14 @@ void Rendezvous::Impl::watch_loop(std::shared_ptr<TcpStore> conn, const Liveness
           fired = true;
           continue;
         }
-        if (Clock::now() - conn->last_heard() > t.master_timeout) {
-          return fire_lost_master(fmt::format("no answer to heartbeats for {} ms", t.master_timeout.count()),
-                                  conn.get());
+        if (Clock::now() - conn->last_heard() > t.node0_timeout) {
+          return fire_lost_node0(fmt::format("no answer to heartbeats for {} ms", t.node0_timeout.count()),
+                                 conn.get());
         }
       }
     }
   } catch (const store::Error& e) {
-    if (watching_.load() && !fired) fire_lost_master(e.what(), conn.get());
+    if (watching_.load() && !fired) fire_lost_node0(e.what(), conn.get());
   }
 }
 
@@ -186,12 +186,12 @@ void Rendezvous::Impl::fire_event(const std::string& value) {
   fire(info);
 }
 
-core::Failure Rendezvous::Impl::lost_master_failure(const std::string& why) {
+core::Failure Rendezvous::Impl::lost_node0_failure(const std::string& why) {
   core::Failure info;
-  info.reason = fmt::format("lost the rendezvous master at {}: {}", endpoint(), why);
+  info.reason = fmt::format("lost the rendezvous store at {}: {}", endpoint(), why);
   {
     std::lock_guard lk(cb_mu_);
-    info.host = master_host_.empty() ? opts_.host : master_host_;
+    info.host = node0_host_.empty() ? opts_.host : node0_host_;
   }
   info.node_rank = 0;
   info.exit_code = 1;
@@ -200,14 +200,14 @@ core::Failure Rendezvous::Impl::lost_master_failure(const std::string& why) {
   return info;
 }
 
-void Rendezvous::Impl::fire_lost_master(const std::string& why, TcpStore* conn) {
-  const core::Failure info = lost_master_failure(why);
+void Rendezvous::Impl::fire_lost_node0(const std::string& why, TcpStore* conn) {
+  const core::Failure info = lost_node0_failure(why);
   {
     std::lock_guard lk(cb_mu_);
-    lost_master_ = info;
+    lost_node0_ = info;
   }
-  master_lost_ = true;
-  // An exit barrier waiting on this connection would never hear from this master again.
+  node0_lost_ = true;
+  // An exit barrier waiting on this connection would never hear from this node 0 again.
   if (conn != nullptr && barrier_waiting_.load()) conn->close();
   fire(info);
 }
@@ -223,7 +223,7 @@ void Rendezvous::Impl::on_lost(const std::string& label, const std::string& reas
 }
 
 void Rendezvous::Impl::monitor_loop(int attempt) {
-  // In-process: the master's store needs no connection to itself for this.
+  // In-process: node 0's store needs no connection to itself for this.
   PrefixStore s(keys::attempt_prefix(attempt), std::make_shared<ServerStore>(*server_));
   // An agent that stops or dies after the plan but before it opens its watch is never reported
   // by the server: every watch is due within the heartbeat timeout of the plan.

@@ -1,4 +1,4 @@
-// The Rendezvous object: its connections, the master's store, abort, restarts. The join round
+// The Rendezvous object: its connections, node 0's store, abort, restarts. The join round
 // is in join.cpp, the watch and the lost-agent monitor in liveness.cpp, the barrier in barrier.cpp.
 #include "rendezvous_impl.hpp"
 
@@ -99,7 +99,7 @@ void Rendezvous::Impl::start_server(std::uint16_t port) {
     so.log = opts_.log;
     so.on_lost = [this](const std::string& label, const std::string& reason) { on_lost(label, reason); };
     auto server = std::make_unique<StoreServer>(std::move(so));
-    // The status and metrics threads look at server_ (publish_status, local_status): a master's
+    // The status and metrics threads look at server_ (publish_status, local_status): a node 0's
     // failover starts it while they run.
     std::lock_guard lk(status_mu_);
     server_ = std::move(server);
@@ -109,13 +109,13 @@ void Rendezvous::Impl::start_server(std::uint16_t port) {
 
 void Rendezvous::Impl::fail_over(int host_rank, const std::string& addr, std::uint16_t port) {
   ++failovers_;
-  client_.reset();  // the connection to the lost master
+  client_.reset();  // the connection to the lost node 0
   opts_.host = addr;
   opts_.port = port;
   port_ = port;
   const auto i = static_cast<std::size_t>(host_rank);
   if (i >= previous_.size() || previous_[i].orig_rank != opts_.node_rank) return;
-  // A process of the lost master's job that still dies on this host may hold the port a moment.
+  // A process of the lost node 0's job that still dies on this host may hold the port a moment.
   const auto deadline = Clock::now() + Millis{3000};
   for (;;) {
     try {
@@ -198,7 +198,7 @@ PrefixStore Rendezvous::Impl::store() const {
 std::shared_ptr<TcpStore> Rendezvous::Impl::connect_client(const std::string& label, Millis liveness,
                                                            Millis connect_timeout, Millis op_timeout) const {
   ClientOptions co;
-  // The master talks to its own server over loopback: no dependence on how its name resolves.
+  // Node 0 talks to its own server over loopback: no dependence on how its name resolves.
   const bool wildcard =
       opts_.listen_host.empty() || opts_.listen_host == "0.0.0.0" || opts_.listen_host == "::";
   co.host = !server_ ? opts_.host : (wildcard ? std::string("127.0.0.1") : opts_.listen_host);
@@ -221,14 +221,14 @@ std::shared_ptr<TcpStore> Rendezvous::Impl::connect_client(const std::string& la
 
 void Rendezvous::Impl::ensure_connected() {
   if (client_ && client_->connected()) return;
-  // Within a round the one connection is the master: once it is gone, so is the master. Only a
-  // new round (next_attempt) connects again, and only a join waits for a master to come up.
+  // Within a round the one connection is node 0: once it is gone, so is node 0. Only a
+  // new round (next_attempt) connects again, and only a join waits for a node 0 to come up.
   if (client_ && joined_) {
     throw store::Error(store::Error::Kind::io,
-                       fmt::format("rendezvous {}: the connection to the master is lost", endpoint()),
+                       fmt::format("rendezvous {}: the connection to the store is lost", endpoint()),
                        "connect", endpoint());
   }
-  // Non-master agents keep retrying while the master starts, up to the join timeout.
+  // Agents other than node 0 keep retrying while node 0 starts, up to the join timeout.
   // The handshake is pipelined with the first call, so a peer that never answers (not our store)
   // is noticed by that call: bound it by the join timeout too (--rdzv-timeout).
   if (!server_ && !opts_.fallback_ports.empty() && failovers_ == 0) {
@@ -239,8 +239,8 @@ void Rendezvous::Impl::ensure_connected() {
                            std::min(std::max(opts_.heartbeat_timeout, Millis{30000}), opts_.join_timeout));
 }
 
-// The master serves on the store's port or, when that was busy on its node, on a fallback: try each in
-// turn, round after round, until one answers for this run. Nothing listening (our master may not be up
+// Node 0 serves on the store's port or, when that was busy on its node, on a fallback: try each in
+// turn, round after round, until one answers for this run. Nothing listening (our node 0 may not be up
 // yet) or another run's store (it refuses us by run id) sends us to the next; any other refusal is ours
 // (authentication, version) and final. Only one store serves this run id, so every agent finds the same.
 std::shared_ptr<TcpStore> Rendezvous::Impl::find_store() {
@@ -251,7 +251,7 @@ std::shared_ptr<TcpStore> Rendezvous::Impl::find_store() {
   Backoff backoff(Millis{50}, Millis{1000}, Backoff::cheap_seed());
   std::vector<std::string> last(ports.size());
   // A port where another run's store answered is asked again only after a while: each asking costs that
-  // store's master a "rejected peer" line. It is asked again at all because that store may end, and ours
+  // store's node 0 a "rejected peer" line. It is asked again at all because that store may end, and ours
   // start there.
   std::vector<Clock::time_point> not_before(ports.size());
   for (;;) {
@@ -286,7 +286,7 @@ std::shared_ptr<TcpStore> Rendezvous::Impl::find_store() {
   throw store::Error(
       store::Error::Kind::timeout,
       fmt::format("cannot reach the rendezvous store at {} on port {} or its fallback ports after {:.1f} s "
-                  "({}); is the master agent (node rank 0) running, and is the endpoint right?",
+                  "({}); is node 0's agent running, and is the endpoint right?",
                   opts_.host, opts_.port, std::chrono::duration<double>(Clock::now() - start).count(),
                   fmt::join(last, "; ")),
       "connect", endpoint());
@@ -392,7 +392,7 @@ void Rendezvous::Impl::next_attempt(const std::vector<int>& lost) {
   previous_lost_ = lost;
   if (elastic_round()) {
     // Every survivor is back within its teardown: no round after a loss may wait --rdzv-timeout for a
-    // master that is gone too.
+    // node 0 that is gone too.
     opts_.join_timeout = std::min(opts_.join_timeout, 2 * opts_.rejoin_timeout);
   }
   // The connection stays; its liveness promise and label of this attempt go, or the store would
@@ -408,10 +408,10 @@ void Rendezvous::Impl::next_attempt(const std::vector<int>& lost) {
   joined_ = false;
   barrier_passed_ = false;
   fired_ = false;
-  master_lost_ = false;
+  node0_lost_ = false;
   {
     std::lock_guard lk(cb_mu_);
-    lost_master_.reset();
+    lost_node0_.reset();
   }
   std::lock_guard lk(lost_mu_);
   lost_labels_.clear();
@@ -452,8 +452,8 @@ core::Failure Rendezvous::abort(const core::Failure& cause) {
 core::Failure Rendezvous::abort(const core::Failure& cause, Millis bound) {
   return impl_->abort(cause, bound);
 }
-bool Rendezvous::master_lost() const {
-  return impl_->master_lost();
+bool Rendezvous::node0_lost() const {
+  return impl_->node0_lost();
 }
 std::optional<core::Failure> Rendezvous::aborted() {
   return impl_->aborted();

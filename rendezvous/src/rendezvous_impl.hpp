@@ -40,7 +40,7 @@ class Rendezvous::Impl {
   void watch(std::function<void(const core::Failure&)> on_abort);
   core::Failure abort(const core::Failure& cause);
   core::Failure abort(const core::Failure& cause, std::chrono::milliseconds bound);
-  bool master_lost() const { return master_lost_.load(); }
+  bool node0_lost() const { return node0_lost_.load(); }
   std::optional<core::Failure> aborted();
   core::Failure fail_start(const core::Failure& cause);
   const std::optional<core::Failure>& start_failure() const { return start_failure_; }
@@ -80,7 +80,7 @@ class Rendezvous::Impl {
   // join.cpp
   void claim_node_rank(PrefixStore& s, int node_rank);
   bool wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start);
-  void run_master_round(const PlanFn& make_plan);
+  void run_node0_round(const PlanFn& make_plan);
   void wait_for_arrivals(PrefixStore& s);
   std::vector<int> wait_for_survivors(PrefixStore& s);  // the node ranks that joined
   bool elastic_round() const;
@@ -100,13 +100,13 @@ class Rendezvous::Impl {
   void ack_barrier(PrefixStore& s, const std::string& name);
   core::Failure abort_beside_barrier(const std::string& encoded);
   void end_barrier_wait();
-  core::Failure lost_master_failure(const std::string& why);
+  core::Failure lost_node0_failure(const std::string& why);
 
   // liveness.cpp
   void start_liveness();
   void start_monitor();
   void watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t);
-  void fire_lost_master(const std::string& why, TcpStore* conn = nullptr);
+  void fire_lost_node0(const std::string& why, TcpStore* conn = nullptr);
   void fire_event(const std::string& value);
   // The watch's event of index 1: `ddprun stacks`' request, kept for stacks_request().
   void keep_stacks_request(std::string value);
@@ -125,11 +125,11 @@ class Rendezvous::Impl {
   // The joined round.
   std::vector<core::Member> members_;  // index = node rank in the plan
   int plan_node_rank_ = -1;
-  std::chrono::steady_clock::time_point plan_published_{};  // master: when the plan went out
+  std::chrono::steady_clock::time_point plan_published_{};  // node 0: when the plan went out
   bool joined_ = false;
   bool barrier_passed_ = false;
   // A barrier's wait holds the main connection: abort() then goes around it (abort_beside_barrier).
-  // Set and read under barrier_mu_ by abort(); the watch reads it to end a wait on a lost master.
+  // Set and read under barrier_mu_ by abort(); the watch reads it to end a wait on a lost node 0.
   std::mutex barrier_mu_;
   std::mutex status_mu_;
   std::map<std::string, std::string> published_status_;  // by key: this agent's last (--metrics-port)
@@ -138,8 +138,8 @@ class Rendezvous::Impl {
   // launcher asks here (members(), previous_members(), previous_lost()) rather than keep its own.
   std::vector<core::Member> previous_;
   std::vector<int> previous_lost_;
-  std::set<int> dropped_;                      // master: orig ranks lost during this attempt
-  std::map<int, std::string> topology_addrs_;  // master: the last round's topology addresses by orig rank
+  std::set<int> dropped_;                      // node 0: orig ranks lost during this attempt
+  std::map<int, std::string> topology_addrs_;  // node 0: the last round's topology addresses by orig rank
   int failovers_ = 0;
   std::optional<core::Failure> start_failure_;
 
@@ -148,16 +148,16 @@ class Rendezvous::Impl {
   std::mutex stacks_mu_;
   std::optional<std::string> stacks_request_;  // under stacks_mu_
   std::function<void(const core::Failure&)> on_abort_;
-  std::optional<core::Failure> pending_;      // fired before watch() installed a callback
-  std::string master_host_;                   // for the lost-master cause, once the plan named it
-  std::optional<core::Failure> lost_master_;  // the lost-master cause this attempt's watch fired
+  std::optional<core::Failure> pending_;     // fired before watch() installed a callback
+  std::string node0_host_;                   // for the lost-node-0 cause, once the plan named it
+  std::optional<core::Failure> lost_node0_;  // the lost-node-0 cause this attempt's watch fired
   std::atomic<bool> fired_{false};
-  std::atomic<bool> master_lost_{false};  // this attempt's watch declared the master lost
+  std::atomic<bool> node0_lost_{false};  // this attempt's watch declared node 0 lost
   std::atomic<bool> watching_{false};
   int wake_fd_ = -1;  // an eventfd that ends the watch thread's wait
   std::thread watch_thread_;
 
-  // Master: lost-peer reports from the server thread, handled on the monitor thread.
+  // Node 0: lost-peer reports from the server thread, handled on the monitor thread.
   std::mutex lost_mu_;
   std::condition_variable lost_cv_;
   std::deque<std::pair<std::string, std::string>> lost_;

@@ -1,6 +1,6 @@
-// The end of an attempt: every agent's compact record, gathered by the master for the job-wide
-// summary (docs/agent.md). Bounded everywhere: a lost or hung agent costs the master at most the
-// gather's timeout, a lost master costs an agent about kPublishTimeout.
+// The end of an attempt: every agent's compact record, gathered by node 0 for the job-wide
+// summary (docs/agent.md). Bounded everywhere: a lost or hung agent costs node 0 at most the
+// gather's timeout, a lost node 0 costs an agent about kPublishTimeout.
 #include <algorithm>
 
 #include "deadline.hpp"
@@ -17,15 +17,15 @@ using detail::left_until;
 
 namespace {
 constexpr Millis kPublishTimeout{2000};  // connect and answer, each
-constexpr Millis kGatherPoll{100};       // how often the master looks whether anyone is left
+constexpr Millis kGatherPoll{100};       // how often node 0 looks whether anyone is left
 }  // namespace
 
 bool Rendezvous::Impl::publish_result(const std::string& record) {
-  // A master this agent already declared lost takes no record: report here, without trying (an
+  // A node 0 this agent already declared lost takes no record: report here, without trying (an
   // elastic job's survivors then restart without that wait).
-  if (!joined_ || master_lost_) return false;
+  if (!joined_ || node0_lost_) return false;
   if (server_) {
-    // The master's own record goes straight into its store: its connection may wait behind
+    // Node 0's own record goes straight into its store: its connection may wait behind
     // thousands of others at the end of a large job.
     try {
       PrefixStore s(key_prefix(), std::make_shared<ServerStore>(*server_));
@@ -43,7 +43,7 @@ bool Rendezvous::Impl::publish_result(const std::string& record) {
       client_->flush(kPublishTimeout);
       return true;
     } catch (const store::Error&) {
-      if (client_->connected()) return false;  // the master did not answer in time
+      if (client_->connected()) return false;  // node 0 did not answer in time
     }
   }
   try {
@@ -51,7 +51,7 @@ bool Rendezvous::Impl::publish_result(const std::string& record) {
     auto conn = connect_client(labels::result(opts_.node_rank), Millis{0}, kPublishTimeout, kPublishTimeout);
     PrefixStore s(key_prefix(), conn);
     s.set(keys::result(opts_.node_rank), record);
-    conn->flush();  // the master has it
+    conn->flush();  // node 0 has it
     return true;
   } catch (const store::Error&) {
     return false;
@@ -78,14 +78,14 @@ bool Rendezvous::Impl::publish_status(const std::string& key, const std::string&
     // abort() may replace the connection under this lock: take it only when free, and not beside a
     // barrier's wait, which holds the connection for as long as the job runs elsewhere.
     std::unique_lock lk(barrier_mu_, std::try_to_lock);
-    if (!lk.owns_lock() || barrier_waiting_ || master_lost_) return false;
+    if (!lk.owns_lock() || barrier_waiting_ || node0_lost_) return false;
     conn = client_;
   }
   if (!conn || !conn->connected()) return false;
   try {
     return conn->try_set(key, record);
   } catch (const store::Error&) {
-    return false;  // the connection is gone: the watch reports the master lost
+    return false;  // the connection is gone: the watch reports node 0 lost
   }
 }
 
@@ -124,7 +124,7 @@ bool Rendezvous::Impl::write_shared(const std::string& key, const std::string& v
     std::shared_ptr<TcpStore> conn;
     {
       std::unique_lock lk(barrier_mu_, std::try_to_lock);
-      if (!lk.owns_lock() || barrier_waiting_ || master_lost_) return false;
+      if (!lk.owns_lock() || barrier_waiting_ || node0_lost_) return false;
       conn = client_;
     }
     if (!conn || !conn->connected()) return false;

@@ -7,7 +7,7 @@
 namespace ddprun::rdzv {
 
 namespace {
-constexpr Millis kPoll{500};  // how often the wait looks at `stop` and at a lost master
+constexpr Millis kPoll{500};  // how often the wait looks at `stop` and at a lost node 0
 }  // namespace
 
 std::optional<core::Failure> Rendezvous::Impl::standby(const std::function<bool()>& stop) {
@@ -18,21 +18,21 @@ std::optional<core::Failure> Rendezvous::Impl::standby(const std::function<bool(
   for (;;) {
     {
       std::lock_guard lk(cb_mu_);
-      if (pending_) return *pending_;  // the abort pushed to the watch, or a lost master
+      if (pending_) return *pending_;  // the abort pushed to the watch, or a lost node 0
     }
     if (stop()) return std::nullopt;
     std::optional<std::size_t> got;
     try {
       got = s.wait_any({keys::barrier_done("exit"), keys::kAbort}, kPoll);
     } catch (const store::Error&) {
-      continue;  // the watch names the lost master
+      continue;  // the watch names the lost node 0
     }
     if (!got) continue;
     if (*got == 1) {
       if (auto v = s.get(keys::kAbort, Millis{0})) return core::decode_failure(*v);
       continue;
     }
-    // Done: the active nodes finished. Let the master stop serving, as barrier() does.
+    // Done: the active nodes finished. Let node 0 stop serving, as barrier() does.
     ack_barrier(s, "exit");
     barrier_passed_ = true;
     stop_watch();

@@ -298,7 +298,7 @@ std::optional<std::string> Verifier::check_token(std::string_view credential, st
   if (!constant_time_equal(expected, credential)) {
     return std::string(
         "authentication failed: wrong token (DDPRUN_TOKEN / token file differs "
-        "from the master's)");
+        "from node 0's)");
   }
   return remember(nonce);
 }

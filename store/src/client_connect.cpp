@@ -139,7 +139,7 @@ void TcpStore::Impl::connect() {
   const auto waited = std::chrono::duration<double>(Clock::now() - start).count();
   throw Error(Error::Kind::timeout,
               fmt::format("cannot reach the rendezvous store at {} after {:.1f} s and {} "
-                          "attempt(s) ({}); is the master agent (node rank 0) running, and is "
+                          "attempt(s) ({}); is node 0's agent running, and is "
                           "the endpoint right?",
                           where, waited, attempts.size(), describe_attempts(attempts)),
               "connect", where);

@@ -64,7 +64,7 @@ void StoreServer::Impl::on_watchdog(const ConnPtr& c) {
     arm_watchdog(c);  // the deadline moved (a request arrived, or the handshake ended)
     return;
   }
-  // A busy master is not a lost agent: when this thread was starved, the peer's heartbeat may be
+  // A busy node 0 is not a lost agent: when this thread was starved, the peer's heartbeat may be
   // sitting unread in the socket. Bytes waiting count as a sign of life.
   if (c->hello_done && bytes_waiting(*c)) {
     touch(*c);

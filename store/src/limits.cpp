@@ -27,7 +27,7 @@ std::size_t connection_cap(std::uint64_t soft) {
 std::string connection_limit_message(std::size_t cap, const FdLimits& l) {
   return fmt::format(
       "the rendezvous store reached its connection limit of {} (open-file limit RLIMIT_NOFILE {}, hard "
-      "limit {}); raise the open-file limit on the master node (ulimit -n, or the hard limit in "
+      "limit {}); raise the open-file limit on node 0 (ulimit -n, or the hard limit in "
       "limits.conf or Slurm's PropagateResourceLimits): each node needs one descriptor",
       cap, l.soft, l.hard == RLIM_INFINITY ? std::string("unlimited") : std::to_string(l.hard));
 }

@@ -106,7 +106,7 @@ struct StoreServer::Impl {
   std::atomic<std::uint64_t> n_dropped{0};
   std::atomic<std::uint64_t> n_refused{0};
   auth::Verifier verifier;
-  // A port scan or a misconfigured job must not flood the master's stderr.
+  // A port scan or a misconfigured job must not flood node 0's stderr.
   auth::LogLimiter log_limit{5, std::chrono::seconds(10)};
   bool stopping = false;
   std::atomic<bool> stopped{false};

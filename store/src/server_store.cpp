@@ -1,4 +1,4 @@
-// ServerStore: the master's in-process view of its own store, through StoreServer::apply().
+// ServerStore: node 0's in-process view of its own store, through StoreServer::apply().
 #include "store/answer.hpp"
 #include "store/server.hpp"
 

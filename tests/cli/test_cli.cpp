@@ -819,7 +819,7 @@ TEST_CASE("rdzv endpoint HOST:0: the master serves on a free port, says which, a
   CHECK_THAT(quiet.err, Catch::StartsWith("ddprun: rendezvous store listening on 127.0.0.1:"));
   // Only the master can pick the port; the dry run says where it will be said.
   check_bad({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:0", "true"},
-            "lets only the master (node rank 0) pick a free port");
+            "lets only node 0 (node rank 0) pick a free port");
   auto plan = run_process(
       cmdline({"--dry-run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:0", "true"}));
   CHECK_THAT(

@@ -199,7 +199,7 @@ TEST_CASE("SIGKILL of the master agent: the other node exits non-zero and no wor
   ::kill(job.agents[0].pid, SIGKILL);
   REQUIRE(wait_for(job.agents[1], 60s));
   CHECK(job.agents[1].code != 0);
-  CHECK_THAT(job.agents[1].err(), Catch::Contains("master") || Catch::Contains("lost"));
+  CHECK_THAT(job.agents[1].err(), Catch::Contains("rendezvous store") || Catch::Contains("lost"));
   wait_for(job.agents[0], 5s);
   CHECK(leftovers_after(job.token, 5s).empty());
 }

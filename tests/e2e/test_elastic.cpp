@@ -132,7 +132,7 @@ TEST_CASE("elastic: losing the master's node moves the store to the first surviv
   }
   for (int r = 0; r < 3; ++r) CHECK(job.done(r).starts_with("3 1 3 "));
   const std::string new_master = job.agents.at(1).err();
-  CHECK_THAT(new_master, Catch::Contains("lost the rendezvous master") && Catch::Contains("attempt 1: lost"));
+  CHECK_THAT(new_master, Catch::Contains("lost the rendezvous store") && Catch::Contains("attempt 1: lost"));
   CHECK_THAT(new_master, Catch::Contains("(node rank 0)"));
   CHECK(leftovers_after(job.token, 10s).empty());
 }

@@ -194,7 +194,7 @@ TEST_CASE("a node whose node 0 is gone prints its full report itself", "[e2e][su
   CHECK(std::chrono::steady_clock::now() - t0 < 20s);  // the heartbeat, the grace, ~2 s to publish
   INFO(job.agents[1].err());
   CHECK_THAT(job.agents[1].err(), Catch::Contains("Root cause (first observed failure):") &&
-                                      Catch::Contains("lost the rendezvous master"));
+                                      Catch::Contains("lost the rendezvous store"));
   CHECK_THAT(job.agents[1].err(), !Catch::Contains("full report on node 0"));
   wait_for(job.agents[0], 5s);
   CHECK(leftovers_after(job.token, 5s).empty());

@@ -210,7 +210,7 @@ TEST_CASE("loopback: a SIGKILLed master is noticed by every agent", "[loopback]"
   for (std::size_t r : {1u, 2u}) {
     const auto j = c.abort_of(r);
     CHECK(j.at("node_rank") == 0);
-    CHECK(j.at("reason").get<std::string>().find("lost the rendezvous master") != std::string::npos);
+    CHECK(j.at("reason").get<std::string>().find("lost the rendezvous store") != std::string::npos);
     CHECK(c.agents[r]->wait_exit(30s) == 1);
   }
 }
@@ -225,7 +225,7 @@ TEST_CASE("loopback: a SIGSTOPped master is noticed by every agent: its heartbea
     const auto j = c.abort_of(r, 30s);
     CHECK(j.at("node_rank") == 0);
     const auto reason = j.at("reason").get<std::string>();
-    CHECK(reason.find("lost the rendezvous master") != std::string::npos);
+    CHECK(reason.find("lost the rendezvous store") != std::string::npos);
     CHECK(reason.find("no answer to heartbeats") != std::string::npos);
     CHECK(c.agents[r]->wait_exit(30s) == 1);
   }

@@ -31,7 +31,7 @@ struct PublishOutcome {
 };
 
 // A cause handed to the supervisor: `from_store` when it is the job's root cause as the store holds
-// it; false for one only this node saw (its master lost), which never replaces this node's own failure.
+// it; false for one only this node saw (its node 0 lost), which never replaces this node's own failure.
 using AbortHandler = std::function<void(const Failure& root, bool from_store)>;
 
 // How the exit barrier ended: without a root, every node got there (the job succeeded); else the
@@ -59,7 +59,7 @@ class Coordinator {
   virtual void set_remote_abort_handler(AbortHandler h) = 0;
   // Called only after every local worker exited 0: waits until the job's outcome is known. No root
   // once every node got there (the job succeeded); otherwise the job's root cause that ended the
-  // wait (another node's failure, a lost node or master, a node stopped by a signal), which this
+  // wait (another node's failure, a lost node or node 0, a node stopped by a signal), which this
   // node then reports as the job's outcome; `from_store` as the abort handler's. No time bound: the
   // implementation's liveness ends the wait for a node that neither finishes nor fails.
   // publish_failure() from another thread meanwhile must not wait for it, and ends it (the agent

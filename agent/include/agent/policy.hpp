@@ -43,7 +43,7 @@ bool same_failure(const Failure& a, const Failure& b);
 // what this node's own publication answered, or what another node's abort brought), as this
 // node's own record when it is this node's failure (it has the stderr lines read since); without
 // it, this node's first failure (a job of one node, or the other nodes could not be told); without
-// that either, a cause only this node saw (its master lost). A worker stopped by our own teardown
+// that either, a cause only this node saw (its node 0 lost). A worker stopped by our own teardown
 // is never passed in here.
 std::optional<Failure> choose_root_cause(const std::optional<Failure>& store_root,
                                          const std::optional<Failure>& local,

@@ -106,7 +106,7 @@ struct Resolved {
   bool elastic = false;  // is_elastic(nnodes_min, nnodes_max, nagents, max_restarts) (core/node_count.hpp)
   std::string rdzv_host;
   std::uint16_t rdzv_port = 0;  // 0: no store (standalone)
-  // A derived store port's fallbacks (store_port_fallbacks): where the master serves when rdzv_port is
+  // A derived store port's fallbacks (store_port_fallbacks): where node 0 serves when rdzv_port is
   // busy on its node, and where the others look for it. Empty when the port was given.
   std::vector<std::uint16_t> rdzv_fallback_ports;
   // The run id the store's handshake checks: job.run_id, with the Slurm step added when --rdzv-id names
@@ -145,7 +145,7 @@ struct DerivedPorts {
   std::uint16_t master;
 };
 DerivedPorts derive_ports(const std::string& job_id);
-// Where the store goes when derive_ports(job_id).store is busy on the master's node (another step's
+// Where the store goes when derive_ports(job_id).store is busy on node 0 (another step's
 // store that derived the same port, any program): kStorePortFallbacks distinct even ports of the same
 // range, none of them the first, the same on every node.
 inline constexpr std::size_t kStorePortFallbacks = 7;
@@ -172,7 +172,7 @@ inline constexpr std::uint16_t kDefaultMasterPort = 29500;
 // HOST[:PORT] or [V6]:PORT; throws Error naming the option on a malformed value.
 std::pair<std::string, std::optional<std::uint16_t>> parse_endpoint(const std::string& opt,
                                                                     const std::string& v);
-// `lowest` 0 lets HOST:0 through (--rdzv-endpoint: the master binds a free port, check_free_store_port).
+// `lowest` 0 lets HOST:0 through (--rdzv-endpoint: node 0 binds a free port, check_free_store_port).
 std::uint16_t parse_port(const std::string& opt, const std::string& v, int lowest = 1);
 std::pair<int, int> parse_nnodes(const std::string& v);
 std::set<int> parse_rank_filter(const std::string& v);

@@ -8,7 +8,7 @@ namespace ddprun::core {
 // --rdzv-timeout: how long the agents wait for every node to join.
 inline constexpr std::chrono::seconds kDefaultRdzvTimeout{900};
 
-// --rdzv-last-call: with --nnodes MIN:MAX, how long the master waits for more nodes once MIN joined.
+// --rdzv-last-call: with --nnodes MIN:MAX, how long node 0 waits for more nodes once MIN joined.
 inline constexpr std::chrono::seconds kDefaultLastCall{30};
 
 // --term-timeout: the grace between SIGTERM and SIGKILL. Well inside Slurm's default KillWait

@@ -1,6 +1,6 @@
 #pragma once
 // Elastic jobs (docs/elastic.md): the pure decisions after a node is lost. Who the survivors are,
-// whether they may go on (MIN, the strict majority), who serves the store when the master is
+// whether they may go on (MIN, the strict majority), who serves the store when node 0 is
 // gone, and what changed between two rounds. Table-tested in tests/unit/core/test_elastic.cpp.
 #include <optional>
 #include <string>
@@ -50,12 +50,12 @@ int shrink_floor(int agents, int nnodes_min);
 // saying so and what to do, for the dry run and the start-up warning; nullopt when it survives one.
 std::optional<std::string> survives_no_loss(int agents, int nnodes_min);
 
-// The node rank (in `members`) that serves the store next when the master (node rank 0) is lost:
+// The node rank (in `members`) that serves the store next when node 0 (node rank 0) is lost:
 // the first survivor in node order; nullopt when none survives.
 std::optional<int> failover_host(const std::vector<Member>& members, const std::vector<int>& lost);
 
 // The store's port after `generation` failovers: each new store host serves on the next port, so a
-// master that is not dead after all (a partition) never collides with its successor. The workers'
+// node 0 that is not dead after all (a partition) never collides with its successor. The workers'
 // MASTER_PORT is skipped.
 int failover_port(int base_port, int generation, int master_port);
 

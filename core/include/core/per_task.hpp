@@ -1,6 +1,6 @@
 #pragma once
 // Per-task mode's node relay (docs/rendezvous.md, "Per-task mode"): local task 0 of each node speaks
-// for its node to the master's store, the node's other tasks talk to it over a store on 127.0.0.1.
+// for its node to node 0's store, the node's other tasks talk to it over a store on 127.0.0.1.
 // Pure decisions only: who relays, where the node-local store listens, which ranks a node holds.
 #include <cstdint>
 #include <string>
@@ -13,8 +13,8 @@ struct TaskPlace {
   int node = 0;             // SLURM_NODEID: the node's rank among the step's nodes
   int local = 0;            // SLURM_LOCALID
   int local_tasks = 1;      // tasks on this node
-  bool relay = false;       // local task 0: joins the master's store for the whole node
-  bool master = false;      // the relay of node 0: serves the job's store
+  bool relay = false;       // local task 0: joins node 0's store for the whole node
+  bool node0 = false;       // the relay of node 0: serves the job's store
   bool node_store = false;  // the node has other tasks, so a node-local store is served (by the relay)
 };
 

@@ -10,7 +10,7 @@ namespace ddprun::launcher {
 
 // --rdzv-auth auto found neither MUNGE nor a token: what becomes of the store. Pure.
 enum class OpenStore {
-  allow,          // outside Slurm: unauthenticated, and the master warns
+  allow,          // outside Slurm: unauthenticated, and node 0 warns
   private_token,  // the one agent of a Slurm step: a secret only it knows (nobody else needs to join)
   refuse,         // any other Slurm run: an error naming the fixes (--rdzv-auth none runs open)
 };

@@ -47,7 +47,7 @@ void write_plan_json(std::ostream& out, const core::Resolved& r, const core::Pla
                      const std::vector<core::Worker>& this_node = {}, const RunExports* exports = nullptr);
 
 // The startup table node rank 0 prints once the plan is agreed: one row per node (first and last
-// rows only past `max_rows` nodes) with its host, ranks and the GPUs each rank sees, and the master
+// rows only past `max_rows` nodes) with its host, ranks and the GPUs each rank sees, and node 0
 // address.
 std::string render_startup_table(const core::PlanTable& table, int attempt, std::size_t max_rows = 16);
 

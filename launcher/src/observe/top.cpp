@@ -25,7 +25,7 @@ namespace ddprun::launcher {
 
 namespace {
 
-// Every connect and read of `top` is bounded by this: a stopped master is one line, not a wait.
+// Every connect and read of `top` is bounded by this: a stopped node 0 is one line, not a wait.
 constexpr std::chrono::milliseconds kObserveTimeout{3000};
 constexpr int kRefreshMs = 1000;
 

@@ -1,5 +1,5 @@
 #pragma once
-// The record the master publishes under /attempt_<n>/plan (docs/protocol.md, "The plan"): the
+// The record node 0 publishes under /attempt_<n>/plan (docs/protocol.md, "The plan"): the
 // opaque plan plus who is in the round. Pure; O(nodes) in, and a few bytes for a uniform cluster
 // on the wire: node ranks travel as runs, host names as a Slurm hostlist.
 #include <cstddef>

@@ -1,8 +1,8 @@
 #pragma once
 // The multi-node rendezvous (see docs/rendezvous.md). The node-rank-0 agent serves the store;
-// every agent (the master included, over loopback) is a client of it.
+// every agent (node 0 included, over loopback) is a client of it.
 //
-//   Rendezvous r(opts);                   // master: starts serving
+//   Rendezvous r(opts);                   // node 0: starts serving
 //   Joined j = r.join(me, make_plan);     // blocks until the plan (opaque bytes) is published
 //   r.watch(on_abort);                    // liveness + abort push, from now on
 //   ... run workers; on failure r.abort(cause) ...
@@ -40,14 +40,14 @@ struct JoinInfo {
   // Its SLURM_TOPOLOGY_ADDR (at most core::kMaxTopologyAddr + 1 bytes: a longer one is cut, and then
   // malformed), which node 0 orders the node ranks by under --rank-order topology; "" when unset.
   std::string topology = {};
-  bool standby = false;  // set by the master: a standby of this round (elastic, docs/elastic.md)
+  bool standby = false;  // set by node 0: a standby of this round (elastic, docs/elastic.md)
 };
 // Its JSON codec: every field required when reading, integers checked (a join record comes from
 // another node).
 void to_json(nlohmann::json& j, const JoinInfo& info);
 void from_json(const nlohmann::json& j, JoinInfo& info);
 
-// One agent's end-of-run record as the master gathers it (index in the plan, host, the record or
+// One agent's end-of-run record as node 0 gathers it (index in the plan, host, the record or
 // nullopt when it did not come in time).
 struct ResultRecord {
   int node_rank = 0;
@@ -59,15 +59,15 @@ struct ResultRecord {
 struct ExitBarrierEnd {
   std::optional<core::Failure> root;  // nullopt: every node arrived, the job succeeded
   // The root is the abort the store holds (the job's root cause); false: this node's own judgement
-  // (its master lost, the barrier failed here), as master_lost() says of the watch's cause.
+  // (its node 0 lost, the barrier failed here), as node0_lost() says of the watch's cause.
   bool from_store = false;
 };
 
 struct RendezvousOptions {
-  std::string host;        // the master's address as the other agents reach it
-  std::uint16_t port = 0;  // store port; on the master 0 = ephemeral (then port() tells)
-  // Where the store may be when `port` is not free on the master's node (another step's store, any
-  // program): the master serves on the first of these it can bind; the other agents try `port` and
+  std::string host;        // node 0's address as the other agents reach it
+  std::uint16_t port = 0;  // store port; on node 0 0 = ephemeral (then port() tells)
+  // Where the store may be when `port` is not free on node 0 (another step's store, any
+  // program): node 0 serves on the first of these it can bind; the other agents try `port` and
   // these in turn until a store of this run answers (a store of another run refuses them by run id,
   // so an agent never joins another run's store). Empty: `port` only.
   std::vector<std::uint16_t> fallback_ports;
@@ -83,33 +83,33 @@ struct RendezvousOptions {
   std::chrono::milliseconds heartbeat_timeout{5000};
   int attempt = 0;
   // Optional: hostname of each node rank (e.g. from SLURM_JOB_NODELIST), so that a join timeout
-  // on the master names the missing nodes by hostname. Empty or shorter: named by node rank.
+  // on node 0 names the missing nodes by hostname. Empty or shorter: named by node rank.
   std::vector<std::string> expected_hosts;
-  std::string listen_host = "0.0.0.0";  // master only: where the store listens
+  std::string listen_host = "0.0.0.0";  // node 0 only: where the store listens
   auth::Config auth;  // every agent of a run must resolve to the same mode (docs/security.md)
-  // Master only: where the store's "rejected peer" lines go; unset = stderr.
+  // Node 0 only: where the store's "rejected peer" lines go; unset = stderr.
   std::function<void(const std::string& line)> log;
   // While join() waits, every progress_interval: a one-line message saying what it waits for
-  // (on the master, which nodes are still missing). Unset: silent.
+  // (on node 0, which nodes are still missing). Unset: silent.
   std::function<void(const std::string& message)> on_progress;
   std::chrono::milliseconds progress_interval{10000};
   // Elastic (docs/elastic.md): agents beyond nnodes_max are standbys; a round after a restart closes
   // as soon as every survivor of the last one is back, and waits at most rejoin_timeout for them.
   bool elastic = false;
-  int nagents = 0;  // agents the master waits for in the first round, standbys included (0: nnodes_max)
+  int nagents = 0;  // agents node 0 waits for in the first round, standbys included (0: nnodes_max)
   std::chrono::milliseconds rejoin_timeout{60000};
   // Called when this agent learns that another agent could not start (fail_start, before the round
   // closed), before it says it has read that, and on the agent that failed before it publishes: each
   // then leaves with that agent's exit code, which a signal from srun --kill-on-bad-exit, sent once the
   // first of them exits, must not change (the launcher holds the stopping signals here).
   std::function<void()> on_start_failure;
-  // --rank-order (docs/slurm.md, "Topology-aware node ranks"): topology lets the master order the plan's
+  // --rank-order (docs/slurm.md, "Topology-aware node ranks"): topology lets node 0 order the plan's
   // node ranks by the join records' topology addresses, and prefer a lost node's switch or block when it
   // promotes a standby (arrange_round).
   core::RankOrder rank_order = core::RankOrder::slurm;
 };
 
-// The master builds the plan from the nodes that joined, in the round's node order (their node rank, or
+// Node 0 builds the plan from the nodes that joined, in the round's node order (their node rank, or
 // --rank-order topology's order), active nodes first; the plan is an opaque payload here, published to
 // every agent as it is.
 using PlanFn = std::function<std::string(const std::vector<JoinInfo>& joined)>;
@@ -123,13 +123,13 @@ struct Joined {
 };
 
 // The liveness timing of a round of `nnodes` (docs/rendezvous.md, "Liveness"): the heartbeat
-// interval grows so that the master receives at most kMaxHeartbeatRate heartbeats a second; an
-// agent silent for agent_timeout is lost; an agent that hears nothing from the master (no pong,
-// no answer) for master_timeout declares it lost.
+// interval grows so that node 0 receives at most kMaxHeartbeatRate heartbeats a second; an
+// agent silent for agent_timeout is lost; an agent that hears nothing from node 0 (no pong,
+// no answer) for node0_timeout declares it lost.
 struct LivenessTiming {
   std::chrono::milliseconds interval;
   std::chrono::milliseconds agent_timeout;
-  std::chrono::milliseconds master_timeout;
+  std::chrono::milliseconds node0_timeout;
 };
 inline constexpr int kMaxHeartbeatRate = 4000;
 
@@ -142,17 +142,17 @@ class Rendezvous {
   Rendezvous& operator=(const Rendezvous&) = delete;
 
   std::uint16_t port() const;
-  // Whether this agent serves the store (the master, node rank 0, or the survivor after a failover).
+  // Whether this agent serves the store (node 0, node rank 0, or the survivor after a failover).
   bool serving() const;
   std::string endpoint() const;  // "host:port" as used in messages
   // Each node rank's host, as given (RendezvousOptions::expected_hosts).
   const std::vector<std::string>& expected_hosts() const;
   int attempt() const;
-  // Master only (else empty): the numeric addresses the agents connected from, each once; the
+  // Node 0 only (else empty): the numeric addresses the agents connected from, each once; the
   // workers' store admits no other remote peer (docs/security.md).
   std::vector<std::string> peer_hosts() const;
 
-  // Blocks until the master publishes the plan (or fails). On the master it runs the round:
+  // Blocks until node 0 publishes the plan (or fails). On node 0 it runs the round:
   // waits for the nodes, calls make_plan with the joined nodes (sorted by node rank) and publishes
   // what it returns. Throws rdzv::Error (and
   // whatever make_plan throws, after publishing its message to the other agents).
@@ -160,10 +160,10 @@ class Rendezvous {
   Joined join(const JoinInfo& me, const PlanFn& make_plan);
 
   // Heartbeats and the abort watch run on the agent's one connection from the agent's arrival in
-  // join() on (the master's lost-agent monitor from the plan on).
+  // join() on (node 0's lost-agent monitor from the plan on).
   // watch() installs the callback: it is called at most once per attempt, from a background
   // thread (or at once, here, for an abort that came before), with the published root cause, or
-  // with a "lost master" cause when the store stops answering. On the master it also turns a lost agent
+  // with a "lost node 0" cause when the store stops answering. On node 0 it also turns a lost agent
   // (connection dropped, heartbeats stopped) into a published abort. The callback should only hand the cause
   // over (set a flag, post to the supervisor); it may call abort() and aborted(), and should not destroy the
   // Rendezvous.
@@ -172,15 +172,15 @@ class Rendezvous {
   // Publishes `cause` unless another abort was published first; returns the root cause that won
   // (the earlier one, or `cause`). Never throws: if the store is unreachable, returns `cause`.
   core::Failure abort(const core::Failure& cause);
-  // The same, bounded: the store's answer is awaited at most `bound`, whatever the master does
-  // (stopped, unreachable, slow). Past it this connection is closed (the watch then calls the master
+  // The same, bounded: the store's answer is awaited at most `bound`, whatever node 0 does
+  // (stopped, unreachable, slow). Past it this connection is closed (the watch then calls node 0
   // lost) and Error(timeout) thrown; Error too when the store cannot be reached at all. Beside a
   // waiting exit barrier it goes on a short connection of its own, and a failure closes the barrier's
   // connection too: a node that could not tell the others does not wait on for them.
   core::Failure abort(const core::Failure& cause, std::chrono::milliseconds bound);
-  // Whether this attempt's watch called the master lost (the cause it handed over is then no
+  // Whether this attempt's watch called node 0 lost (the cause it handed over is then no
   // store's, but this node's own judgement).
-  bool master_lost() const;
+  bool node0_lost() const;
 
   // The published root cause, if any (a quick check; no waiting).
   std::optional<core::Failure> aborted();
@@ -190,7 +190,7 @@ class Rendezvous {
   // also before a fail-fast job's restart round, not an elastic one's). Publishes `cause` as the
   // attempt's root cause, unless another agent's came first or the round closed without this
   // node, and returns once every agent of the job has read it (at most join_timeout), so that nobody
-  // waits for this node; the cause that won. The master serves its store for that long. Throws Error
+  // waits for this node; the cause that won. Node 0 serves its store for that long. Throws Error
   // when the store cannot be reached (connect, up to join_timeout).
   core::Failure fail_start(const core::Failure& cause);
   // Set when join() failed because an agent could not start (fail_start): that agent's cause, whose
@@ -199,7 +199,7 @@ class Rendezvous {
 
   // Bounded barrier over the nodes of the plan. True when every node arrived; false on timeout or
   // abort. A node that arrives is leaving: its disconnection is no longer an error, and after a
-  // successful barrier this node's watch stops. The master returns only after the other nodes
+  // successful barrier this node's watch stops. Node 0 returns only after the other nodes
   // have seen the barrier pass (bounded too), so it keeps serving until then.
   bool barrier(const std::string& name, std::chrono::milliseconds timeout);
 
@@ -207,12 +207,12 @@ class Rendezvous {
   // since the job's outcome is known only once every node got there or one of them failed. No root:
   // every node arrived, the job succeeded. Otherwise the job's root cause that ended the wait: the
   // published abort (a worker's failure, a lost agent, an agent stopped by a signal; from_store) or,
-  // on an agent, its lost master. Liveness bounds it: a node that neither arrives nor fails is lost.
+  // on an agent, its lost node 0. Liveness bounds it: a node that neither arrives nor fails is lost.
   // abort() from another thread meanwhile does not wait for this call's connection, and ends the
   // wait on every node (a stopping signal reaching the agent here). Never throws.
   ExitBarrierEnd exit_barrier();
 
-  // Bytes this agent has received from the master on its connection so far.
+  // Bytes this agent has received from node 0 on its connection so far.
   std::uint64_t bytes_received() const;
 
   // Restarts: stops the watch, moves to namespace "/attempt_<n+1>/" for a fresh join round.
@@ -228,21 +228,21 @@ class Rendezvous {
   const std::vector<core::Member>& previous_members() const;
   const std::vector<int>& previous_lost() const;
 
-  // Elastic, after the master (node rank 0) was lost, on every survivor, after next_attempt: the
+  // Elastic, after node 0 (node rank 0) was lost, on every survivor, after next_attempt: the
   // store moves to `addr`:`port`, served by the agent with node rank `host_rank` of the round that
   // ended (core::failover_host). That agent starts a fresh store; the others connect there.
   void fail_over(int host_rank, const std::string& addr, std::uint16_t port);
   int failovers() const;
 
   // A standby's attempt (elastic): it waits, without bound, for the attempt's end. nullopt: every
-  // active node finished (the exit barrier passed); otherwise the root cause or a lost master.
+  // active node finished (the exit barrier passed); otherwise the root cause or a lost node 0.
   // `stop` is polled about twice a second; when it returns true the wait ends with nullopt too.
   std::optional<core::Failure> standby(const std::function<bool()>& stop);
 
   // The end of an attempt (results.cpp): every agent publishes a compact record (opaque bytes) on its
-  // connection (a short new one if that is gone), bounded by about 2 s whatever state the master is
+  // connection (a short new one if that is gone), bounded by about 2 s whatever state node 0 is
   // in; false when
-  // the master did not take it. The master then gathers every joined agent's record, in plan order,
+  // node 0 did not take it. Node 0 then gathers every joined agent's record, in plan order,
   // waiting at most `timeout`, and less once no other agent is connected any more (a record that
   // has not come by then never will); it does not wait for `lost` (a plan rank known to be gone).
   // Empty on any other agent, or before a join.
@@ -251,12 +251,12 @@ class Rendezvous {
                                            std::optional<int> lost = std::nullopt);
 
   // `ddprun top`'s status (docs/observe.md): overwrites this node's record under `key` (outside the
-  // attempts' namespaces). Never waits: on the master straight into its store; elsewhere a pipelined
+  // attempts' namespaces). Never waits: on node 0 straight into its store; elsewhere a pipelined
   // set on the agent's one connection, skipped (false) while another call holds it (a barrier, an
-  // abort) or the master has not answered the last few. Safe beside the other calls; never throws.
+  // abort) or node 0 has not answered the last few. Safe beside the other calls; never throws.
   bool publish_status(const std::string& key, const std::string& record);
   // --metrics-port (docs/observe.md): the record under `key` as this agent knows it, never waiting:
-  // on the master what its store holds (every node's), elsewhere only what this agent last
+  // on node 0 what its store holds (every node's), elsewhere only what this agent last
   // published under that key. Safe from any thread; never throws.
   std::optional<std::string> local_status(const std::string& key);
   // `ddprun stacks` (docs/observe.md): the last request the store pushed to this agent's watch
@@ -266,8 +266,8 @@ class Rendezvous {
   // Writes such a key as publish_status does (never waits; false: not written), without keeping it.
   bool write_shared(const std::string& key, const std::string& value);
 
-  // Master: after an abort, keeps serving until the other agents have disconnected (at most
-  // `limit`), so that each of them reads the root cause instead of seeing a lost master. Agents
+  // Node 0: after an abort, keeps serving until the other agents have disconnected (at most
+  // `limit`), so that each of them reads the root cause instead of seeing a lost node 0. Agents
   // whose watch was lost or never came (stopped, gone) are not waited for.
   // The destructor calls it with heartbeat_timeout; destroy the Rendezvous rather than _exit.
   void drain(std::chrono::milliseconds limit);
@@ -280,13 +280,13 @@ class Rendezvous {
 
 // ---- pure helpers (unit-tested)
 
-// The master's round: who of `joined` (sorted by node rank) runs workers, and in which node order.
+// Node 0's round: who of `joined` (sorted by node rank) runs workers, and in which node order.
 // slurm: the first nnodes_max run, in node-rank order (standbys are the ranks beyond). topology: the
 // first round as slurm, a later one keeps the last round's active nodes and fills a lost one's place
 // with a standby of its switch or block first (core::choose_actives); the active nodes then follow
 // core::topology_order with the node `store_rank` first, the standbys after them in node-rank order.
 // `previous`: the last round's members (empty: the first round); `previous_addrs`: their topology
-// addresses by node rank, as far as known (after a failover the new master knows none of the lost ones).
+// addresses by node rank, as far as known (after a failover the new node 0 knows none of the lost ones).
 std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max, core::RankOrder order,
                                     int store_rank, const std::vector<core::Member>& previous,
                                     const std::map<int, std::string>& previous_addrs);

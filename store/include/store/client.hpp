@@ -78,7 +78,7 @@ class TcpStore final : public Store {
 
   // Reads every outstanding answer (the hello's, pipelined sets'); throws what they report.
   void flush();
-  // The same, bounded by `limit` instead of op_timeout (an end-of-run record on a hung master).
+  // The same, bounded by `limit` instead of op_timeout (an end-of-run record on a hung node 0).
   void flush(Millis limit);
   void ping();
 

@@ -12,7 +12,7 @@ struct FdLimits {
   std::uint64_t hard = 0;
 };
 
-// Descriptors the master's agent keeps for itself (its workers' pipes, logs, the listener): the
+// Descriptors node 0's agent keeps for itself (its workers' pipes, logs, the listener): the
 // store takes the rest. Grows with the limit, so a big limit leaves room for a big node.
 inline constexpr std::uint64_t kReservedFds = 256;
 

@@ -65,7 +65,7 @@ class StoreServer {
   // The connection cap in force (max_connections, or the one RLIMIT_NOFILE gave).
   std::size_t connection_limit() const;
 
-  // Serves a request in-process on the server thread, as if a client had sent it: the master's
+  // Serves a request in-process on the server thread, as if a client had sent it: node 0's
   // own lost-agent monitor needs no connection. Waiting requests answer at once (timeout 0 is
   // used); heartbeat and watch are refused. Throws Error(io) when the server has stopped.
   proto::Response apply(proto::Request q) const;
@@ -75,7 +75,7 @@ class StoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// A Store over StoreServer::apply(): the master's in-process view of its own store. wait and
+// A Store over StoreServer::apply(): node 0's in-process view of its own store. wait and
 // wait_any only look (they never block the server thread).
 class ServerStore final : public Store {
  public:

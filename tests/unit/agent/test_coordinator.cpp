@@ -148,14 +148,14 @@ Failure other_node_failure(int code) {
   return f;
 }
 
-// What the store's watch hands over when the master is gone: this node's own judgement, no store's cause.
-Failure lost_master() {
+// What the store's watch hands over when node 0 is gone: this node's own judgement, no store's cause.
+Failure lost_node0() {
   Failure lost;
-  lost.host = "master";
+  lost.host = "node0";
   lost.node_rank = 0;
   lost.exit_code = 1;
   lost.lost = true;
-  lost.reason = "lost the rendezvous master at master:1: the connection is gone";
+  lost.reason = "lost the rendezvous store at node0:1: the connection is gone";
   lost.time = ddprun::core::failure_now();
   return lost;
 }
@@ -239,14 +239,14 @@ TEST_CASE("a stopping signal at the exit barrier is published at once, bounded, 
 }
 
 TEST_CASE("a stop at the exit barrier that the others cannot be told of stays this node's root cause") {
-  // The store does not answer; the failed publication ends this node's wait with its master lost.
+  // The store does not answer; the failed publication ends this node's wait with its node 0 lost.
   class Unreachable : public WaitingBarrier {
    public:
     PublishOutcome answer(const Failure&) override {
-      return {std::nullopt, "the rendezvous store at master:1 did not answer within 1700 ms"};
+      return {std::nullopt, "the rendezvous store at node0:1 did not answer within 1700 ms"};
     }
     BarrierOutcome end() override {
-      const Failure lost = lost_master();
+      const Failure lost = lost_node0();
       abort(lost, false);  // what the watch hands over too
       return {lost, false};
     }
@@ -256,7 +256,7 @@ TEST_CASE("a stop at the exit barrier that the others cannot be told of stays th
   CHECK(ddprun::agent::release_stop_signals() == 0);
   REQUIRE(c.published.size() == 1);
   REQUIRE(r.root_cause);
-  CHECK(r.root_cause->rank == -1);  // the signal, not the master it could not reach
+  CHECK(r.root_cause->rank == -1);  // the signal, not node 0 it could not reach
   CHECK(r.root_cause->signal == SIGTERM);
   CHECK_FALSE(r.root_cause->lost);
   CHECK(r.exit_code == 143);
@@ -283,12 +283,12 @@ TEST_CASE("the store's answer names the root cause: another node's failure publi
 }
 
 TEST_CASE("a lost master never replaces this node's own failure as the root cause") {
-  // The master is called lost while this node's failure is being published, which then fails.
+  // Node 0 is called lost while this node's failure is being published, which then fails.
   class LostMaster : public RecordingCoordinator {
    public:
     PublishOutcome publish_failure(const Failure& f, std::chrono::milliseconds bound) override {
       RecordingCoordinator::publish_failure(f, bound);
-      const Failure lost = lost_master();
+      const Failure lost = lost_node0();
       abort(lost, false);  // what the watch hands over: no store's cause
       return {std::nullopt, "the connection is gone"};
     }
@@ -313,7 +313,7 @@ TEST_CASE("a store that does not answer holds up neither the teardown nor the ro
       for (int i = 0; i < 2000 && !std::ifstream(term_file).good(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       torn_down_first = std::ifstream(term_file).good();
-      return {std::nullopt, "the rendezvous store at master:1 did not answer within 1500 ms"};
+      return {std::nullopt, "the rendezvous store at node0:1 did not answer within 1500 ms"};
     }
     std::string term_file;
     std::atomic<bool> torn_down_first{false};

@@ -106,17 +106,17 @@ TEST_CASE("decode_child_status: waitid's siginfo reads like a wait status") {
 TEST_CASE("root cause: the store's (the first published), else this node's own, else one it saw alone") {
   const auto local = failure_at(1, 200);
   const auto store = failure_at(5, 300);  // published first, although it happened later
-  const auto lost_master = failure_at(-1, 100);
+  const auto lost_node0 = failure_at(-1, 100);
   struct Row {
     std::optional<Failure> store, local, observed;
     int want_rank;  // -2: none
   };
   const Row rows[] = {
-      {store, local, lost_master, 5},                 // the store decides, whatever the times say
-      {store, std::nullopt, std::nullopt, 5},         // another node's failure tore this one down
-      {std::nullopt, local, lost_master, 1},          // not told (master gone): this node's own
-      {std::nullopt, local, std::nullopt, 1},         // a job of one node
-      {std::nullopt, std::nullopt, lost_master, -1},  // nothing failed here, the master is gone
+      {store, local, lost_node0, 5},                 // the store decides, whatever the times say
+      {store, std::nullopt, std::nullopt, 5},        // another node's failure tore this one down
+      {std::nullopt, local, lost_node0, 1},          // not told (node 0 gone): this node's own
+      {std::nullopt, local, std::nullopt, 1},        // a job of one node
+      {std::nullopt, std::nullopt, lost_node0, -1},  // nothing failed here, node 0 is gone
       {std::nullopt, std::nullopt, std::nullopt, -2},
   };
   for (const auto& r : rows) {

@@ -364,8 +364,8 @@ TEST_CASE("rdzv endpoint HOST:0: a free port on a master started by hand, nowher
   CHECK(resolve(o, {}, sys()).rdzv_port == 0);
   o.node_rank = 1;
   CHECK_THROWS_WITH(resolve(o, {}, sys()),
-                    Catch::Contains("--rdzv-endpoint 127.0.0.1:0 lets only the master (node rank 0)") &&
-                        Catch::Contains("give node rank 1 the port the master printed"));
+                    Catch::Contains("--rdzv-endpoint 127.0.0.1:0 lets only node 0 (node rank 0)") &&
+                        Catch::Contains("give node rank 1 the port node 0 printed"));
   // Agents that srun starts together could not learn the port.
   auto step = cmd();
   step.rdzv_endpoint = "node1:0";

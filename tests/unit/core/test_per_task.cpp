@@ -9,16 +9,16 @@
 
 using namespace ddprun::core;
 
-TEST_CASE("task_place: local task 0 relays for its node, node 0's relay is the master") {
+TEST_CASE("task_place: local task 0 relays for its node, node 0's relay serves the job's store") {
   struct Row {
     std::vector<int> tasks;
     int node, local;
-    bool relay, master, node_store;
+    bool relay, node0, node_store;
     int local_tasks;
   };
   const std::vector<Row> rows = {
-      {{4, 4}, 0, 0, true, true, true, 4},    // the master
-      {{4, 4}, 0, 3, false, false, true, 4},  // a task beside the master
+      {{4, 4}, 0, 0, true, true, true, 4},    // node 0
+      {{4, 4}, 0, 3, false, false, true, 4},  // a task beside node 0
       {{4, 4}, 1, 0, true, false, true, 4},   // another node's relay
       {{4, 4}, 1, 2, false, false, true, 4},
       {{2, 1}, 1, 0, true, false, false, 1},  // alone on its node: no node-local store
@@ -30,7 +30,7 @@ TEST_CASE("task_place: local task 0 relays for its node, node 0's relay is the m
     CHECK(p.node == r.node);
     CHECK(p.local == r.local);
     CHECK(p.relay == r.relay);
-    CHECK(p.master == r.master);
+    CHECK(p.node0 == r.node0);
     CHECK(p.node_store == r.node_store);
     CHECK(p.local_tasks == r.local_tasks);
   }

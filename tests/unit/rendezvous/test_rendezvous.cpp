@@ -63,7 +63,7 @@ T get_bounded(std::future<T>& f, std::chrono::seconds limit = 30s) {
   return f.get();
 }
 
-// Agents 1..n-1 (and the master, first) join concurrently; returns their plans by node rank.
+// Agents 1..n-1 (and node 0, first) join concurrently; returns their plans by node rank.
 struct Job {
   std::vector<std::unique_ptr<Rendezvous>> agents;
   std::vector<test::Plan> plans;
@@ -86,7 +86,7 @@ struct Job {
     }
     for (auto& f : futs) plans.push_back(get_bounded(f));
   }
-  // Non-masters first: a master going down after an abort waits for the others to leave.
+  // Non-masters first: a node 0 going down after an abort waits for the others to leave.
   ~Job() {
     while (!agents.empty()) agents.pop_back();
   }
@@ -268,7 +268,7 @@ TEST_CASE("rendezvous: a missed join deadline names the endpoint and the missing
   mo.expected_hosts = {"node-a", "node-b", "node-c"};
   Rendezvous m(mo);
   auto ao = opts_for(1, 3, 3, m.port());
-  ao.join_timeout = 10s;  // the master's verdict reaches it first
+  ao.join_timeout = 10s;  // node 0's verdict reaches it first
   Rendezvous a(ao);
   auto fa = std::async(std::launch::async, [&]() -> std::string {
     try {
@@ -291,7 +291,7 @@ TEST_CASE("rendezvous: a missed join deadline names the endpoint and the missing
   const std::string other = get_bounded(fa);
   CHECK(other.find("node-c (node rank 2)") != std::string::npos);
 
-  // Without the master at all: the agent's error names the endpoint.
+  // Without node 0 at all: the agent's error names the endpoint.
   auto lonely = opts_for(1, 2, 2, testnet::unused_port());
   lonely.join_timeout = 300ms;
   Rendezvous l(lonely);
@@ -349,7 +349,7 @@ TEST_CASE("rendezvous: the first abort wins and reaches every agent", "[rendezvo
 
 TEST_CASE("rendezvous: a bounded abort gives up on a store that does not answer, and says so",
           "[rendezvous]") {
-  testnet::SilentListener silent;  // a master that is stopped, or behind a network that drops everything
+  testnet::SilentListener silent;  // a node 0 that is stopped, or behind a network that drops everything
   Rendezvous agent(opts_for(1, 2, 2, silent.port));
   core::Failure f;
   f.reason = "exited with code 7";
@@ -389,7 +389,7 @@ TEST_CASE("rendezvous: an agent whose watch is gone right after the plan is lost
   AbortSink sink;
   const auto start = std::chrono::steady_clock::now();
   // Heartbeats start by themselves at the join; leaving the attempt drops this one's watch while
-  // its connection stays: only the master's check of every participant's watch notices.
+  // its connection stays: only node 0's check of every participant's watch notices.
   job.agents[2]->next_attempt();
   for (int r : {0, 1}) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
   REQUIRE(sink.wait_for(2));
@@ -407,7 +407,7 @@ TEST_CASE("rendezvous: after an abort the master does not wait for an agent it l
   Job job(3, simple_plan(), -1, 4000ms);
   AbortSink sink;
   for (int r = 0; r < 3; ++r) job.agents[static_cast<std::size_t>(r)]->watch(sink.for_agent(r));
-  // Its watch closes, its main connection stays open: how a stopped agent looks to the master.
+  // Its watch closes, its main connection stays open: how a stopped agent looks to node 0.
   job.agents[2]->next_attempt();
   REQUIRE(sink.wait_for(2));
   job.agents[1].reset();
@@ -426,13 +426,13 @@ TEST_CASE("rendezvous: a lost master is noticed by every agent", "[rendezvous]")
   std::lock_guard lk(sink.mu);
   for (int r : {1, 2}) {
     CHECK(sink.got[r].node_rank == 0);
-    CHECK(sink.got[r].reason.find("lost the rendezvous master") != std::string::npos);
+    CHECK(sink.got[r].reason.find("lost the rendezvous store") != std::string::npos);
   }
 }
 
 TEST_CASE("rendezvous: an agent that cannot start ends the first round on every agent, with its cause",
           "[rendezvous]") {
-  const int bad = GENERATE(0, 1);  // the master itself, or another agent
+  const int bad = GENERATE(0, 1);  // node 0 itself, or another agent
   std::atomic<int> held{0};
   auto opts = [&held](int r, std::uint16_t port) {
     RendezvousOptions o = opts_for(r, 3, 3, port);
@@ -508,7 +508,7 @@ TEST_CASE("rendezvous: exit barrier passes for all, and is bounded", "[rendezvou
   }
 
   Job partial(2);
-  CHECK_FALSE(partial.agents[1]->barrier("exit", 200ms));  // the master never arrives
+  CHECK_FALSE(partial.agents[1]->barrier("exit", 200ms));  // node 0 never arrives
 }
 
 TEST_CASE("rendezvous: the exit barrier waits for the job's outcome and returns its root cause",
@@ -544,7 +544,7 @@ TEST_CASE("rendezvous: the exit barrier waits for the job's outcome and returns 
     }
   }
   SECTION("an abort from another thread of a waiting node goes around its wait and ends every wait") {
-    // The master, or an agent, stopped by a signal at the barrier; the bounded abort is the agent's.
+    // Node 0, or an agent, stopped by a signal at the barrier; the bounded abort is the agent's.
     for (const auto& [stopped, bounded] : {std::pair{0, false}, {1, false}, {0, true}, {1, true}}) {
       INFO("node " << stopped << " aborts while it waits, bounded: " << bounded);
       Job job(3);
@@ -577,13 +577,13 @@ TEST_CASE("rendezvous: the exit barrier waits for the job's outcome and returns 
     Job job(2);
     auto waiting = std::async(std::launch::async, [&job] { return job.agents[1]->exit_barrier(); });
     CHECK(waiting.wait_for(300ms) == std::future_status::timeout);
-    job.agents[0].reset();  // the master's agent is gone, its store with it
+    job.agents[0].reset();  // node 0's agent is gone, its store with it
     const auto end = get_bounded(waiting);
     REQUIRE(end.root.has_value());
     CHECK_FALSE(end.from_store);  // this agent's own judgement, no store's root cause
     CHECK(end.root->lost);
     CHECK(end.root->node_rank == 0);
-    CHECK(end.root->reason.find("lost the rendezvous master") != std::string::npos);
+    CHECK(end.root->reason.find("lost the rendezvous store") != std::string::npos);
   }
 }
 
@@ -713,12 +713,12 @@ TEST_CASE("rendezvous: while waiting, progress names the nodes still missing", "
   CHECK_THAT(master_msgs.back(), Catch::Contains("missing: node-c (node rank 2)") &&
                                      Catch::Contains(m.endpoint()) && !Catch::Contains("node-b"));
   REQUIRE_FALSE(agent_msgs.empty());
-  CHECK_THAT(agent_msgs.front(), Catch::Contains("for the master"));
+  CHECK_THAT(agent_msgs.front(), Catch::Contains("for node 0 to publish the plan"));
 }
 
 TEST_CASE("rendezvous: the master gathers every agent's end-of-run record, in plan order", "[rendezvous]") {
   Job job(3);
-  CHECK(job.agents[1]->gather_results(100ms).empty());  // only the master gathers
+  CHECK(job.agents[1]->gather_results(100ms).empty());  // only node 0 gathers
   for (int r : {2, 0, 1})
     CHECK(job.agents[static_cast<std::size_t>(r)]->publish_result(fmt::format("rec {}", r)));
   const auto t0 = std::chrono::steady_clock::now();
@@ -785,7 +785,7 @@ TEST_CASE("rendezvous: liveness timing keeps the master's heartbeat load bounded
           "[rendezvous]") {
   struct Row {
     int nnodes;
-    long interval, agent, master;
+    long interval, agent, node0;
   };
   // Defaults (1 s, 5 s), then a job large enough that the rate bound takes over.
   const Row rows[] = {{1, 1000, 5000, 10000},        {64, 1000, 5000, 10000},   {4000, 1000, 5000, 10000},
@@ -796,8 +796,8 @@ TEST_CASE("rendezvous: liveness timing keeps the master's heartbeat load bounded
     const auto t = liveness_timing(1000ms, 5000ms, r.nnodes);
     CHECK(t.interval.count() == r.interval);
     CHECK(t.agent_timeout.count() == r.agent);
-    CHECK(t.master_timeout.count() == r.master);
-    // At most kMaxHeartbeatRate heartbeats a second reach the master, and three fit in a timeout.
+    CHECK(t.node0_timeout.count() == r.node0);
+    // At most kMaxHeartbeatRate heartbeats a second reach node 0, and three fit in a timeout.
     CHECK(r.nnodes * 1000.0 / static_cast<double>(t.interval.count()) <= kMaxHeartbeatRate);
     CHECK(t.agent_timeout >= 3 * t.interval);
   }
@@ -805,7 +805,7 @@ TEST_CASE("rendezvous: liveness timing keeps the master's heartbeat load bounded
   const auto t = liveness_timing(100ms, 1500ms, 4);
   CHECK(t.interval == 100ms);
   CHECK(t.agent_timeout == 1500ms);
-  CHECK(t.master_timeout == 3000ms);
+  CHECK(t.node0_timeout == 3000ms);
 }
 
 TEST_CASE("the published plan record folds node ranks and host names", "[plan_record]") {
