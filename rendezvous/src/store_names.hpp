@@ -16,15 +16,15 @@ struct ServerOptions;
 namespace ddprun::rdzv {
 
 using store::Backoff;
-using store::PrefixStore;
-using store::ServerStore;
-using store::StoreServer;
-using store::TcpStore;
 using store::clamp_timeout;
 using store::ClientOptions;
 using store::kMaxWait;
 using store::Millis;
+using store::PrefixStore;
 using store::ServerOptions;
+using store::ServerStore;
 using store::Store;
+using store::StoreServer;
+using store::TcpStore;
 
 }  // namespace ddprun::rdzv
