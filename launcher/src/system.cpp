@@ -15,10 +15,12 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string_view>
 #include <utility>
 
 #include "agent/io.hpp"
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "store/sockaddr.hpp"
 
@@ -93,6 +95,14 @@ PortHold::~PortHold() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+std::pair<int, int> ephemeral_port_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  int high = 0;
+  if (in >> low >> high && low > 0 && low <= high && high <= 65535) return {low, high};
+  return {32768, 60999};  // Linux's default
+}
+
 MasterPort choose_master_port(int planned, std::uint16_t avoid, bool given, PortHold held) {
   // Claim first, then check by binding: the claim decides between two ddprun jobs, the bind check
   // catches every other program.
@@ -115,6 +125,15 @@ MasterPort choose_master_port(int planned, std::uint16_t avoid, bool given, Port
                     "--master-port (and DDPRUN_MASTER_PORT) to let ddprun pick a free one",
                     planned),
         1);
+  }
+  // Below the ephemeral range first: the kernel gives those ports to no outgoing connection, so the port
+  // stays free until worker rank 0 binds it, seconds later; an ephemeral one can be taken meanwhile by any
+  // connect() on the machine (seen in CI: "Address already in use" at the worker's bind).
+  const auto [low, high] = ephemeral_port_range();
+  const int start = planned > 0 && planned < low ? planned + 1 : core::kDefaultMasterPort + 1;
+  for (int p = start, tries = 0; p < low && p <= 65535 && tries < 256; ++p, ++tries) {
+    if (p == avoid) continue;
+    if (auto m = claim(static_cast<std::uint16_t>(p))) return std::move(*m);
   }
   for (int i = 0; i < 100; ++i) {
     const std::uint16_t p = try_bind(0);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -52,8 +53,12 @@ struct MasterPort {
   PortHold hold;  // keep it for the job's life
 };
 
-// The planned port if it is free, not `avoid` and no other ddprun here holds it, else a free ephemeral
-// port (never `avoid`), claimed for this job. A port the user gave (`given`, from --master-port or
+// Linux's ephemeral port range (ip_local_port_range), {32768, 60999} when it cannot be read.
+std::pair<int, int> ephemeral_port_range();
+
+// The planned port if it is free, not `avoid` and no other ddprun here holds it, else the next free one
+// above it below the ephemeral range (29501, 29502, ... for the default), else a free ephemeral port (never
+// `avoid`), claimed for this job. A port the user gave (`given`, from --master-port or
 // DDPRUN_MASTER_PORT) is never replaced: busy or held by another ddprun job, it is an error. `held`:
 // this job's claim from its previous attempt, kept when the planned port is still that one.
 MasterPort choose_master_port(int planned, std::uint16_t avoid, bool given = false, PortHold held = {});

@@ -29,6 +29,20 @@ TEST_CASE("ports: a busy planned MASTER_PORT is replaced, a free one kept, the s
   CHECK(choose_master_port(free_port, 0, true).port == free_port);
 }
 
+TEST_CASE("ports: a replaced MASTER_PORT lies below the ephemeral range, where no connect() can take it") {
+  // Another ddprun job holds the planned port: the one chosen instead must not be an ephemeral port, which
+  // any outgoing connection on the machine may be given before worker rank 0 binds it.
+  const std::uint16_t planned = testnet::unused_port();
+  auto other = PortHold::take(planned);
+  REQUIRE(other);
+  const auto [low, high] = ephemeral_port_range();
+  CHECK(low <= high);
+  const auto chosen = choose_master_port(planned, 0);
+  CHECK(chosen.port != planned);
+  CHECK(chosen.port > planned);
+  CHECK(chosen.port < low);
+}
+
 TEST_CASE("ports: a busy MASTER_PORT the user gave is an error naming it, never replaced") {
   testnet::SilentListener busy;
   CHECK_THROWS_WITH(choose_master_port(busy.port, 0, true),
