@@ -1,7 +1,5 @@
 #include "store/codec.hpp"
 
-#include <algorithm>
-
 #include <fmt/core.h>
 
 #include "store/error.hpp"
@@ -258,8 +256,7 @@ Request decode_request(std::string_view payload, const Limits& l) {
     case static_cast<std::uint8_t>(Op::watch):
       q.op = Op::watch;
       q.key = r.str(l.max_id, "label");
-      q.number =
-          static_cast<std::int64_t>(std::min<std::uint64_t>(r.be<std::uint64_t>("liveness"), 1ULL << 40));
+      q.number = static_cast<std::int64_t>(r.be<std::uint64_t>("liveness"));  // the server bounds it
       q.keys = read_keys(r, l, /*may_be_empty=*/true);
       break;
     default:

@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -222,7 +223,9 @@ void StoreServer::Impl::on_changed(const std::string& key) {
 
 void StoreServer::Impl::watch(const ConnPtr& c, proto::Request q) {
   c->label = std::move(q.key);
-  c->liveness = std::chrono::milliseconds(q.number);
+  // The wire carries any u64; past 2^40 ms (35 years) it means "never", and stays positive.
+  c->liveness = std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(q.number), 1ULL << 40)));
   touch(*c);
   if (c->watchdog_armed) {
     c->watchdog.cancel();  // its handler re-arms at the new deadline
