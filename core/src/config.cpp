@@ -211,17 +211,27 @@ std::optional<std::string> hang_timeout_error(double seconds) {
   return std::nullopt;
 }
 
+std::optional<std::string> procs_per_replica_error(int procs) {
+  if (procs >= 1) return std::nullopt;
+  return fmt::format("--procs-per-replica {} must be at least 1", procs);
+}
+
+std::optional<std::string> gpus_per_proc_error(int gpus) {
+  if (gpus >= 1) return std::nullopt;
+  return fmt::format("--gpus-per-proc {} must be at least 1", gpus);
+}
+
 namespace {
 
 void check_numbers(const Options& o) {
   if (o.max_restarts && *o.max_restarts < 0) {
     throw Error(fmt::format("--max-restarts {} is negative; give 0 or more", *o.max_restarts));
   }
-  if (o.gpus_per_proc && *o.gpus_per_proc < 1) {
-    throw Error(fmt::format("--gpus-per-proc {} must be at least 1", *o.gpus_per_proc));
+  if (o.gpus_per_proc) {
+    if (auto e = gpus_per_proc_error(*o.gpus_per_proc)) throw Error(*e);
   }
-  if (o.procs_per_replica && *o.procs_per_replica < 1) {
-    throw Error(fmt::format("--procs-per-replica {} must be at least 1", *o.procs_per_replica));
+  if (o.procs_per_replica) {
+    if (auto e = procs_per_replica_error(*o.procs_per_replica)) throw Error(*e);
   }
   if (o.rdzv_timeout && !(*o.rdzv_timeout > 0)) {
     throw Error(fmt::format("--rdzv-timeout {} must be a positive number of seconds", *o.rdzv_timeout));

@@ -5,17 +5,18 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/checks.hpp"
+
 namespace ddprun::core {
 
 namespace {
 
 void check_job(const JobSpec& job) {
   if (job.nnodes < 1) throw Error(fmt::format("--nnodes {} must be at least 1", job.nnodes));
-  if (job.procs_per_replica < 1) {
-    throw Error(fmt::format("--procs-per-replica {} must be at least 1", job.procs_per_replica));
+  if (auto e = procs_per_replica_error(job.procs_per_replica)) throw Error(*e);
+  if (job.gpus_per_proc != 0) {
+    if (auto e = gpus_per_proc_error(job.gpus_per_proc)) throw Error(*e);
   }
-  if (job.gpus_per_proc < 0)
-    throw Error(fmt::format("--gpus-per-proc {} must be at least 1", job.gpus_per_proc));
 }
 
 // The nodes by node rank, checked: 0..n-1 with the active ones first, each with whole model-parallel

@@ -1,5 +1,6 @@
-// The checks two layers share (core/checks.hpp): which --term-timeout and --hang-timeout values are
-// refused, read by core::resolve and agent::validate_options alike.
+// The checks shared by more than one place (core/checks.hpp): which --term-timeout, --hang-timeout,
+// --procs-per-replica and --gpus-per-proc values are refused, read by core::resolve,
+// agent::validate_options and the plan's job check alike.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -45,5 +46,18 @@ TEST_CASE("hang_timeout_error: positive, finite, at least 1 ms", "[checks]") {
     const auto e = hang_timeout_error(r.seconds);
     CHECK(e.has_value() == r.refused);
     if (e) CHECK(e->find("--hang-timeout") != std::string::npos);
+  }
+}
+
+TEST_CASE("procs_per_replica_error and gpus_per_proc_error: at least 1", "[checks]") {
+  for (const int n : {1, 2, 8, 1024}) {
+    CAPTURE(n);
+    CHECK_FALSE(procs_per_replica_error(n));
+    CHECK_FALSE(gpus_per_proc_error(n));
+  }
+  for (const int n : {0, -1, -1024}) {
+    CAPTURE(n);
+    CHECK(procs_per_replica_error(n).value_or("").find("--procs-per-replica") != std::string::npos);
+    CHECK(gpus_per_proc_error(n).value_or("").find("--gpus-per-proc") != std::string::npos);
   }
 }

@@ -7,6 +7,7 @@
 
 #include <fmt/ranges.h>
 
+#include "core/checks.hpp"
 #include "core/json.hpp"
 #include "core/plan_table.hpp"
 #include "old_plan.hpp"
@@ -164,6 +165,20 @@ TEST_CASE("standby nodes follow the active ones and run no workers", "[plan][tab
   ns[2].standby = false;
   CHECK_THROWS_WITH(make_plan_table(job, ns), Catch::Contains("standby nodes must follow the 2 active ones"));
   CHECK_THROWS_WITH(derive_workers(t, 3), Catch::Contains("node rank 3 is not in the plan"));
+}
+
+TEST_CASE("a job spec's bad numbers are refused in the words the options use", "[plan][table]") {
+  JobSpec job;
+  job.mode = Mode::agent;
+  job.nnodes = 1;
+  const std::vector<NodeSpec> ns = {node(0, "a", 2)};
+  job.procs_per_replica = 0;
+  CHECK_THROWS_WITH(make_plan_table(job, ns), *procs_per_replica_error(0));
+  job.procs_per_replica = 1;
+  job.gpus_per_proc = -2;
+  CHECK_THROWS_WITH(make_plan_table(job, ns), *gpus_per_proc_error(-2));
+  job.gpus_per_proc = 0;  // not given
+  CHECK_NOTHROW(make_plan_table(job, ns));
 }
 
 TEST_CASE("the table codec carries any strings, unknown hosts and addresses", "[plan][table][codec]") {
