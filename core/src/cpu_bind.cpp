@@ -156,6 +156,7 @@ std::optional<std::string> bind_local_workers(CpuBind mode, const Topology& topo
                                               std::vector<Worker>& local) {
   if (mode == CpuBind::none || local.empty()) return std::nullopt;
   std::vector<std::optional<std::string>> first_gpus;
+  first_gpus.reserve(local.size());
   for (const auto& w : local) {
     first_gpus.push_back(w.gpus.empty() ? std::nullopt : std::optional<std::string>(w.gpus.front()));
   }

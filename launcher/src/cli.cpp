@@ -540,6 +540,7 @@ CliResult parse_cli(int argc, const char* const* argv) {
   const auto switched = use_pet_variables(app);
   const std::vector<std::string> args = join_tee_level(app, argc, argv);
   std::vector<const char*> cargs;
+  cargs.reserve(args.size());
   for (const auto& a : args) cargs.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(cargs.size()), cargs.data());

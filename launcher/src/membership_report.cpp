@@ -40,6 +40,7 @@ std::string membership_line(int attempt, const std::vector<core::Member>& before
 std::string attempts_line(const std::vector<AttemptRecord>& attempts) {
   if (attempts.size() < 2) return {};
   std::vector<std::string> parts;
+  parts.reserve(attempts.size());
   for (const auto& a : attempts) {
     parts.push_back(a.exit_code == 0
                         ? fmt::format("{} (world size {}) succeeded", a.attempt, a.world_size)

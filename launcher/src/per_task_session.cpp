@@ -1,6 +1,7 @@
 #include "per_task_session.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -93,13 +94,13 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
                                agent::Events& ev)
     : r_(r),
       place_(core::task_place(tasks_per_node(r), r.job.node_rank, r.job.task_local_rank.value_or(0))),
-      auth_(auth),
+      auth_(std::move(auth)),
       local_run_id_(fmt::format("{}/node/{}", r.job.run_id, place_.node)),
       local_port_(core::node_store_port(r.job.run_id, place_.node, r.rdzv_port,
                                         static_cast<std::uint16_t>(r.job.master_port))),
       store_(worker_store_log(ev)) {
   if (place_.relay) {
-    rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth, ev);
+    rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth_, ev);
     ro.host = r.rdzv_host;
     ro.port = r.rdzv_port;
     ro.fallback_ports = r.rdzv_fallback_ports;
@@ -109,7 +110,7 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
     up_ = std::make_unique<rdzv::Rendezvous>(std::move(ro));
   }
   if (place_.node_store) {
-    rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth, ev);
+    rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth_, ev);
     ro.host = ro.listen_host = "127.0.0.1";
     ro.port = local_port_;
     ro.run_id = local_run_id_;

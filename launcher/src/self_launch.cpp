@@ -243,6 +243,7 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   auto args = self_launch_argv(srun, static_cast<int>(r.allocation_hosts.size()), self_argv, gpus.per_node,
                                r.elastic, r.het_components);
   std::vector<char*> cargv;
+  cargv.reserve(args.size() + 1);
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   // The step's own variables must describe the step, not the batch shell.

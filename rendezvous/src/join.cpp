@@ -303,7 +303,7 @@ std::vector<int> Rendezvous::Impl::wait_for_survivors(PrefixStore& s) {
       expected.push_back(keys::present(orig));  // after its arrival record: joined_ranks() lists it
   }
   s.wait(expected, opts_.rejoin_timeout);
-  const auto ranks = joined_ranks(s);
+  auto ranks = joined_ranks(s);
   std::vector<int> missing;
   for (std::size_t i = 0; i < previous_.size(); ++i) {
     if (!std::binary_search(ranks.begin(), ranks.end(), previous_[i].orig_rank))

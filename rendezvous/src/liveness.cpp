@@ -51,12 +51,15 @@ LivenessTiming liveness_timing(Millis heartbeat_interval, Millis heartbeat_timeo
 void Rendezvous::Impl::watch(std::function<void(const core::Failure&)> on_abort) {
   if (!watching_.load() && !fired_.load()) start_liveness();  // e.g. after a barrier stopped it
   std::optional<core::Failure> early;
+  // An abort that came before the watch is handed on outside the lock.
+  std::function<void(const core::Failure&)> call;
   {
     std::lock_guard lk(cb_mu_);
-    on_abort_ = on_abort;
+    on_abort_ = std::move(on_abort);
     early = std::exchange(pending_, std::nullopt);
+    if (early) call = on_abort_;
   }
-  if (early && on_abort) on_abort(*early);
+  if (call) call(*early);
 }
 
 void Rendezvous::Impl::start_liveness() {
@@ -107,7 +110,7 @@ void Rendezvous::Impl::start_monitor() {
 // this agent's teardown may take the whole grace (a trainer that checkpoints on SIGTERM) and a
 // node is lost only when its agent is (node 0 would drop a silent one, and an elastic job's
 // next round would go on without a healthy node).
-void Rendezvous::Impl::watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t) {
+void Rendezvous::Impl::watch_loop(const std::shared_ptr<TcpStore>& conn, const LivenessTiming& t) {
   auto next_beat = Clock::now();
   std::uint64_t beats = 0;
   // The stacks requests among the events are kept aside; the others are the abort.

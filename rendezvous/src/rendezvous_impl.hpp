@@ -105,7 +105,7 @@ class Rendezvous::Impl {
   // liveness.cpp
   void start_liveness();
   void start_monitor();
-  void watch_loop(std::shared_ptr<TcpStore> conn, const LivenessTiming& t);
+  void watch_loop(const std::shared_ptr<TcpStore>& conn, const LivenessTiming& t);
   void fire_lost_node0(const std::string& why, TcpStore* conn = nullptr);
   void fire_event(const std::string& value);
   // The watch's event of index 1: `ddprun stacks`' request, kept for stacks_request().

@@ -24,11 +24,11 @@ constexpr std::size_t kMacSize = 32;
 // Domain separation: a MAC made for this protocol version is useless anywhere else.
 constexpr std::string_view kContext{"ddprun-rdzv-auth-v2", 19};
 
-[[noreturn]] void usage(std::string msg) {
-  throw Error(Error::Kind::usage, std::move(msg), "auth");
+[[noreturn]] void usage(const std::string& msg) {
+  throw Error(Error::Kind::usage, msg, "auth");
 }
 
-std::string trim(std::string s) {
+std::string trim(const std::string& s) {
   const auto ws = " \t\r\n";
   const auto b = s.find_first_not_of(ws);
   if (b == std::string::npos) return {};
@@ -140,7 +140,7 @@ std::string read_token_file(const std::string& path) {
     text.append(buf, static_cast<std::size_t>(n));
     if (text.size() > (1u << 16)) usage(fmt::format("token file {}: larger than 64 KiB", path));
   }
-  text = trim(std::move(text));
+  text = trim(text);
   if (text.empty()) usage(fmt::format("token file {}: empty; put a random secret in it", path));
   return text;
 }

@@ -100,8 +100,19 @@ int start_connect(const std::string& host, std::uint16_t port, bool& done, const
       sockaddr_in src{};
       src.sin_family = AF_INET;
       ::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-      if (::inet_pton(AF_INET, source.c_str(), &src.sin_addr) == 1) {
-        ::bind(fd, reinterpret_cast<const sockaddr*>(&src), sizeof src);
+      // A source that cannot be used fails this address: connecting from the kernel's choice instead
+      // would quietly undo what the caller asked for.
+      int unusable = 0;
+      if (::inet_pton(AF_INET, source.c_str(), &src.sin_addr) != 1) {
+        unusable = EINVAL;
+      } else if (::bind(fd, reinterpret_cast<const sockaddr*>(&src), sizeof src) != 0) {
+        unusable = errno;
+      }
+      if (unusable != 0) {
+        err = unusable;
+        ::close(fd);
+        fd = -1;
+        continue;
       }
     }
     if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {

@@ -15,9 +15,9 @@ int listen_on(const std::string& host, std::uint16_t port);
 std::uint16_t local_port(int fd);
 // Closes with a reset (SO_LINGER 0): nothing is owed to the peer, and no TIME_WAIT stays behind.
 void close_reset(int fd);
-// A non-blocking connect to a host name or address (from `source`, a numeric address, when given); -1 with
-// errno on failure. `done` is false while the connection is in progress (wait for EPOLLOUT, then
-// connect_result()).
+// A non-blocking connect to a host name or address (from `source`, a numeric IPv4 address, when given: one
+// that cannot be bound fails the connect); -1 with errno on failure. `done` is false while the connection is
+// in progress (wait for EPOLLOUT, then connect_result()).
 int start_connect(const std::string& host, std::uint16_t port, bool& done, const std::string& source = "");
 int connect_result(int fd);  // 0 or the errno of a finished non-blocking connect
 

@@ -97,6 +97,7 @@ int run_stacks(const StacksOptions& o, const JobTarget& t, store::TcpStore& stor
     }
   }
   std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(std::max(nnodes, 0)));
   for (int n = 0; n < nnodes; ++n) keys.push_back(core::stacks_reply_key(req.nonce, n));
   std::vector<core::RankStack> stacks;
   std::vector<int> silent_nodes;

@@ -13,8 +13,8 @@ namespace ddprun::rdzv {
 class Error : public store::Error {
  public:
   // The store's kind of a failed round is `rejected`: node 0 refused this node's round.
-  Error(std::string message, std::string op = "join", std::string endpoint = {})
-      : store::Error(Kind::rejected, std::move(message), std::move(op), std::move(endpoint)) {}
+  Error(const std::string& message, std::string op = "join", std::string endpoint = {})
+      : store::Error(Kind::rejected, message, std::move(op), std::move(endpoint)) {}
 };
 
 }  // namespace ddprun::rdzv

@@ -86,8 +86,8 @@ struct C10dRelayOptions {
   std::uint16_t port = 0;          // 0 = ephemeral
   std::string upstream_host;       // node 0's workers' store
   std::uint16_t upstream_port = 0;
-  // Numeric address to connect from (unset: the kernel's choice). The bench gives each simulated node
-  // its own, as each node has on a cluster.
+  // Numeric IPv4 address to connect from (unset: the kernel's choice; one that cannot be bound counts as
+  // node 0 not reached). The bench gives each simulated node its own, as each node has on a cluster.
   std::string source_host;
   // How long to keep trying node 0's store when it cannot be reached (it is up before any worker of the
   // attempt starts, so this is for a network hiccup). Requests wait meanwhile; past it, the workers'

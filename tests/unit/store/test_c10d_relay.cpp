@@ -145,6 +145,36 @@ TEST_CASE("relay: when node 0's store goes, the workers' connections close", "[c
   CHECK(eventually([&] { return !p.relay->upstream_connected(); }));
 }
 
+TEST_CASE("relay: a source address it cannot connect from fails the connect instead of another address",
+          "[c10d][relay]") {
+  C10dServerOptions so;
+  so.hosts = {"127.0.0.1"};
+  so.log = [](const std::string&) {};
+  C10dServer server(so);
+  C10dRelayOptions ro;
+  ro.upstream_host = "127.0.0.1";
+  ro.upstream_port = server.port();
+  ro.log = [](const std::string&) {};
+  ro.connect_timeout = 0ms;  // give up on the first retry
+  SECTION("an address of this machine: connected from it") {
+    ro.source_host = "127.0.0.2";
+    C10dRelay relay(ro);
+    C10dClient w(relay.port(), Layout::v22);
+    w.send(Op::add, {"init/"}, {}, 1);
+    CHECK(w.read_i64() == 1);
+    CHECK(relay.upstream_connected());
+  }
+  SECTION("one it does not have (TEST-NET-1): node 0 never reached, the worker closed") {
+    ro.source_host = "192.0.2.1";
+    C10dRelay relay(ro);
+    C10dClient w(relay.port(), Layout::v22);
+    w.send(Op::add, {"init/"}, {}, 1);
+    CHECK(testnet::closed_by_peer(w.fd(), 10s));
+    CHECK_FALSE(relay.upstream_connected());
+    CHECK(server.connection_count() == 0);
+  }
+}
+
 TEST_CASE("relay: garbage from one worker closes that worker only", "[c10d][relay]") {
   Pair p;
   C10dClient good(p.relay->port(), Layout::v22);
