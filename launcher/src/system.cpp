@@ -103,6 +103,15 @@ std::pair<int, int> ephemeral_port_range() {
   return {32768, 60999};  // Linux's default
 }
 
+std::vector<std::uint16_t> master_port_fallbacks(int planned, std::uint16_t avoid, int ephemeral_low) {
+  std::vector<std::uint16_t> out;
+  const int start = planned > 0 && planned < ephemeral_low ? planned + 1 : core::kDefaultMasterPort + 1;
+  for (int p = start, tries = 0; p < ephemeral_low && p <= 65535 && tries < 256; ++p, ++tries) {
+    if (p != avoid) out.push_back(static_cast<std::uint16_t>(p));
+  }
+  return out;
+}
+
 MasterPort choose_master_port(int planned, std::uint16_t avoid, bool given, PortHold held) {
   // Claim first, then check by binding: the claim decides between two ddprun jobs, the bind check
   // catches every other program.
@@ -129,11 +138,8 @@ MasterPort choose_master_port(int planned, std::uint16_t avoid, bool given, Port
   // Below the ephemeral range first: the kernel gives those ports to no outgoing connection, so the port
   // stays free until worker rank 0 binds it, seconds later; an ephemeral one can be taken meanwhile by any
   // connect() on the machine (seen in CI: "Address already in use" at the worker's bind).
-  const auto [low, high] = ephemeral_port_range();
-  const int start = planned > 0 && planned < low ? planned + 1 : core::kDefaultMasterPort + 1;
-  for (int p = start, tries = 0; p < low && p <= 65535 && tries < 256; ++p, ++tries) {
-    if (p == avoid) continue;
-    if (auto m = claim(static_cast<std::uint16_t>(p))) return std::move(*m);
+  for (const std::uint16_t p : master_port_fallbacks(planned, avoid, ephemeral_port_range().first)) {
+    if (auto m = claim(p)) return std::move(*m);
   }
   for (int i = 0; i < 100; ++i) {
     const std::uint16_t p = try_bind(0);

@@ -92,7 +92,18 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
   } else if (given && port == avoid) {
     throw core::Error(fmt::format("--master-port {} is the rendezvous store's port", port), 1);
   }
-  // Busy and not given: a free port, on every host alike (the first host's ephemeral port).
+  // Busy and not given: the next free port above the planned one below the ephemeral range, as
+  // choose_master_port picks for rank0 (29501, 29502, ...), then a free ephemeral port, on every host alike.
+  for (const std::uint16_t p : master_port_fallbacks(planned, avoid, ephemeral_port_range().first)) {
+    if (server_) break;
+    auto hold = PortHold::take(p);
+    if (!hold || !port_is_free(p)) continue;
+    try {
+      server_ = open_server(hosts, p, filter, log_);
+      hold_ = std::move(*hold);
+    } catch (const store::Error&) {  // taken since the check: the next one
+    }
+  }
   for (int i = 0; !server_ && i < 20; ++i) {
     try {
       auto s = open_server(hosts, 0, filter, log_);

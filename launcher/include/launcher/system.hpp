@@ -56,6 +56,12 @@ struct MasterPort {
 // Linux's ephemeral port range (ip_local_port_range), {32768, 60999} when it cannot be read.
 std::pair<int, int> ephemeral_port_range();
 
+// Where a busy MASTER_PORT that the user did not give is looked for first, in order: the ports above
+// `planned` (above the default when `planned` is unset or not below `ephemeral_low`) up to the ephemeral
+// range, at most 256, without `avoid`. Below that range the kernel hands no port to an outgoing connection,
+// and the replacement is predictable (29501, 29502, ...). Pure.
+std::vector<std::uint16_t> master_port_fallbacks(int planned, std::uint16_t avoid, int ephemeral_low);
+
 // The planned port if it is free, not `avoid` and no other ddprun here holds it, else the next free one
 // above it below the ephemeral range (29501, 29502, ... for the default), else a free ephemeral port (never
 // `avoid`), claimed for this job. A port the user gave (`given`, from --master-port or

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -13,6 +15,7 @@
 #include "launcher/system.hpp"
 #include "support/net_util.hpp"
 #include "support/temp_dir.hpp"
+#include "worker_store.hpp"
 
 using namespace ddprun::launcher;
 
@@ -41,6 +44,51 @@ TEST_CASE("ports: a replaced MASTER_PORT lies below the ephemeral range, where n
   CHECK(chosen.port != planned);
   CHECK(chosen.port > planned);
   CHECK(chosen.port < low);
+}
+
+TEST_CASE("ports: master_port_fallbacks: above the planned port, below the ephemeral range, at most 256") {
+  struct Row {
+    int planned;
+    std::uint16_t avoid;
+    int low;
+    std::vector<std::uint16_t> first;  // the first ones, in order
+    std::size_t count;
+  };
+  const std::vector<Row> rows = {
+      {29500, 0, 32768, {29501, 29502, 29503}, 256},
+      {29500, 29502, 32768, {29501, 29503, 29504}, 255},  // avoid: the store's port
+      {0, 0, 32768, {29501, 29502}, 256},                 // unset: above the default
+      {40000, 0, 32768, {29501, 29502}, 256},             // ephemeral: above the default
+      {32700, 0, 32768, {32701, 32702}, 67},              // up to the range, not into it
+      {32767, 0, 32768, {}, 0},
+      {29500, 0, 1024, {}, 0},  // a range that starts below the default: none
+      {65535, 0, 70000, {}, 0},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.planned, r.avoid, r.low);
+    const auto got = master_port_fallbacks(r.planned, r.avoid, r.low);
+    CHECK(got.size() == r.count);
+    REQUIRE(got.size() >= r.first.size());
+    CHECK(std::equal(r.first.begin(), r.first.end(), got.begin()));
+    for (const auto p : got) {
+      CHECK(p < r.low);
+      CHECK(p != r.avoid);
+    }
+  }
+}
+
+TEST_CASE("ports: the agent-served workers' store replaces a busy MASTER_PORT below the ephemeral range") {
+  // --worker-store agent (the default): node 0's agent binds the replacement itself; it is the same
+  // kind of port choose_master_port gives a rank0 job, not the kernel's ephemeral choice.
+  const std::uint16_t planned = testnet::unused_port();
+  auto other = PortHold::take(planned);  // another ddprun job on this machine holds the planned port
+  REQUIRE(other);
+  WorkerStoreHost host([](const std::string&) {});
+  const std::uint16_t port = host.serve("127.0.0.1", planned, 0, false, false, {});
+  const auto [low, high] = ephemeral_port_range();
+  CHECK(port != planned);
+  CHECK(port < low);
+  CHECK_FALSE(port_is_free(port));  // served: bound and listening
 }
 
 TEST_CASE("ports: a busy MASTER_PORT the user gave is an error naming it, never replaced") {
