@@ -149,6 +149,14 @@ std::string no_progress_line(const ProgressRule& progress) {
       h.stalled, h.stalled == 1 ? "" : "s", progress.limit, last, best, kNoProgressExitCode);
 }
 
+bool stop_is_cause(const RunResult& r) {
+  if (!r.stopped_by_signal) return false;
+  if (!r.root_cause) return true;
+  // An agent stopped by a signal, here or on another node (scancel signals them all): the same stop.
+  const Failure& f = *r.root_cause;
+  return f.rank < 0 && !f.lost && f.signal != 0;
+}
+
 RunResult standby_result(const std::optional<Failure>& root, int held_signal) {
   RunResult r;
   if (held_signal != 0) {

@@ -96,6 +96,13 @@ AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
 // The one line that says why the job stopped without progress.
 std::string no_progress_line(const ProgressRule& progress);
 
+// Whether the stopping signal this node's agent got (stopped_by_signal) is what ended the run, so the
+// report and the job summary name it: the root cause is an agent's stop (this one's, or another node's:
+// scancel signals every agent), or there is none. A signal that came
+// once another cause was tearing the job down (srun --kill-on-bad-exit's TERM after a hang or a lost
+// node, a cancel during a failed attempt's teardown) is not: the first cause is the one reported.
+bool stop_is_cause(const RunResult& r);
+
 // A standby's attempt (elastic) as a run: it ended with the job's root cause (nullopt: the active
 // nodes finished), or with a stopping signal the agent got meanwhile (`held_signal`, 0 if none).
 RunResult standby_result(const std::optional<Failure>& root, int held_signal);

@@ -157,3 +157,40 @@ TEST_CASE("after_stop: a stop cancels a due restart with 128 + signal and keeps 
     CHECK(d.exit_code == r.want_code);
   }
 }
+
+TEST_CASE("stop_is_cause: a signal is reported as the cause only when no other cause came first") {
+  Failure stop;  // an agent stopped by SIGTERM (here, or on another node: scancel signals them all)
+  stop.signal = SIGTERM;
+  stop.exit_code = 143;
+  Failure hang = worker_failure(3, ddprun::core::kHangExitCode);
+  hang.hang = true;
+  Failure lost;
+  lost.lost = true;
+  lost.exit_code = 1;
+  Failure start;  // a node that could not start: no signal
+  start.fatal = true;
+  start.exit_code = 125;
+  struct Row {
+    bool stopped;
+    std::optional<Failure> root;
+    bool want;
+  };
+  const Row rows[] = {
+      {false, std::nullopt, false},
+      {true, std::nullopt, true},
+      {true, stop, true},
+      {true, worker_failure(1, 3), false},  // a cancel during a failed attempt's teardown
+      {true, hang, false},                  // srun's TERM while a hang is torn down
+      {true, lost, false},                  // srun's TERM after a node was lost
+      {true, start, false},
+      {false, stop, false},
+  };
+  for (const auto& row : rows) {
+    RunResult r;
+    r.stopped_by_signal = row.stopped;
+    r.signal = row.stopped ? SIGTERM : 0;
+    r.root_cause = row.root;
+    INFO("stopped " << row.stopped << " root exit " << (row.root ? row.root->exit_code : -1));
+    CHECK(stop_is_cause(r) == row.want);
+  }
+}
