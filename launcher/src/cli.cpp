@@ -281,8 +281,8 @@ void add_auth_options(CLI::App& app, core::Options& o) {
       ->type_name("K");
   app.add_option("--requeue-on", o.requeue_on,
                  "In a batch script (plain ddprun, self-launch): when the job ends with one of these exit "
-                 "codes, run scontrol requeue for it, at most --max-requeues times (e.g. 140,143,200-210; "
-                 "default off)")
+                 "codes, run scontrol requeue for it, at most --max-requeues times, never after a scancel "
+                 "(e.g. 140,143,200-210; default off)")
       ->envname(env("REQUEUE_ON"))
       ->group(g)
       ->type_name("CODES");
