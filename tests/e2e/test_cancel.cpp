@@ -45,6 +45,29 @@ const std::string kSlowToStop =
     "2) trap 'touch \"$DIR/stopping.2\"; sleep 4; exit 0' TERM; touch \"$DIR/ready.2\";;"
     "esac; while :; do sleep 0.1; done";
 
+// As Job::start, with --nnodes MIN:MAX (elastic) instead of the agent count.
+void start_elastic(Job& job, int agents, const std::string& nnodes, const std::vector<std::string>& command,
+                   const std::vector<std::string>& extra) {
+  for (int n = 0; n < agents; ++n) {
+    std::vector<std::string> argv = {DDPRUN_EXE,
+                                     "--nnodes",
+                                     nnodes,
+                                     "--node-rank",
+                                     std::to_string(n),
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(job.port),
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--rdzv-timeout",
+                                     "60"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("--");
+    argv.insert(argv.end(), command.begin(), command.end());
+    job.agents.push_back(start(argv, {{"DDPRUN_TEST_TOKEN", job.token}, {"DIR", job.dir.path()}},
+                               job.dir.path(), "agent" + std::to_string(n)));
+  }
+}
+
 void cancel_while_node0_collects(Job& job) {
   REQUIRE(wait_file(job.dir / "stopped.0"));
   REQUIRE(wait_file(job.dir / "stopping.2"));
@@ -108,7 +131,7 @@ TEST_CASE("cancel while node 0 collects a failed attempt's records: no restart, 
 TEST_CASE("cancel while node 0 collects, elastic: no new round, no lost node, every node exits 143",
           "[e2e][signals][cancel][elastic]") {
   Job job;
-  job.start(3, 1, sh(kSlowToStop), {"--nnodes", "2:3", "--max-restarts", "3", "--term-timeout", "5"});
+  start_elastic(job, 3, "2:3", sh(kSlowToStop), {"--max-restarts", "3", "--term-timeout", "5"});
   cancel_while_node0_collects(job);
   expect_stopped(job);
   CHECK(one_attempt(job, 3));
