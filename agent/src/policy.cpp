@@ -129,7 +129,9 @@ AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
                               const ProgressRule& progress) {
   if (r.success) return {false, 0};
   const int code = r.exit_code != 0 ? r.exit_code : 1;
-  const bool final = r.stopped_by_signal || r.spawn_failed || (r.root_cause && core::ends_job(*r.root_cause));
+  // A stop with no other root cause is final; one after another cause is after_stop's.
+  const bool final = (r.stopped_by_signal && !r.root_cause) || r.spawn_failed ||
+                     (r.root_cause && core::ends_job(*r.root_cause));
   if (final) return {false, code};
   if (progress.limit > 0 && progress.history.stalled >= progress.limit)
     return {false, kNoProgressExitCode, true};
@@ -147,6 +149,14 @@ std::string no_progress_line(const ProgressRule& progress) {
       h.stalled, h.stalled == 1 ? "" : "s", progress.limit, last, best, kNoProgressExitCode);
 }
 
+bool stop_is_cause(const RunResult& r) {
+  if (!r.stopped_by_signal) return false;
+  if (!r.root_cause) return true;
+  // An agent stopped by a signal, here or on another node (scancel signals them all): the same stop.
+  const Failure& f = *r.root_cause;
+  return f.rank < 0 && !f.lost && f.signal != 0;
+}
+
 RunResult standby_result(const std::optional<Failure>& root, int held_signal) {
   RunResult r;
   if (held_signal != 0) {
@@ -160,9 +170,9 @@ RunResult standby_result(const std::optional<Failure>& root, int held_signal) {
   return r;
 }
 
-AttemptDecision after_held_signal(AttemptDecision d, int held_signal) {
-  if (held_signal != 0) d.restart = false;
-  return d;
+AttemptDecision after_stop(AttemptDecision d, int stop) {
+  if (stop == 0 || !d.restart) return d;
+  return {false, 128 + stop};
 }
 
 }  // namespace ddprun::agent

@@ -169,7 +169,7 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
                                       r.exit_code, r.attempt, r.node_rank, r.host),
                           after != 0 ? Style::yellow : Style::bold_red, colour) +
                     "\n";
-  if (r.stopped_by_signal) {
+  if (stop_is_cause(r)) {
     out += fmt::format("ddprun: {} received by ddprun; workers were stopped\n", signal_name(r.signal));
   }
   if (!r.not_told.empty()) {

@@ -61,7 +61,13 @@ RunResult Supervisor::run() {
   if (succeeded()) wait_exit_barrier(sigw);
   abort_handler.reset();
   deliver_posted();  // nothing can be posted any more
-  return finish();
+  RunResult r = finish();
+  // A stop read after the loop and counted by nobody (the run had failed before it) goes to the hold:
+  // it cancels a restart (docs/agent.md, Signals). One still unread goes there with the watcher.
+  for (const int s : late_signals_) {
+    if (is_stopping_signal(s)) keep_stop_signal(s);
+  }
+  return r;
 }
 
 std::optional<StartFailure> Supervisor::spawn_all() {
@@ -378,6 +384,7 @@ void Supervisor::wait_exit_barrier(SignalWatcher& sigw) {
       reporter_.signal_received(s, "stop");
     }
   }
+  late_signals_.clear();  // counted
 }
 
 // What `ddprun top` shows of this node now (the status thread adds RSS and CPU%).

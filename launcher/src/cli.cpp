@@ -268,8 +268,9 @@ void add_auth_options(CLI::App& app, core::Options& o) {
       ->group(g)
       ->type_name("PATH");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
-                 "Restart the whole job up to N times after a failure (default 0); with --nnodes "
-                 "MIN:MAX or standbys, also after a lost node (elastic)")
+                 "Restart the whole job up to N times after a failure (default 0; never once a stopping "
+                 "signal came: scancel, a time limit, Ctrl-C); with --nnodes MIN:MAX or standbys, also "
+                 "after a lost node (elastic)")
       ->envname(env("MAX_RESTARTS"))
       ->group(g);
   app.add_option("--max-restarts-without-progress", o.max_restarts_without_progress,
@@ -280,8 +281,8 @@ void add_auth_options(CLI::App& app, core::Options& o) {
       ->type_name("K");
   app.add_option("--requeue-on", o.requeue_on,
                  "In a batch script (plain ddprun, self-launch): when the job ends with one of these exit "
-                 "codes, run scontrol requeue for it, at most --max-requeues times (e.g. 140,143,200-210; "
-                 "default off)")
+                 "codes, run scontrol requeue for it, at most --max-requeues times, never after a scancel "
+                 "(e.g. 140,143,200-210; default off)")
       ->envname(env("REQUEUE_ON"))
       ->group(g)
       ->type_name("CODES");

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "agent/signals.hpp"
 #include "core/error.hpp"
 
 namespace ddprun::launcher {
@@ -93,7 +94,10 @@ int status_code(int st) {
 
 }  // namespace
 
-HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
+namespace {
+
+// The check's shell, started in a group of its own; its output comes through `out` (the read end).
+pid_t start_check(const std::string& command, int& out) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     throw core::Error(fmt::format("--health-check: cannot make a pipe: {}", std::strerror(errno)), 1);
@@ -114,7 +118,7 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
     if (null_fd >= 0) ::dup2(null_fd, 0);
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);
-    // The agent may hold stopping signals; the check gets the default dispositions and mask.
+    // The agent holds the stopping signals (its handlers end at exec); the check gets the default mask.
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -123,17 +127,19 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
   }
   ::setpgid(pid, pid);  // also here: no race with the kill below
   ::close(fds[1]);
-  HealthCheckRun run;
+  out = fds[0];
+  return pid;
+}
+
+// Reads the check's output until it exits, the timeout passes or a stop is held; `st` its status.
+bool watch_check(pid_t pid, int out, double timeout_s, HealthCheckRun& run, int& st) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   bool open = true;
   bool exited = false;
-  int st = 0;
   char buf[4096];
   while (!exited || open) {
-    if (!exited) {
-      const pid_t w = ::waitpid(pid, &st, WNOHANG);
-      if (w == pid) exited = true;
-    }
+    if (!exited && ::waitpid(pid, &st, WNOHANG) == pid) exited = true;
+    if ((run.stopped = agent::held_stop_signal()) != 0) break;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) break;
     if (!open) {
@@ -144,10 +150,10 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
     // Once the shell is gone, only what is already in the pipe is read: a background child that
     // holds the pipe open does not keep the agent waiting.
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{out, POLLIN, 0};
     const int ready = ::poll(&p, 1, exited ? 0 : static_cast<int>(std::min<long long>(left, 100)));
     if (ready > 0) {
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      const ssize_t n = ::read(out, buf, sizeof buf);
       if (n > 0) {
         keep_last(run.output, buf, static_cast<std::size_t>(n));
         continue;
@@ -157,25 +163,45 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
       open = false;
     }
   }
-  ::close(fds[0]);
-  if (!exited) {
-    run.timed_out = true;
-    ::kill(-pid, SIGKILL);
-    ::waitpid(pid, &st, 0);
-    return run;
+  return exited;
+}
+
+}  // namespace
+
+HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
+  // A stop (scancel, Ctrl-C) while the check runs ends it and the agent, and kills what it started:
+  // with the default dispositions the agent would die at once and leave the check's children behind.
+  agent::hold_stop_signals();
+  HealthCheckRun run;
+  int out = -1;
+  int st = 0;
+  pid_t pid = -1;
+  try {
+    pid = start_check(command, out);
+  } catch (...) {
+    agent::release_stop_signals();
+    throw;
   }
+  const bool exited = watch_check(pid, out, timeout_s, run, st);
+  ::close(out);
   // Whatever the check left behind in its group ends with it.
   ::kill(-pid, SIGKILL);
-  run.status = status_code(st);
+  if (!exited) ::waitpid(pid, &st, 0);
+  run.stopped = agent::release_stop_signals();  // 0: released; else the stop, still held
+  if (run.stopped != 0) return run;
+  run.timed_out = !exited;
+  if (exited) run.status = status_code(st);
   return run;
 }
 
-std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r) {
-  if (!o.health_check) return std::nullopt;
+NodeHealth check_node_health(const core::Options& o, const core::Resolved& r) {
+  if (!o.health_check) return {};
   // Per-task mode: the node's check is its relay's (local task 0), which tells the others.
-  if (r.mode == core::Mode::per_task && r.job.task_local_rank.value_or(0) != 0) return std::nullopt;
+  if (r.mode == core::Mode::per_task && r.job.task_local_rank.value_or(0) != 0) return {};
   const HealthCheckRun run = run_health_check(*o.health_check, o.health_check_timeout);
-  return judge_health_check(run, r.self.host.value_or("localhost"), r.job.node_rank, o.health_check_timeout);
+  if (run.stopped != 0) return {std::nullopt, run.stopped};
+  return {
+      judge_health_check(run, r.self.host.value_or("localhost"), r.job.node_rank, o.health_check_timeout)};
 }
 
 }  // namespace ddprun::launcher

@@ -276,6 +276,7 @@ void fail_line(agent::Events& ev, const std::string& what, int code) {
 struct AttemptEnd {
   agent::AttemptDecision decision;
   std::optional<Failure> root;
+  int stop = 0;  // a stopping signal the run got (after another root cause: after_stop weighs it)
 };
 
 // The restart rule after a run, with the run's step recorded in `progress` (its root cause's: the same
@@ -283,7 +284,22 @@ struct AttemptEnd {
 AttemptEnd decide(const agent::RunResult& res, int attempt, int max_restarts, agent::ProgressRule& progress) {
   progress.history =
       agent::record_step(progress.history, res.root_cause ? res.root_cause->step : std::nullopt, attempt);
-  return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause};
+  return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause,
+          res.stopped_by_signal ? res.signal : 0};
+}
+
+// A stop that cancelled a restart (scancel, a time limit, Ctrl-C while a failed attempt ends): one line
+// on every node, since each exits with it.
+void restart_cancelled(agent::Events& ev, int sig, int attempt, int attempt_code) {
+  if (ev.json()) {
+    ev.emit("signal_received", {{"signal", core::signal_name(sig)},
+                                {"action", "stop"},
+                                {"restart_cancelled", true},
+                                {"exit_code", 128 + sig}});
+  } else {
+    fmt::print(stderr, "ddprun: {} received: attempt {} (exit {}) is not restarted; exit code {}\n",
+               core::signal_name(sig), attempt, attempt_code, 128 + sig);
+  }
 }
 
 // A standby (elastic): no workers; it waits for the active nodes to finish or for the root cause.
@@ -313,7 +329,12 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // A restart's round: the check again; a node that fails it leaves without joining, and a fail-fast
     // job's other nodes leave with its line at once (docs/agent.md, "Health check").
     if (attempt > 0) {
-      if (const auto bad = check_node_health(o, r)) {
+      const NodeHealth health = check_node_health(o, r);
+      if (health.stopped != 0) {  // the restart was due: a stop ends the job as it would have ended the run
+        restart_cancelled(ev, health.stopped, attempt - 1, attempts.back().exit_code);
+        return finished(ev, 128 + health.stopped, attempts);
+      }
+      if (const auto& bad = health.failure) {
         fail_line(ev, *bad, kHealthCheckExitCode);
         session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
         return kHealthCheckExitCode;
@@ -340,8 +361,11 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
       fail_line(ev, *why, d.exit_code);
       return finished_attempts(ev, o, round, d.exit_code, attempts);
     }
-    // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
-    if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
+    // A stop during the run or since (the hold) ends a job that would restart, with 128 + signal; the
+    // next rendezvous runs without the hold (a stop then ends the agent at once, as before the first).
+    const int stop = end.stop != 0 || !d.restart ? end.stop : agent::release_stop_signals();
+    if (stop != 0 && d.restart) restart_cancelled(ev, stop, attempt, d.exit_code);
+    d = agent::after_stop(d, stop);
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
     if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts);
     restarting(ev, attempt, d.exit_code, max_restarts);

@@ -112,7 +112,10 @@ int main(int argc, char** argv) {
       // job every node learns of it as of a start-up error; an elastic job goes on without this node,
       // unless it is node rank 0, whose store the others need: then they end at once too.
       if (resolved.context != core::SlurmContext::batch) {
-        if (const auto bad = launcher::check_node_health(o, resolved)) {
+        const auto health = launcher::check_node_health(o, resolved);
+        // Stopped meanwhile (scancel): as a stop before the first round, 128 + signal, nothing left.
+        if (health.stopped != 0) return 128 + health.stopped;
+        if (const auto& bad = health.failure) {
           if (resolved.elastic && resolved.job.node_rank != 0)
             return fail(*bad, launcher::kHealthCheckExitCode);
           return start_error(*bad, launcher::kHealthCheckExitCode);

@@ -1,5 +1,6 @@
 #include "launcher/self_launch.hpp"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -191,12 +192,54 @@ std::optional<std::string> run_scontrol_requeue(const std::string& target) {
                            : fmt::format("scontrol killed by signal {}", WTERMSIG(status));
 }
 
+// `scontrol show job -o TARGET`: what Slurm says of the job now (the first 64 KiB); empty when it
+// cannot say (not on PATH, no answer).
+std::string show_job(const std::string& target) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    if (null_fd >= 0) ::dup2(null_fd, 2);
+    ::execlp("scontrol", "scontrol", "show", "job", "-o", target.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  if (pid < 0) {
+    ::close(fds[0]);
+    return {};
+  }
+  std::string out;
+  char buf[4096];
+  while (out.size() < 65536) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);  // a longer answer: scontrol gets EPIPE and ends
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? out : std::string();
+}
+
 }  // namespace
 
 int requeue_if_asked(const core::Resolved& r, int code) {
-  if (r.requeue_on.empty()) return code;
-  switch (core::requeue_verdict(code, r.requeue_on, r.job.requeue_count, r.max_requeues)) {
+  if (r.requeue_on.empty() || r.requeue_on.count(code) == 0) return code;
+  const auto target = core::requeue_target(snapshot_environ());
+  // A listed code: was the job cancelled (scancel), or is it ending for a reason a requeue is for?
+  const core::JobEnd end = target ? core::job_end_from_scontrol(show_job(*target)) : core::JobEnd::unknown;
+  switch (core::requeue_verdict(code, r.requeue_on, r.job.requeue_count, r.max_requeues, end)) {
     case core::RequeueVerdict::not_listed:
+      return code;
+    case core::RequeueVerdict::cancelled:
+      fmt::print(
+          stderr,
+          "ddprun: exit code {} is in --requeue-on, but job {} was cancelled (scancel): not requeued\n", code,
+          target.value_or("?"));
       return code;
     case core::RequeueVerdict::budget_spent:
       fmt::print(stderr,
@@ -207,7 +250,6 @@ int requeue_if_asked(const core::Resolved& r, int code) {
     case core::RequeueVerdict::requeue:
       break;
   }
-  const auto target = core::requeue_target(snapshot_environ());
   if (!target) {
     fmt::print(stderr, "ddprun: error: --requeue-on: no SLURM_JOB_ID to requeue; exit code {} kept\n", code);
     return code;
