@@ -30,6 +30,8 @@ class HeartbeatFiles {
 
   // Creates rank `rank`'s empty file and returns its path. Throws Error (exit 126) when it cannot.
   std::string create(int rank);
+  // The private directory of the files; "" with --log-dir or until made.
+  const std::string& private_dir() const { return temp_dir_.path(); }
 
  private:
   std::optional<std::string> log_dir_;
