@@ -1,8 +1,6 @@
 #include "stacks.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
 #include <csignal>
@@ -16,7 +14,7 @@
 #include "agent/error.hpp"
 #include "agent/live_stacks.hpp"
 #include "agent/log_paths.hpp"
-#include "agent/spawn.hpp"
+#include "agent/run_command.hpp"
 
 namespace ddprun::agent {
 
@@ -43,58 +41,15 @@ std::string HeartbeatFiles::create(int rank) {
   return path;
 }
 
-namespace {
-
-// Reads both pipes until they close or `deadline`; true when they closed in time.
-bool read_until(int out_fd, int err_fd, std::chrono::steady_clock::time_point deadline, std::string& text) {
-  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
-  int open = 2;
-  char buf[4096];
-  while (open > 0) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    const int r = ::poll(fds, 2, static_cast<int>(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0) return false;
-    if (r < 0) return true;  // nothing more can be read
-    for (auto& f : fds) {
-      if (f.fd < 0 || f.revents == 0) continue;
-      const ssize_t n = ::read(f.fd, buf, sizeof buf);
-      if (n > 0) {
-        text.append(buf, static_cast<std::size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        f.fd = -1;
-        --open;
-      }
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
 std::string native_stack(pid_t pid, const std::string& path_env, std::chrono::milliseconds bound) {
-  const auto program = find_in_path("eu-stack", path_env);
-  if (!program) return "eu-stack not installed (elfutils); no native stack for this worker\n";
-  Spawned s;
-  try {
-    s = spawn_process(
-        SpawnRequest{*program, {"eu-stack", "-p", std::to_string(pid)}, current_environment(), {}, {}});
-  } catch (const Error& e) {
-    return fmt::format("eu-stack could not start: {}\n", e.what());
-  }
-  std::string text;
-  const bool done =
-      read_until(s.stdout_fd.get(), s.stderr_fd.get(), std::chrono::steady_clock::now() + bound, text);
-  if (!done) {
-    ::killpg(s.pid, SIGKILL);
-    text += fmt::format("(eu-stack stopped after {} ms)\n", bound.count());
-  }
-  int st = 0;
-  while (::waitpid(s.pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  return text;
+  CommandRequest req{{"eu-stack", "-p", std::to_string(pid)}, bound};
+  req.output_cap = 256 * 1024;  // cap_stack keeps 16 KiB of it
+  req.path_env = path_env;
+  const CommandResult r = run_command(req);
+  if (r.not_found) return "eu-stack not installed (elfutils); no native stack for this worker\n";
+  if (r.not_started) return fmt::format("{}\n", *r.not_started);
+  if (r.timed_out) return r.output + fmt::format("(eu-stack stopped after {} ms)\n", bound.count());
+  return r.output;
 }
 
 }  // namespace ddprun::agent
