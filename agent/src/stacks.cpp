@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -41,6 +42,25 @@ std::string HeartbeatFiles::create(int rank) {
   return path;
 }
 
+std::vector<std::string> process_argv(pid_t pid) {
+  std::vector<std::string> out;
+  const int fd = ::open(fmt::format("/proc/{}/cmdline", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  std::string text;
+  char buf[4096];
+  ssize_t n = 0;
+  while (text.size() < 256 * 1024 && ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))) {
+    if (n > 0) text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  for (std::size_t start = 0; start < text.size();) {
+    const std::size_t end = std::min(text.find('\0', start), text.size());
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 std::string native_stack(pid_t pid, const std::string& path_env, std::chrono::milliseconds bound) {
   CommandRequest req{{"eu-stack", "-p", std::to_string(pid)}, bound};
   req.output_cap = 256 * 1024;  // cap_stack keeps 16 KiB of it
@@ -63,6 +83,14 @@ constexpr std::chrono::milliseconds kStackDrain{500};
 constexpr std::chrono::milliseconds kStackWait{5000};
 constexpr std::chrono::milliseconds kStackTick{100};
 constexpr std::chrono::milliseconds kEuStackBound{10000};
+
+// The first line of the stack of a Python that ignores PYTHON* variables (-I or -E, `flag`).
+std::string ignored_env_line(char flag) {
+  return fmt::format(
+      "no Python stack: this Python runs with -{}, which ignores PYTHONFAULTHANDLER and ddprun's stacks hook "
+      "(PYTHONPATH); add -X faulthandler to its command for Python frames. Its native stack:\n",
+      flag);
+}
 }  // namespace
 
 StackCollector::StackCollector(boost::asio::io_context& io, const std::vector<std::unique_ptr<Proc>>& procs)
@@ -77,15 +105,19 @@ void StackCollector::start(const std::vector<HungRank>& hung, bool python, const
     const Proc& p = *procs_.at(h.worker);
     const std::string file = h.worker < stacks_files.size() ? stacks_files[h.worker] : std::string();
     const bool hooked = hook_registered(p.pid(), file);
-    hung_.push_back({h.rank, p.worker().local_rank, p.pid(), h.silent, python || hooked, {}});
-    if (python && !hooked) {
-      // A Python worker whose hook did not register (python -I or -S, a shell still starting it):
+    // -I and -E: Python ignores PYTHONFAULTHANDLER, so SIGABRT would end it without a stack.
+    const PythonFlags flags = python && !hooked ? python_flags(process_argv(p.pid())) : PythonFlags{};
+    const bool abort = python && !hooked && (flags.ignores_env == 0 || flags.faulthandler);
+    hung_.push_back({h.rank, p.worker().local_rank, p.pid(), h.silent, hooked || abort, {}});
+    if (abort) {
+      // A Python worker whose hook did not register (python -S, a shell still starting it):
       // faulthandler's dump on SIGABRT, which ends it.
       targets_.push_back({h.worker, hung_.size() - 1, std::nullopt});
       ::kill(p.pid(), SIGABRT);  // the process only: its children are not what hangs
     } else {
       // The path of `ddprun stacks`: the hook's dump (the worker keeps running), else eu-stack.
-      hung_.back().stack = cap_stack(live_stack(p.pid(), file, path_env, kEuStackBound));
+      const std::string why = python && !hooked ? ignored_env_line(flags.ignores_env) : std::string();
+      hung_.back().stack = cap_stack(why + live_stack(p.pid(), file, path_env, kEuStackBound));
     }
   }
   arm();
@@ -135,8 +167,8 @@ void StackCollector::finish() {
   for (const auto& t : targets_) {
     std::string& s = hung_[t.hung].stack;
     if (s.empty()) {
-      s = "no Python stack: the worker wrote nothing to stderr after SIGABRT (faulthandler off? "
-          "PYTHONFAULTHANDLER unset or the signal handled by the program)\n";
+      s = "no Python stack: the worker wrote nothing to stderr after SIGABRT (the program handles SIGABRT "
+          "itself, turned faulthandler off, or runs with PYTHONFAULTHANDLER set empty)\n";
     }
     s = cap_stack(std::move(s));
   }
