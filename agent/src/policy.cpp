@@ -11,18 +11,11 @@
 
 namespace ddprun::agent {
 
+// The one decoding: waitpid's status is turned into waitid's (code, status) first.
 ExitStatus decode_wait_status(int wait_status) {
-  ExitStatus s;
-  if (WIFEXITED(wait_status)) {
-    s.exit_code = WEXITSTATUS(wait_status);
-  } else if (WIFSIGNALED(wait_status)) {
-    s.signal = WTERMSIG(wait_status);
-    s.exit_code = 128 + s.signal;
-  } else {
-    // Stopped/continued are not ends; treat anything else as a generic failure.
-    s.exit_code = 1;
-  }
-  return s;
+  if (WIFEXITED(wait_status)) return decode_child_status(CLD_EXITED, WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) return decode_child_status(CLD_KILLED, WTERMSIG(wait_status));
+  return decode_child_status(0, 0);  // stopped or continued: not an end
 }
 
 ExitStatus decode_child_status(int code, int status) {
@@ -33,7 +26,7 @@ ExitStatus decode_child_status(int code, int status) {
     s.signal = status;
     s.exit_code = 128 + status;
   } else {
-    s.exit_code = 1;  // as decode_wait_status: not an end we know
+    s.exit_code = 1;  // stopped, continued: not an end we know
   }
   return s;
 }

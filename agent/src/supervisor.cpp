@@ -98,6 +98,11 @@ std::optional<StartFailure> Supervisor::spawn_all() {
       env = stack_hook_.env(std::move(env), base_env, w.rank);
       stacks_files_.push_back(stack_hook_.file(w.rank));
       if (error_files_) env["TORCHELASTIC_ERROR_FILE"] = p->error_file = error_files_->prepare(w.rank);
+      // Made by now: the reaper removes them if this agent is killed.
+      for (const std::string& dir : {error_files_ ? error_files_->private_dir() : std::string(),
+                                     hang_.private_dir(), stack_hook_.private_dir()}) {
+        reaper_.remove_on_death(dir);
+      }
       p->start(cmd, merge_environment(base_env, env), [this](pid_t pgid) { reaper_.watch(pgid); });
       hang_.started(i, w.rank, env);
     } catch (const Error& e) {

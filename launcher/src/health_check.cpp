@@ -1,22 +1,14 @@
-// --health-check: the verdict (pure) and the run (fork, exec sh -c, timeout, group kill, capture).
+// --health-check: the verdict (pure) and the run (sh -c through the one runner, agent/run_command.hpp).
 #include "launcher/health_check.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "agent/run_command.hpp"
 #include "agent/signals.hpp"
 #include "core/error.hpp"
 
@@ -79,118 +71,28 @@ std::optional<std::string> left_out_line(int nagents, const std::vector<int>& jo
       missing.size(), nagents, fmt::join(missing, ", "), nagents - static_cast<int>(missing.size()));
 }
 
-namespace {
-
-void keep_last(std::string& buf, const char* data, std::size_t n) {
-  buf.append(data, n);
-  if (buf.size() > kHealthCheckOutputCap) buf.erase(0, buf.size() - kHealthCheckOutputCap);
-}
-
-int status_code(int st) {
-  if (WIFEXITED(st)) return WEXITSTATUS(st);
-  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-  return 1;
-}
-
-}  // namespace
-
-namespace {
-
-// The check's shell, started in a group of its own; its output comes through `out` (the read end).
-pid_t start_check(const std::string& command, int& out) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    throw core::Error(fmt::format("--health-check: cannot make a pipe: {}", std::strerror(errno)), 1);
-  }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    throw core::Error(fmt::format("--health-check: cannot fork: {}", std::strerror(err)), 1);
-  }
-  if (pid == 0) {
-    // Its own group, so that the timeout kills whatever it started too; the shell dies with an agent
-    // killed meanwhile.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int null_fd = ::open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) ::dup2(null_fd, 0);
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    // The agent holds the stopping signals (its handlers end at exec); the check gets the default mask.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here: no race with the kill below
-  ::close(fds[1]);
-  out = fds[0];
-  return pid;
-}
-
-// Reads the check's output until it exits, the timeout passes or a stop is held; `st` its status.
-bool watch_check(pid_t pid, int out, double timeout_s, HealthCheckRun& run, int& st) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  bool open = true;
-  bool exited = false;
-  char buf[4096];
-  while (!exited || open) {
-    if (!exited && ::waitpid(pid, &st, WNOHANG) == pid) exited = true;
-    if ((run.stopped = agent::held_stop_signal()) != 0) break;
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
-    if (!open) {
-      // The output closed, the shell not gone yet: poll its end in short steps.
-      ::usleep(10000);
-      continue;
-    }
-    // Once the shell is gone, only what is already in the pipe is read: a background child that
-    // holds the pipe open does not keep the agent waiting.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    pollfd p{out, POLLIN, 0};
-    const int ready = ::poll(&p, 1, exited ? 0 : static_cast<int>(std::min<long long>(left, 100)));
-    if (ready > 0) {
-      const ssize_t n = ::read(out, buf, sizeof buf);
-      if (n > 0) {
-        keep_last(run.output, buf, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n == 0 || errno != EINTR) open = false;
-    } else if (ready == 0 && exited) {
-      open = false;
-    }
-  }
-  return exited;
-}
-
-}  // namespace
-
 HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
-  // A stop (scancel, Ctrl-C) while the check runs ends it and the agent, and kills what it started:
-  // with the default dispositions the agent would die at once and leave the check's children behind.
+  agent::CommandRequest req{agent::shell_command(command), std::chrono::ceil<std::chrono::milliseconds>(
+                                                               std::chrono::duration<double>(timeout_s))};
+  req.output_cap = kHealthCheckOutputCap;
+  req.keep_tail = true;            // the verdict is at the end
+  req.stop_on_held_signal = true;  // a stop (scancel, Ctrl-C) ends the check at once
+  // With the default dispositions the agent would die at once and leave the check's children behind.
   agent::hold_stop_signals();
-  HealthCheckRun run;
-  int out = -1;
-  int st = 0;
-  pid_t pid = -1;
+  agent::CommandResult r;
   try {
-    pid = start_check(command, out);
+    r = agent::run_command(req);
   } catch (...) {
     agent::release_stop_signals();
     throw;
   }
-  const bool exited = watch_check(pid, out, timeout_s, run, st);
-  ::close(out);
-  // Whatever the check left behind in its group ends with it.
-  ::kill(-pid, SIGKILL);
-  if (!exited) ::waitpid(pid, &st, 0);
+  HealthCheckRun run{r.timed_out, r.status.exit_code, r.output};
   run.stopped = agent::release_stop_signals();  // 0: released; else the stop, still held
-  if (run.stopped != 0) return run;
-  run.timed_out = !exited;
-  if (exited) run.status = status_code(st);
+  if (run.stopped != 0) {
+    run.timed_out = false;
+    return run;
+  }
+  if (r.not_started) throw core::Error(fmt::format("--health-check: {}", *r.not_started), 1);
   return run;
 }
 

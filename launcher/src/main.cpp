@@ -60,7 +60,9 @@ std::optional<int> validate_or_dry_run(const ddprun::core::Options& o, const ddp
   // the agreed plan.
   launcher::BoundNode bound;
   if (resolved.cpu_bind != core::CpuBind::none && resolved.context != core::SlurmContext::batch) {
-    bound = launcher::bind_this_node(resolved, table, agent::read_topology(), agent::own_affinity());
+    bound = launcher::bind_this_node(resolved, table,
+                                     agent::read_topology(resolved.cpu_bind == core::CpuBind::gpu),
+                                     agent::own_affinity());
     if (bound.warning && o.dry_run) fmt::print(stderr, "ddprun: warning: {}\n", *bound.warning);
   }
   agent_opts = launcher::agent_options(o, resolved);

@@ -4,11 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -825,4 +827,32 @@ TEST_CASE("rdzv endpoint HOST:0: the master serves on a free port, says which, a
   CHECK_THAT(
       plan.out,
       Catch::Contains("rendezvous store: 127.0.0.1, on a free port that node rank 0 prints when it starts"));
+}
+
+// Issue 37 §2: the Slurm queries ran through popen, so a squeue that could not run read as empty output:
+// "Slurm job 123 has no running step ... has the job finished", about a job that may well be running.
+TEST_CASE("top and stacks --job: squeue not on PATH is said as it is, in one line", "[cli][observe]") {
+  for (const std::string cmd : {"top", "stacks"}) {
+    std::vector<std::string> argv = {DDPRUN_EXE, cmd, "--job", "123"};
+    if (cmd == "top") argv.push_back("--once");
+    const auto r = run_process(argv, {{"PATH", "/nonexistent"}});
+    INFO(cmd << ": " << r.err);
+    CHECK(r.code == 1);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, Catch::StartsWith("ddprun " + cmd + ": error: squeue not found on PATH"));
+    CHECK_THAT(r.err, !Catch::Contains("has no running step"));
+  }
+}
+
+// Issue 37 §2: the health check was a bare fork and exec: it got the /dev/null its child opened and every
+// descriptor ddprun inherited from whatever started it, where a worker gets stdin, stdout and stderr only.
+TEST_CASE("health check: it runs with stdin, stdout and stderr alone, as a worker does", "[cli][health]") {
+  const int inherited = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC: ddprun inherits it
+  REQUIRE(inherited > 2);
+  const auto r = run_process({DDPRUN_EXE, "--standalone", "--nproc-per-node", "1", "--health-check",
+                              "ls /proc/$$/fd; exit 1", "--", "true"});
+  ::close(inherited);
+  INFO(r.err);
+  CHECK(r.code == 125);
+  CHECK_THAT(r.err, Catch::Contains("exited with code 1; output: 0 | 1 | 2; fix the node"));
 }

@@ -180,3 +180,43 @@ TEST_CASE(
   CHECK_THAT(err, Catch::Contains("in stuck_here_abc"));
   CHECK(std::filesystem::exists(job.dir / "term"));
 }
+
+// Issue 35 #22: Python started with -I or -E ignores PYTHONFAULTHANDLER (and PYTHONPATH, so the stacks
+// hook): SIGABRT only killed the worker, and the report blamed an unset PYTHONFAULTHANDLER.
+TEST_CASE(
+    "hang: a Python rank run with -I or -E gets its native stack and a line naming the flag, "
+    "with -X faulthandler its Python stack",
+    "[e2e][stacks][hang]") {
+  const std::vector<std::vector<std::string>> flag_sets = {{"-I"}, {"-E"}, {"-I", "-X", "faulthandler"}};
+  for (const auto& flags : flag_sets) {
+    Job job;
+    std::ofstream(job.dir / "hung.py") << "import os, signal, sys, time\n"
+                                          "def on_term(signum, frame):\n"
+                                          "    open(os.path.join(os.environ['DIR'], 'term'), 'w').close()\n"
+                                          "    sys.exit(0)\n"
+                                          "signal.signal(signal.SIGTERM, on_term)\n"
+                                          "def stuck_here_abc():\n"
+                                          "    print('started', flush=True)\n"
+                                          "    while True:\n"
+                                          "        time.sleep(0.05)\n"
+                                          "stuck_here_abc()\n";
+    std::vector<std::string> cmd = {"python3"};
+    cmd.insert(cmd.end(), flags.begin(), flags.end());
+    cmd.push_back(job.dir / "hung.py");
+    job.start(1, 1, cmd, {"--hang-timeout", "2"});
+    job.wait_all();
+    const std::string err = job.agents[0].err();
+    INFO(flags.front() << " " << flags.size() << "\n" << err);
+    CHECK(job.agents[0].code == 124);
+    CHECK_THAT(err, !Catch::Contains("PYTHONFAULTHANDLER unset"));
+    if (flags.size() == 1) {
+      CHECK_THAT(err, Catch::Contains("this Python runs with " + flags.front() +
+                                      ", which ignores PYTHONFAULTHANDLER"));
+      CHECK_THAT(err, Catch::Contains("native stack (eu-stack)"));
+      CHECK_THAT(err, Catch::Contains("#0 ") || Catch::Contains("eu-stack not installed"));
+      CHECK(std::filesystem::exists(job.dir / "term"));  // not aborted: its SIGTERM handler ran
+    } else {
+      CHECK_THAT(err, Catch::Contains("in stuck_here_abc"));
+    }
+  }
+}

@@ -36,12 +36,12 @@ std::optional<std::string> judge_health_check(const HealthCheckRun& run, const s
 // The last `lines` non-empty lines of `output`, each made printable (a non-printable byte as \xNN).
 std::string output_tail(std::string_view output, std::size_t lines);
 
-// Runs `/bin/sh -c command` in this process's environment, in a process group of its own, stdin
-// /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the timeout the
-// whole group is killed (SIGKILL). The stopping signals are held meanwhile (agent::hold_stop_signals):
-// one that comes kills the group at once and is returned in `stopped`, still held, so that nothing
-// the check started outlives the agent; otherwise the hold is released as it was. Throws core::Error
-// when the command cannot be started at all.
+// Runs `/bin/sh -c command` through agent::run_command: this process's environment, a process group of
+// its own, stdin /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the
+// timeout the whole group is killed (SIGKILL). The stopping signals are held meanwhile
+// (agent::hold_stop_signals): one that comes kills the group at once and is returned in `stopped`, still
+// held, so that nothing the check started outlives the agent; otherwise the hold is released as it was.
+// Throws core::Error when the command cannot be started.
 HealthCheckRun run_health_check(const std::string& command, double timeout_s);
 
 // On node rank 0 of an elastic job's first round under Slurm, where the step says which nodes should

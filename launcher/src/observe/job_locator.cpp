@@ -2,14 +2,15 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
-#include "core/hostlist.hpp"
-
+#include "agent/run_command.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/hostlist.hpp"
 #include "launcher/auth_setup.hpp"
 #include "store/client.hpp"
 #include "store/error.hpp"
@@ -91,16 +92,29 @@ std::shared_ptr<store::TcpStore> connect_job(const JobTarget& t, const store::au
 
 namespace {
 
-// A command's stdout ("" when it cannot run); squeue and scontrol answer from slurmctld.
-std::string command_output(const std::string& cmd) {
-  std::string out;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  ::pclose(f);
-  return out;
+// squeue and scontrol answer from slurmctld within their own MessageTimeout; this bounds one that never does.
+constexpr std::chrono::milliseconds kSlurmQueryTimeout{30000};
+
+// A Slurm command's stdout, its stderr dropped: empty when it fails (a job id Slurm no longer knows), which
+// the caller words. A command that is not on PATH or does not answer is an error of its own.
+std::string command_output(const std::vector<std::string>& argv) {
+  agent::CommandRequest req{argv, kSlurmQueryTimeout};
+  req.output_cap = 4 * 1024 * 1024;
+  req.stderr_too = false;
+  const agent::CommandResult r = agent::run_command(req);
+  if (r.not_found) {
+    throw core::Error(
+        fmt::format("{} not found on PATH: the job's place comes from Slurm; run this where Slurm's "
+                    "commands are, or give --rdzv-endpoint HOST:PORT and --rdzv-id ID",
+                    argv.front()),
+        kObserveExit);
+  }
+  if (r.not_started || r.timed_out) {
+    throw core::Error(
+        fmt::format("{} {}: is slurmctld answering?", argv.front(), agent::describe_run(r, req.timeout)),
+        kObserveExit);
+  }
+  return r.output;
 }
 
 bool all_digits(const std::string& s) {
@@ -187,8 +201,7 @@ std::shared_ptr<store::TcpStore> connect_slurm_job(const JobQuery& q, const core
     job = job.substr(0, dot);
   }
   if (!all_digits(job)) throw core::Error(fmt::format("--job: '{}' is not a Slurm job id", job));
-  const auto steps =
-      parse_squeue_steps(command_output("squeue -h -s -j " + job + " -o '%i|%j|%N' 2>/dev/null"));
+  const auto steps = parse_squeue_steps(command_output({"squeue", "-h", "-s", "-j", job, "-o", "%i|%j|%N"}));
   // Inside a step of the same job (srun ... ddprun top), that step is not the one to show.
   std::optional<std::string> self;
   const auto own_job = env.find("SLURM_JOB_ID");
@@ -204,8 +217,7 @@ std::shared_ptr<store::TcpStore> connect_slurm_job(const JobQuery& q, const core
   }
   // srun --resv-ports: the store is on the step's first reserved port.
   std::optional<std::uint16_t> reserved;
-  const std::string show =
-      command_output("scontrol show step " + job + "." + chosen->step_id + " 2>/dev/null");
+  const std::string show = command_output({"scontrol", "show", "step", job + "." + chosen->step_id});
   if (const auto at = show.find("ResvPorts="); at != std::string::npos) {
     const auto end = show.find_first_of(" \n", at);
     const std::string value =
