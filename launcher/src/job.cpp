@@ -250,9 +250,11 @@ int finished(agent::Events& ev, int code, const std::vector<AttemptRecord>& atte
   return code;
 }
 
-// The job's last line on the node that announces the rounds: every attempt, when there were several.
+// The job's last line on the node that announces the rounds: every attempt, when there were several. The
+// error file of this node's last run gets the job's own code.
 int finished_attempts(agent::Events& ev, const core::Options& o, const Round& round, int code,
-                      const std::vector<AttemptRecord>& attempts) {
+                      const std::vector<AttemptRecord>& attempts, const agent::AgentOptions& ao) {
+  if (!round.local.empty()) agent::record_job_exit(ao, round.local.front().node_rank, code);
   if (!ev.json() && round.announce && !o.quiet) fmt::print(stderr, "{}", attempts_line(attempts));
   return finished(ev, code, attempts);
 }
@@ -338,12 +340,12 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // a fail-fast job says so, restarts left or not.
     if (const auto why = session.prepare_restart(end.root, d.restart)) {
       fail_line(ev, *why, d.exit_code);
-      return finished_attempts(ev, o, round, d.exit_code, attempts);
+      return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     }
     // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
     if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
-    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts);
+    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt(end.root);
   }
