@@ -216,11 +216,22 @@ void warn_replaced_master_env(agent::Events& ev, const core::JobConstants& plan)
 std::function<void()> announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
   if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table->job);
   if (ev.json()) {
-    ev.emit("rendezvous_joined", plan_event(round.table->job, attempt));
+    auto e = plan_event(round.table->job, attempt);
+    if (!round.store_endpoint.empty()) e["rendezvous_endpoint"] = round.store_endpoint;
+    ev.emit("rendezvous_joined", e);
     return {};
   }
   if (!round.announce || o.quiet) return {};
-  return [table = round.table, attempt] { fmt::print(stderr, "{}", render_startup_table(*table, attempt)); };
+  // The store's place, where `ddprun top` and `ddprun stacks` read the job (docs/observe.md).
+  const std::string store =
+      round.store_endpoint.empty()
+          ? std::string()
+          : fmt::format(
+                "ddprun: rendezvous store {}, run id '{}': ddprun top and ddprun stacks read the job there\n",
+                round.store_endpoint, round.store_run_id);
+  return [table = round.table, attempt, store] {
+    fmt::print(stderr, "{}{}", render_startup_table(*table, attempt), store);
+  };
 }
 
 void restarting(agent::Events& ev, int attempt, int code, int max_restarts) {
@@ -367,7 +378,12 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
       if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) ev.warn(*none);
     }
     std::unique_ptr<Session> session;
-    if (o.metrics_port && r.mode != core::Mode::agent) {
+    if (o.metrics_port && r.mode == core::Mode::per_task) {
+      ev.warn(
+          "--metrics-port: per-task mode (srun started several ddpruns per node, each one worker) publishes "
+          "no status, so no metrics are served; run one ddprun per node (srun --ntasks-per-node=1) with "
+          "--nproc-per-node for them");
+    } else if (o.metrics_port && r.mode != core::Mode::agent) {
       ev.warn(
           "--metrics-port is served by agents that meet at a rendezvous store (one agent per node); "
           "this launch has none, so no metrics are served: give --rdzv-endpoint");

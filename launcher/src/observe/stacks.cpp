@@ -44,26 +44,12 @@ StacksOptions parse_stacks(int argc, const char* const* argv) {
       "through faulthandler, native ones through eu-stack), ranks in the same frames grouped.",
       "ddprun stacks"};
   app.set_help_flag("-h,--help", "Print this help and exit");
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.query.rdzv_endpoint,
-                 "The job's store, HOST:PORT, as the job was started with")
+  add_job_options(app, o.query);
+  app.add_option("--rank", o.ranks, "Only these ranks: 3,7-9");
   app.add_option("--timeout", o.timeout_s,
                  "Seconds to wait for every node's answer (default 15); a node that does not answer in time "
                  "is an error (exit 1)")
       ->check(CLI::Range(0.1, 3600.0));
-      ->envname("DDPRUN_RDZV_ENDPOINT");
-  app.add_option("--rdzv-id,--rdzv_id", o.query.rdzv_id, "The job's --rdzv-id")->envname("DDPRUN_RDZV_ID");
-  app.add_option("--rdzv-auth", o.query.rdzv_auth, "As the job's agents: auto, munge, token or none")
-      ->check(CLI::IsMember({"auto", "munge", "token", "none"}))
-      ->envname("DDPRUN_RDZV_AUTH");
-  app.add_option("--rdzv-token-file", o.query.rdzv_token_file,
-                 "File holding the job's shared secret (else DDPRUN_TOKEN)")
-      ->envname("DDPRUN_RDZV_TOKEN_FILE");
-  app.add_option(
-      "--job", o.query.slurm_job,
-      "A Slurm job (JOBID or JOBID.STEPID) instead of --rdzv-endpoint; default inside an allocation: "
-      "SLURM_JOB_ID");
-  app.add_option("--step", o.query.slurm_step, "With --job: the step (default: the newest ddprun step)");
-  app.add_option("--rank", o.ranks, "Only these ranks: 3,7-9");
   app.add_option("--format", o.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   std::vector<const char*> args(argv + 1, argv + argc);  // "stacks" stands for the program's name
   try {
@@ -176,11 +162,10 @@ int stacks_main(int argc, const char* const* argv) {
     if (o.ranks) core::parse_rank_selection(*o.ranks);  // a bad selection before any connection
     const auto env = snapshot_environ();
     const bool slurm = !o.query.rdzv_endpoint && (o.query.slurm_job || env.count("SLURM_JOB_ID") != 0);
-    JobTarget t;
-    if (!slurm) t = locate_job(o.query);
+    if (!slurm) locate_job(o.query);  // a usage error before anything else
     const auto auth = observer_auth(o.query, env);
-    const auto store = slurm ? connect_slurm_job(o.query, env, auth, t, kObserveTimeout)
-                             : connect_job(t, auth, kObserveTimeout);
+    JobTarget t;
+    const auto store = connect_to_job(o.query, env, auth, t, kObserveTimeout);
     return run_stacks(o, t, *store);
   } catch (const core::Error& e) {
     fmt::print(stderr, "ddprun stacks: error: {}\n", e.what());
