@@ -90,11 +90,13 @@ kill_node_tasks "$job3" 0
 note "node id 0's agent and workers are gone"
 top_until "$job3" after 'j["job"]["attempt"] == 1 and len(j["ranks"]) == 2 and all(r["state"] == "running" for r in j["ranks"])' 600 \
   || fail "top --job $job3 after node 0's loss: exit $(cat after.rc): $(cat after.err)"
-python3 - after.json <<'EOP' || fail "the store is not on a survivor: $(cat after.json)"
+# (On this one-machine cluster every node's addresses reach node2's store, so the endpoint top names may
+# carry another node's name; the nodes it reports are the survivors.)
+python3 - after.json <<'EOP' || fail "not the survivors' store: $(cat after.json)"
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["job"]["world_size"] == 2, j["job"]
-assert not j["job"]["endpoint"].startswith("node1:"), j["job"]
+assert sorted(n["host"] for n in j["nodes"]) == ["node2", "node3"], j["nodes"]
 EOP
 note "ok: after the failover top reads $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job"]["endpoint"])' after.json)"
 "$DDPRUN" stacks --job "$job3" > stacks3.out 2> stacks3.err
@@ -102,6 +104,10 @@ expect_eq "stacks --job after the failover" 0 $?
 grep -q "TID" stacks3.out || fail "stacks after the failover: $(cat stacks3.out) $(cat stacks3.err)"
 grep -q "node 0 was lost: the rendezvous store moved to node2:" elastic.out \
   || fail "the survivors do not say where the store went"
+grep -q "worker store: closed the connection" elastic.out \
+  && fail "looking for the store sent a ddprun hello to the workers' store: $(grep 'worker store' elastic.out)"
 touch go3
-expect_eq "job state" COMPLETED "$(wait_job "$job3" 200)"
+# The job's final state after a SIGKILLed node 0 is srun's (docs/elastic.md); the survivors' run is ours.
+wait_job "$job3" 200 > /dev/null || fail "job $job3 did not end"
+grep -q "job summary (attempt 1): success, 2 nodes" elastic.out || fail "the survivors' attempt did not succeed"
 pass

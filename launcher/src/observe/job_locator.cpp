@@ -104,18 +104,20 @@ bool serves_step(const std::string& served, const std::string& step_run) {
 
 std::vector<JobTarget> failover_targets(const std::vector<std::string>& hosts,
                                         const std::vector<JobTarget>& bases) {
-  std::vector<JobTarget> out;
+  std::vector<JobTarget> out, masters;
   for (const auto& b : bases) {
     for (int k = 1; k <= kMaxFailovers + 1 && b.port + k <= 65535; ++k) {
+      const auto port = static_cast<std::uint16_t>(b.port + k);
       for (const auto& h : hosts) {
         JobTarget t = b;
         t.host = h;
         t.addr.clear();
-        t.port = static_cast<std::uint16_t>(b.port + k);
-        out.push_back(std::move(t));
+        t.port = port;
+        (port == b.master_port ? masters : out).push_back(std::move(t));
       }
     }
   }
+  out.insert(out.end(), masters.begin(), masters.end());
   return out;
 }
 
@@ -203,22 +205,23 @@ std::optional<SlurmStep> choose_step(const std::vector<SlurmStep>& steps,
 }
 
 std::vector<JobTarget> slurm_targets(const SlurmStep& step,
-                                     const std::optional<std::uint16_t>& reserved_store,
+                                     const std::optional<core::ReservedPorts>& reserved,
                                      const std::optional<std::string>& rdzv_id) {
   const auto hosts = core::expand_hostlist(step.nodelist);
   const std::string host = hosts.empty() ? step.nodelist : hosts.front();
   std::vector<JobTarget> out;
   // Ports come from `from`, which is also the step's run; the store serves it, or ID (step FROM).
-  const auto add = [&](std::uint16_t port, const std::string& from) {
-    out.push_back({host, port, core::store_run_id(rdzv_id.value_or(from), from), {}, from, {}});
+  const auto add = [&](std::uint16_t port, const std::string& from, std::uint16_t master) {
+    out.push_back({host, port, core::store_run_id(rdzv_id.value_or(from), from), {}, from, {}, master});
   };
   const auto derived = [&](const std::string& from) {
-    add(core::derive_ports(from).store, from);
-    for (const auto p : core::store_port_fallbacks(from)) add(p, from);
+    const auto ports = core::derive_ports(from);
+    add(ports.store, from, ports.master);
+    for (const auto p : core::store_port_fallbacks(from)) add(p, from, ports.master);
   };
   const std::string step_run = step.job_id + "." + step.step_id;
-  if (reserved_store) {
-    add(*reserved_store, step_run);
+  if (reserved) {
+    add(reserved->store, step_run, reserved->master.value_or(core::derive_ports(step_run).master));
   } else {
     derived(step_run);
   }
@@ -354,8 +357,8 @@ std::shared_ptr<store::TcpStore> connect_slurm_job(const JobQuery& q, const core
                                          job, job),
                       kObserveExit);
   }
-  // srun --resv-ports: the store is on the step's first reserved port.
-  std::optional<std::uint16_t> reserved;
+  // srun --resv-ports: the store is on the step's first reserved port, MASTER_PORT on the second.
+  std::optional<core::ReservedPorts> reserved;
   const std::string show =
       command_output("scontrol show step " + job + "." + chosen->step_id + " 2>/dev/null");
   if (const auto at = show.find("ResvPorts="); at != std::string::npos) {
@@ -363,8 +366,7 @@ std::shared_ptr<store::TcpStore> connect_slurm_job(const JobQuery& q, const core
     const std::string value =
         show.substr(at + 10, end == std::string::npos ? std::string::npos : end - at - 10);
     try {
-      if (const auto r = core::parse_reserved_ports("ResvPorts", value == "(null)" ? "" : value))
-        reserved = r->store;
+      reserved = core::parse_reserved_ports("ResvPorts", value == "(null)" ? "" : value);
     } catch (const core::Error&) {
       // Unknown form: the derived ports are tried.
     }

@@ -158,9 +158,13 @@ TEST_CASE("top under Slurm: the store's places, as the agents derive them") {
   CHECK(t[1].port == core::store_port_fallbacks("12.3").front());
   CHECK(t[8].port == core::derive_ports("12").store);  // a self-launch plans with the job id
   CHECK(t[8].run_id == "12");
-  const auto resv = slurm_targets(step, std::uint16_t{4000});
+  CHECK(t[0].master_port == core::derive_ports("12.3").master);  // the workers' store, a failover skips it
+  const auto resv = slurm_targets(step, core::ReservedPorts{4000, 4001});
   CHECK(resv[0].port == 4000);  // srun --resv-ports: the first reserved port, no fallbacks
+  CHECK(resv[0].master_port == 4001);
   CHECK(resv[1].run_id == "12");
+  CHECK(slurm_targets(step, core::ReservedPorts{4000, std::nullopt})[0].master_port ==
+        core::derive_ports("12.3").master);
   const auto named = slurm_targets(step, std::nullopt, std::string("myrun"));
   CHECK(named[0].run_id == "myrun (step 12.3)");
   CHECK(named[0].step_run == "12.3");
@@ -169,20 +173,22 @@ TEST_CASE("top under Slurm: the store's places, as the agents derive them") {
 }
 
 TEST_CASE("top under Slurm: where a node-0 failover moves the store, on every node of the step") {
-  const JobTarget step_base{"node2", 20000, "12.3", {}, "12.3", {}};
-  const JobTarget job_base{"node2", 30000, "12", {}, "12", {}};
+  const JobTarget step_base{"node2", 20000, "12.3", {}, "12.3", {}, 20005};
+  const JobTarget job_base{"node2", 30000, "12", {}, "12", {}, 0};
   const auto t = failover_targets({"node2", "node3", "node4"}, {step_base, job_base});
   REQUIRE(t.size() == 2 * 3 * (kMaxFailovers + 1));
   // By base, then port, then host; every port from base+1 to base+kMaxFailovers+1 (MASTER_PORT skipped
-  // or not: core::failover_port gives base+g or base+g+1).
+  // or not: core::failover_port gives base+g or base+g+1), the planned MASTER_PORT last of all.
   CHECK(t[0].host == "node2");
   CHECK(t[0].port == 20001);
   CHECK(t[1].host == "node3");
   CHECK(t[1].port == 20001);
   CHECK(t[3].port == 20002);
-  CHECK(t[3 * kMaxFailovers + 2].port == 20000 + kMaxFailovers + 1);
-  CHECK(t[3 * (kMaxFailovers + 1)].port == 30001);
-  CHECK(t[3 * (kMaxFailovers + 1)].run_id == "12");
+  CHECK(t[12].port == 20006);  // 20005 is MASTER_PORT
+  CHECK(t[3 * kMaxFailovers - 1].port == 20000 + kMaxFailovers + 1);
+  CHECK(t[3 * kMaxFailovers].port == 30001);
+  CHECK(t[3 * kMaxFailovers].run_id == "12");
+  for (std::size_t i = t.size() - 3; i < t.size(); ++i) CHECK(t[i].port == 20005);
   for (const auto& x : t) CHECK(x.step_run == x.run_id);
   for (int g = 1; g <= kMaxFailovers; ++g) {
     for (const int master : {20001, 20005, 40000}) {
@@ -191,7 +197,7 @@ TEST_CASE("top under Slurm: where a node-0 failover moves the store, on every no
     }
   }
   // Never past the last port.
-  CHECK(failover_targets({"n"}, {JobTarget{"n", 65534, "r", {}, {}, {}}}).size() == 1);
+  CHECK(failover_targets({"n"}, {JobTarget{"n", 65534, "r", {}, {}, {}, 0}}).size() == 1);
 }
 
 TEST_CASE("top: the run id a refusing store serves, and whether it is the Slurm step's") {

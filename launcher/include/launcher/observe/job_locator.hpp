@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/slurm_env.hpp"
 #include "core/status.hpp"
@@ -69,12 +70,14 @@ struct JobTarget {
   std::string host;
   std::uint16_t port = 0;
   std::string run_id;
-  std::string addr;  // where to connect, when not `host` (Slurm's NodeAddr: `host` does not resolve)
-  std::string
-      step_run;  // a Slurm step's JOBID.STEPID (JOBID self-launched): its store under any --rdzv-id is it
-  std::string slurm_step;        // the Slurm step found (its id): where to look again
-  std::string describe() const;  // "HOST:PORT (--rdzv-id ID)" for messages
-  std::string endpoint() const;  // "HOST:PORT"
+  // Where to connect, when not `host` (Slurm's NodeAddr: `host` does not resolve here).
+  std::string addr;
+  // A Slurm step's JOBID.STEPID (JOBID self-launched): its store, under any --rdzv-id, is the job's.
+  std::string step_run;
+  std::string slurm_step;         // the Slurm step found (JOBID.STEPID): where to look again
+  std::uint16_t master_port = 0;  // the run's planned MASTER_PORT, when known: the workers' store
+  std::string describe() const;   // "HOST:PORT (--rdzv-id ID)" for messages
+  std::string endpoint() const;   // "HOST:PORT"
   std::string connect_to() const { return addr.empty() ? host : addr; }
 };
 
@@ -101,7 +104,7 @@ std::optional<SlurmStep> choose_step(const std::vector<SlurmStep>& steps,
 // (config.hpp, derive_ports). A job started with --rdzv-id ID serves run "ID (step JOBID.STEPID)" under
 // srun, "ID (step JOBID)" when self-launched (core::store_run_id).
 std::vector<JobTarget> slurm_targets(const SlurmStep& step,
-                                     const std::optional<std::uint16_t>& reserved_store,
+                                     const std::optional<core::ReservedPorts>& reserved,
                                      const std::optional<std::string>& rdzv_id = std::nullopt);
 
 // How many node-0 failovers the search follows (each moves the store one port up, docs/elastic.md).
@@ -109,7 +112,8 @@ inline constexpr int kMaxFailovers = 8;
 // Pure: where a node-0 failover may have moved a store first served at each of `bases`: on every one of
 // `hosts` (the first survivor of the last round serves it), ports base+1 .. base+kMaxFailovers+1 (after g
 // failovers core::failover_port gives base+g, or base+g+1 past MASTER_PORT), with the base's run id. In
-// the order to try: by base, then port, then host.
+// the order to try: by base, then port, then host; a base's master_port last of all, since the workers'
+// store listens there and takes a ddprun hello for garbage (it is tried only when no other place serves).
 std::vector<JobTarget> failover_targets(const std::vector<std::string>& hosts,
                                         const std::vector<JobTarget>& bases);
 
