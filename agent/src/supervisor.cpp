@@ -54,11 +54,14 @@ RunResult Supervisor::run() {
     status_.start([this] { return status_snapshot(); }, [this] { return hang_.heartbeat_files(); });
     io_.run();
     running_ = false;
-    status_.stop();  // before the exit barrier, which holds the store connection
+    // The final states go out before the exit barrier holds the store connection; `ddprun stacks` is
+    // still answered (ranks ended) while this node waits there.
+    status_.workers_ended();
   }
   failures_.join();  // bounded; its answer was handled on the loop, or is posted
   deliver_posted();
   if (succeeded()) wait_exit_barrier(sigw);
+  status_.stop();
   abort_handler.reset();
   deliver_posted();  // nothing can be posted any more
   RunResult r = finish();

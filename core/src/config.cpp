@@ -28,6 +28,10 @@ std::uint16_t even_port(const std::string& text) {
 
 }  // namespace
 
+std::string store_run_id(const std::string& run_id, const std::string& step_run) {
+  return run_id == step_run ? step_run : fmt::format("{} (step {})", run_id, step_run);
+}
+
 DerivedPorts derive_ports(const std::string& job_id) {
   const std::uint16_t store = even_port(job_id);
   return {store, static_cast<std::uint16_t>(store + 1)};
@@ -291,7 +295,7 @@ Layout resolve_step(const Options& o, const EnvSnapshot& env, const SlurmEnv& s,
   }
   job.run_id = o.rdzv_id.value_or(step_run);
   // Concurrent steps given one --rdzv-id never share a store, even when one's port is another's fallback.
-  r.rdzv_run_id = job.run_id == step_run ? step_run : fmt::format("{} (step {})", job.run_id, step_run);
+  r.rdzv_run_id = store_run_id(job.run_id, step_run);
   if (layout.num_tasks > n) {
     // srun started more tasks than nodes: every ddprun of the step is exactly one worker.
     r.mode = Mode::per_task;

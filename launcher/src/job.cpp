@@ -216,11 +216,22 @@ void warn_replaced_master_env(agent::Events& ev, const core::JobConstants& plan)
 std::function<void()> announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
   if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table->job);
   if (ev.json()) {
-    ev.emit("rendezvous_joined", plan_event(round.table->job, attempt));
+    auto e = plan_event(round.table->job, attempt);
+    if (!round.store_endpoint.empty()) e["rendezvous_endpoint"] = round.store_endpoint;
+    ev.emit("rendezvous_joined", e);
     return {};
   }
   if (!round.announce || o.quiet) return {};
-  return [table = round.table, attempt] { fmt::print(stderr, "{}", render_startup_table(*table, attempt)); };
+  // The store's place, where `ddprun top` and `ddprun stacks` read the job (docs/observe.md).
+  const std::string store =
+      round.store_endpoint.empty()
+          ? std::string()
+          : fmt::format(
+                "ddprun: rendezvous store {}, run id '{}': ddprun top and ddprun stacks read the job there\n",
+                round.store_endpoint, round.store_run_id);
+  return [table = round.table, attempt, store] {
+    fmt::print(stderr, "{}{}", render_startup_table(*table, attempt), store);
+  };
 }
 
 void restarting(agent::Events& ev, int attempt, int code, int max_restarts) {
@@ -250,9 +261,11 @@ int finished(agent::Events& ev, int code, const std::vector<AttemptRecord>& atte
   return code;
 }
 
-// The job's last line on the node that announces the rounds: every attempt, when there were several.
+// The job's last line on the node that announces the rounds: every attempt, when there were several. The
+// error file of this node's last run gets the job's own code.
 int finished_attempts(agent::Events& ev, const core::Options& o, const Round& round, int code,
-                      const std::vector<AttemptRecord>& attempts) {
+                      const std::vector<AttemptRecord>& attempts, const agent::AgentOptions& ao) {
+  if (!round.local.empty()) agent::record_job_exit(ao, round.local.front().node_rank, code);
   if (!ev.json() && round.announce && !o.quiet) fmt::print(stderr, "{}", attempts_line(attempts));
   return finished(ev, code, attempts);
 }
@@ -359,7 +372,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // a fail-fast job says so, restarts left or not.
     if (const auto why = session.prepare_restart(end.root, d.restart)) {
       fail_line(ev, *why, d.exit_code);
-      return finished_attempts(ev, o, round, d.exit_code, attempts);
+      return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     }
     // A stop during the run or since (the hold) ends a job that would restart, with 128 + signal; the
     // next rendezvous runs without the hold (a stop then ends the agent at once, as before the first).
@@ -367,7 +380,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     if (stop != 0 && d.restart) restart_cancelled(ev, stop, attempt, d.exit_code);
     d = agent::after_stop(d, stop);
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
-    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts);
+    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt(end.root);
   }
@@ -389,7 +402,12 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
       if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) ev.warn(*none);
     }
     std::unique_ptr<Session> session;
-    if (o.metrics_port && r.mode != core::Mode::agent) {
+    if (o.metrics_port && r.mode == core::Mode::per_task) {
+      ev.warn(
+          "--metrics-port: per-task mode (srun started several ddpruns per node, each one worker) publishes "
+          "no status, so no metrics are served; run one ddprun per node (srun --ntasks-per-node=1) with "
+          "--nproc-per-node for them");
+    } else if (o.metrics_port && r.mode != core::Mode::agent) {
       ev.warn(
           "--metrics-port is served by agents that meet at a rendezvous store (one agent per node); "
           "this launch has none, so no metrics are served: give --rdzv-endpoint");

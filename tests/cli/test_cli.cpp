@@ -412,7 +412,7 @@ TEST_CASE("bad input table", "[cli][error]") {
     check_bad(with({"-m", "--no-python", "pkg"}), "-m and --no-python");
     // An interface this machine lacks: one line naming it and the interfaces it has (lo always).
     check_bad(with({"--rdzv-iface", "nosuchif0", "true"}), "--rdzv-iface nosuchif0: node ");
-    check_bad(with({"true"}), "no interface nosuchif0; its interfaces: lo",
+    check_bad(with({"true"}), "no interface nosuchif0; its interfaces that are up with an address: lo",
               {{"DDPRUN_RDZV_IFACE", "nosuchif0"}});
     check_bad(with({"--rdzv-iface", "lo", "--local-addr", "127.0.0.1", "true"}), "give one");
   }

@@ -35,7 +35,7 @@ timeout 200 srun -N2 --ntasks-per-node=1 -l ./agent.sh --rdzv-timeout 60 --no-py
 rc=$?
 sed 's/^/   /' wrong.err
 expect_eq "srun exit code" 2 "$rc"
-grep -qE '^1: ddprun: error: --rdzv-iface nosuch0: node node[0-9]+ has no interface nosuch0; its interfaces: lo' \
+grep -qE '^1: ddprun: error: --rdzv-iface nosuch0: node node[0-9]+ has no interface nosuch0; its interfaces that are up with an address: lo' \
   wrong.err || fail "node id 1 did not report its own error"
 grep -qE '^0: ddprun: error: node[0-9]+ \(node rank 1\) could not start: --rdzv-iface nosuch0' wrong.err \
   || fail "node id 0 does not name node rank 1's error"

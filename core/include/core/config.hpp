@@ -161,6 +161,10 @@ struct ReservedPorts {
 // nullopt for an empty value (no ports reserved); throws Error naming `var` on a malformed one. Pure.
 std::optional<ReservedPorts> parse_reserved_ports(const std::string& var, const std::string& value);
 
+// The run id a Slurm step's store checks: the step's own (JOBID.STEPID, or JOBID when self-launched), or
+// "ID (step STEP_RUN)" for a job started with --rdzv-id ID, so that two steps given one id never meet.
+std::string store_run_id(const std::string& run_id, const std::string& step_run);
+
 // Set by a self-launch in srun's environment to the job id: the step then plans with the job id as its run
 // id and the source of its ports, as the batch script's dry run did, instead of JOBID.STEPID. Each agent
 // removes it from its environment before any worker starts.

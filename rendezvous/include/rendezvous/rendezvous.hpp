@@ -263,7 +263,9 @@ class Rendezvous {
   // (core::kStacksRequestKey, watched beside the abort while the workers run); nullopt before one.
   // Never waits, never reads the store. Safe from any thread.
   std::optional<std::string> stacks_request();
-  // Writes such a key as publish_status does (never waits; false: not written), without keeping it.
+  // Writes such a key as publish_status does (never waits; false: not written), without keeping it;
+  // beside a waiting exit barrier on a short connection of its own (bounded by 2 s for the connect and
+  // 2 s for the answer), so that a node at the barrier still answers `ddprun stacks`.
   bool write_shared(const std::string& key, const std::string& value);
 
   // Node 0: after an abort, keeps serving until the other agents have disconnected (at most

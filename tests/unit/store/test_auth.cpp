@@ -280,6 +280,36 @@ TEST_CASE("auth: token store serves the right token and drops everyone else", "[
                       Catch::Contains("'anon'") && Catch::Contains("'raw'"));
 }
 
+TEST_CASE("auth: a peer that does not speak the protocol is named in the log, rate-limited",
+          "[auth][server]") {
+  LogSink sink;
+  StoreServer server(server_with(token_cfg("tok-1"), sink));
+  // An HTTP client (a browser, a scanner, a scraper pointed at the wrong port), several times.
+  for (int i = 0; i < 8; ++i) {
+    const int fd = testnet::raw_connect(server.port());
+    REQUIRE(fd >= 0);
+    testnet::send_all(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(testnet::closed_by_peer(fd, 10s));
+    ::close(fd);
+  }
+  // A port scan's connect-and-close says nothing at all: no line for it.
+  const int quiet = testnet::raw_connect(server.port());
+  REQUIRE(quiet >= 0);
+  ::close(quiet);
+  TcpStore good(client_with(server.port(), token_cfg("tok-1"), "good"));
+  good.set("k", "v");  // the server is as it was
+  const std::string log = sink.all();
+  INFO(log);
+  CHECK_THAT(log, Catch::Contains("rejected peer 127.0.0.1:") && Catch::Contains("not the ddprun protocol"));
+  std::size_t lines = 0;
+  for (std::size_t at = log.find("rejected peer"); at != std::string::npos;
+       at = log.find("rejected peer", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines >= 1);
+  CHECK(lines <= 5);  // at most 5 lines per 10 s: the others are counted, not printed
+}
+
 TEST_CASE("auth: a replayed token hello is refused", "[auth][server]") {
   LogSink sink;
   StoreServer server(server_with(token_cfg("tok-1"), sink));
