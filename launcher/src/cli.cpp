@@ -14,11 +14,6 @@
 
 namespace ddprun::launcher {
 
-std::string version_string() {
-  return fmt::format("ddprun {} (git {}, built {} with g++ {}.{})", DDPRUN_VERSION, DDPRUN_GIT_REV, __DATE__,
-                     __GNUC__, __GNUC_MINOR__);
-}
-
 namespace {
 
 constexpr const char* kDescription =
