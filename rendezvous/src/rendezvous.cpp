@@ -44,6 +44,20 @@ std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_ma
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
+std::string describe_refusals(const std::vector<store::Refusal>& refusals) {
+  std::vector<std::string> parts;
+  for (const auto& r : refusals) {
+    const auto rank = labels::main_node_rank(r.label);
+    const std::string as = rank              ? fmt::format(" as node rank {}", *rank)
+                           : r.label.empty() ? std::string()
+                                             : fmt::format(" ('{}')", r.label);
+    parts.push_back(
+        fmt::format("{} connection{} from {}{}: {}", r.count, r.count == 1 ? "" : "s", r.peer, as, r.why));
+  }
+  if (parts.empty()) return {};
+  return fmt::format("this store refused {}", fmt::join(parts, "; "));
+}
+
 // ---- Rendezvous
 
 Rendezvous::Impl::Impl(RendezvousOptions o) : opts_(std::move(o)) {
