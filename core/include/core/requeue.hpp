@@ -13,6 +13,8 @@ namespace ddprun::core {
 // "140,143,200-210": exit codes 0-255, single or as ranges LO-HI. Throws Error (exit 2) naming the
 // bad part and the expected form.
 std::set<int> parse_exit_codes(std::string_view text);
+// The codes back as text, runs of three or more as LO-HI: "140,143,200-210".
+std::string format_exit_codes(const std::set<int>& codes);
 
 enum class RequeueVerdict {
   requeue,       // the code is listed and requeues are left
