@@ -43,6 +43,20 @@ std::set<int> parse_exit_codes(std::string_view text) {
   return out;
 }
 
+std::string format_exit_codes(const std::set<int>& codes) {
+  std::string out;
+  for (auto it = codes.begin(); it != codes.end();) {
+    const int lo = *it;
+    int hi = lo;
+    while (++it != codes.end() && *it == hi + 1) ++hi;
+    if (!out.empty()) out += ',';
+    out += hi == lo       ? std::to_string(lo)
+           : hi == lo + 1 ? fmt::format("{},{}", lo, hi)
+                          : fmt::format("{}-{}", lo, hi);
+  }
+  return out;
+}
+
 RequeueVerdict requeue_verdict(int code, const std::set<int>& codes, int restart_count, int max_requeues,
                                JobEnd end) {
   if (codes.count(code) == 0) return RequeueVerdict::not_listed;

@@ -67,6 +67,8 @@ std::optional<int> validate_or_dry_run(const ddprun::core::Options& o, const ddp
   }
   agent_opts = launcher::agent_options(o, resolved);
   if (!o.dry_run) return std::nullopt;
+  if (const auto w = launcher::dry_run_address_warning(resolved))
+    fmt::print(stderr, "ddprun: warning: {}\n", *w);
   if (o.format == "json") {
     const auto exports = launcher::run_exports(agent_opts, agent::current_environment());
     launcher::write_plan_json(std::cout, resolved, table, bound.workers, &exports);

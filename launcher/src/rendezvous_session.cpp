@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "agent/signals.hpp"
+#include "core/advertised.hpp"
 #include "core/elastic.hpp"
 #include "core/error.hpp"
 #include "core/node_count.hpp"
@@ -133,6 +134,7 @@ class RendezvousSession final : public Session {
       for (const auto& m : joined.members) in.push_back(m.orig_rank);
       if (const auto line = left_out_line(r_.nagents, in, rz_.expected_hosts())) ev_.warn(*line);
     }
+    if (round.announce) warn_addresses(*round.table);
     if (attempt > 0 && round.announce) {
       report_membership(ev_, quiet_, attempt, rz_.previous_members(), rz_.members(),
                         last_table_->job.world_size, round.table->job.world_size);
@@ -262,6 +264,20 @@ class RendezvousSession final : public Session {
     return table;
   }
 
+  // Nodes of different host names that advertise one address, or a loopback one: node 0 says so, once
+  // for each different line (a later round may change the nodes).
+  void warn_addresses(const core::PlanTable& table) {
+    std::vector<core::AdvertisedNode> nodes;
+    nodes.reserve(table.nodes.size());
+    for (const auto& row : table.nodes) nodes.push_back({row.host.value_or(""), row.addr});
+    auto line = core::advertised_address_warning(
+        nodes,
+        r_.addr_option.empty() ? std::string("the nodes' --rdzv-iface or --local-addr") : r_.addr_option);
+    if (!line || *line == address_warning_) return;
+    address_warning_ = std::move(*line);
+    ev_.warn(address_warning_);
+  }
+
   // --rank-order topology: node 0 says which node ranks share which switch or block, and why a node is
   // where it is (no address, a malformed one), once per round.
   void report_order(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
@@ -299,6 +315,7 @@ class RendezvousSession final : public Session {
   WorkerStoreHost store_;           // the workers' store, while this agent is node 0
   PortHold master_hold_;            // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
   std::atomic<int> node_rank_{-1};  // this agent's in the last round (the metrics thread reads it)
+  std::string address_warning_;     // the last warn_addresses line
   std::unique_ptr<MetricsServer> metrics_;  // --metrics-port; declared last: stopped first
 };
 

@@ -15,6 +15,8 @@ namespace ddprun::core {
 // "140,143,200-210": exit codes 0-255, single or as ranges LO-HI. Throws Error (exit 2) naming the
 // bad part and the expected form.
 std::set<int> parse_exit_codes(std::string_view text);
+// The codes back as text, runs of three or more as LO-HI: "140,143,200-210".
+std::string format_exit_codes(const std::set<int>& codes);
 
 // How the job stands when its ddprun ends, as `scontrol show job -o` says (job_end_from_scontrol).
 // Slurm 22.05 shows an ending job as JobState=COMPLETING whatever ends it; what ended it is in the

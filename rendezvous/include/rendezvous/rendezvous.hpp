@@ -25,6 +25,7 @@
 #include "rendezvous/error.hpp"
 #include "store/auth.hpp"
 #include "store/error.hpp"
+#include "store/server.hpp"
 
 namespace ddprun::rdzv {
 
@@ -295,6 +296,10 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
 
 LivenessTiming liveness_timing(std::chrono::milliseconds heartbeat_interval,
                                std::chrono::milliseconds heartbeat_timeout, int nnodes);
+
+// The hellos node 0's store refused, for its waiting and timeout lines: "refused 3 connections from
+// 10.0.0.8 as node rank 1: authentication failed: wrong token (...)"; "" when none.
+std::string describe_refusals(const std::vector<store::Refusal>& refusals);
 
 // Describes the nodes of 0..nnodes_max-1 that did not join: "host-b (node rank 1), node rank 3".
 std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_max,

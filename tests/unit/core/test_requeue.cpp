@@ -28,6 +28,23 @@ TEST_CASE("parse_exit_codes: single codes and ranges, 0-255") {
   }
 }
 
+TEST_CASE("format_exit_codes: the codes back as text, as the dry run shows them") {
+  struct Row {
+    std::set<int> codes;
+    std::string text;
+  };
+  for (const Row& r : std::vector<Row>{{{}, ""},
+                                       {{143}, "143"},
+                                       {{140, 143}, "140,143"},
+                                       {{140, 141}, "140,141"},
+                                       {{140, 143, 200, 201, 202, 210}, "140,143,200-202,210"},
+                                       {{0, 1, 2, 3, 255}, "0-3,255"}}) {
+    CHECK(format_exit_codes(r.codes) == r.text);
+    if (!r.codes.empty()) CHECK(parse_exit_codes(r.text) == r.codes);
+  }
+  CHECK(format_exit_codes(parse_exit_codes("0-255")) == "0-255");
+}
+
 TEST_CASE("requeue_verdict: a listed code requeues while SLURM_RESTART_COUNT is below --max-requeues") {
   const std::set<int> codes{140, 143};
   struct Row {

@@ -495,3 +495,36 @@ TEST_CASE("auth: a peer cannot inject lines into the master's log", "[auth][serv
   CHECK_THAT(log, Catch::Contains("'evil?ddprun: forged line'"));
   CHECK(std::count(log.begin(), log.end(), '\n') == 1);
 }
+
+TEST_CASE("auth: the store keeps the refused hellos, each kind once with its count, bounded",
+          "[auth][server]") {
+  LogSink sink;
+  StoreServer server(server_with(token_cfg("tok-1"), sink));
+  CHECK(server.refusals().empty());
+  for (int i = 0; i < 3; ++i) {
+    CHECK_THAT(rejection(client_with(server.port(), token_cfg("tok-2"), "main/1")),
+               Catch::Contains("wrong token"));
+  }
+  CHECK_THAT(rejection(client_with(server.port(), auth::Config{}, "bad\nlabel")),
+             Catch::Contains("authentication required"));
+  TcpStore good(client_with(server.port(), token_cfg("tok-1"), "main/0"));
+  good.set("k", "v");
+  auto r = server.refusals();
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].peer == "127.0.0.1");
+  CHECK(r[0].label == "main/1");
+  CHECK(r[0].count == 3);
+  CHECK_THAT(r[0].why, Catch::StartsWith("authentication failed: wrong token"));
+  CHECK(r[1].label == "bad?label");  // a peer's label, made safe for one line
+  CHECK(r[1].count == 1);
+  // Many different peers' labels: only the first kMaxRefusalsKept are kept; refused_count() counts all.
+  for (int i = 0; i < 12; ++i)
+    rejection(client_with(server.port(), token_cfg("tok-2"), "x" + std::to_string(i)));
+  CHECK(server.refusals().size() == kMaxRefusalsKept);
+  CHECK(server.refused_count() == 16);
+  const std::string long_label(200, 'l');  // within the hello's 256-byte limit
+  StoreServer other(server_with(token_cfg("tok-1"), sink));
+  rejection(client_with(other.port(), token_cfg("tok-2"), long_label));
+  REQUIRE(other.refusals().size() == 1);
+  CHECK(other.refusals()[0].label.size() == kMaxRefusalLabel);
+}
