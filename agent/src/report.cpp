@@ -6,6 +6,7 @@
 
 #include "agent/error.hpp"
 #include "agent/events.hpp"
+#include "core/utf8.hpp"
 
 namespace ddprun::agent {
 
@@ -23,28 +24,6 @@ std::string worker_label(int rank, int local_rank) {
 std::string exit_text(int exit_code, int sig) {
   if (sig != 0) return fmt::format("{} (exit {})", signal_name(sig), exit_code);
   return fmt::format("{}", exit_code);
-}
-
-// The length of the UTF-8 sequence at `s` (2 to 4 bytes), or 0 when it is not one (overlong forms,
-// surrogates and values past U+10FFFF included).
-std::size_t utf8_sequence(std::string_view s) {
-  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
-  const unsigned char c = b(0);
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!cont(1) || !cont(2)) return 0;
-    if (c == 0xE0 && b(1) < 0xA0) return 0;   // overlong
-    if (c == 0xED && b(1) >= 0xA0) return 0;  // a surrogate
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    if (c == 0xF0 && b(1) < 0x90) return 0;   // overlong
-    if (c == 0xF4 && b(1) >= 0x90) return 0;  // past U+10FFFF
-    return 4;
-  }
-  return 0;
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -142,7 +121,7 @@ std::string escape_control(std::string_view text) {
       ++i;
       continue;
     }
-    const std::size_t n = c >= 0x80 ? utf8_sequence(text.substr(i)) : 0;
+    const std::size_t n = c >= 0x80 ? core::utf8_length(text, i) : 0;
     // U+0080-U+009F (C2 80-C2 9F) are the C1 controls: some terminals take U+009B as CSI.
     const bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0;
     if (n > 0 && !c1) {
