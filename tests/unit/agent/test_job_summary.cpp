@@ -114,6 +114,12 @@ TEST_CASE("node record: what one node's run ended with, and its codec", "[summar
   REQUIRE(read);
   CHECK_FALSE(read->hung);
   CHECK(read->success);
+  // A hung rank's stack with bytes that are not UTF-8 reaches node 0 as it was (shown as \xNN there).
+  NodeRecord hung = node_record(ok_node(1));
+  hung.root_stack = "File \"/data/caf\xe9.py\", line 3 in stuck\n";
+  const auto stack = decode_node_record(encode_node_record(hung));
+  REQUIRE(stack);
+  CHECK(stack->root_stack == hung.root_stack);
 }
 
 TEST_CASE("who prints what at the end of a run", "[summary]") {
