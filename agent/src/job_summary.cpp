@@ -225,7 +225,7 @@ std::string format_member_line(const RunResult& r, std::optional<int> task_rank,
   }
   const bool hang = r.root_cause && r.root_cause->hang;
   return fmt::format("ddprun: {}: {}, exit {}, {}; full report on node 0\n", who,
-                     paint(hang ? "hung" : "failed", Style::bold_red, colour), r.exit_code, cause);
+                     paint(hang ? "hung" : "failed", Style::bold_red, colour), job_code(r), cause);
 }
 
 }  // namespace ddprun::agent

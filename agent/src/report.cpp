@@ -144,8 +144,9 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
   const std::string what = after != 0 ? "stopped after " + signal_name(after)
                            : hang     ? std::string("job hung")
                                       : std::string("job failed");
-  std::string out = paint(fmt::format("ddprun: {} with exit code {} (attempt {}, node {}, host {})", what,
-                                      r.exit_code, r.attempt, r.node_rank, r.host),
+  std::string out = paint(fmt::format("ddprun: {} with exit code {} (attempt {}, node {}, host {}{})", what,
+                                      job_code(r), r.attempt, r.node_rank, r.host,
+                                      r.no_progress ? "; no progress, --max-restarts-without-progress" : ""),
                           after != 0 ? Style::yellow : Style::bold_red, colour) +
                     "\n";
   if (r.stopped_by_signal) {
@@ -242,21 +243,39 @@ nlohmann::json report_to_json(const RunResult& r) {
   return j;
 }
 
+namespace {
+
+// A rank this node declared hung (the root cause): its row says so before how the teardown ended it.
+std::string summary_exit(const RunResult& r, const WorkerExit& e) {
+  std::string ex = short_exit(e.status);
+  const auto& f = r.root_cause;
+  if (f && f->hang && f->node_rank == r.node_rank &&
+      std::any_of(f->silent.begin(), f->silent.end(), [&](const auto& s) { return s.rank == e.rank; })) {
+    ex = "hung, " + ex;
+  }
+  if (e.stopped_by_ddprun) ex += " *";  // exit 0 on our TERM too: the JSON says the same
+  return ex;
+}
+
+}  // namespace
+
 std::string format_summary(const RunResult& r, bool colour) {
   std::size_t host_w = 4;
-  for (const auto& e : r.exits) host_w = std::max(host_w, e.host.size());
+  std::size_t exit_w = 16;
+  for (const auto& e : r.exits) {
+    host_w = std::max(host_w, e.host.size());
+    exit_w = std::max(exit_w, summary_exit(r, e).size());
+  }
   std::string out = fmt::format(
       "ddprun: summary (attempt {}, node {}): {}, exit code {}\n", r.attempt, r.node_rank,
       r.success ? paint("success", Style::green, colour)
                 : paint(r.root_cause && r.root_cause->hang ? "HUNG" : "FAILED", Style::bold_red, colour),
-      r.exit_code);
-  out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", "rank", "local", "host", host_w, "exit",
+      job_code(r));
+  out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<{}} {:>9}\n", "rank", "local", "host", host_w, "exit", exit_w,
                      "duration");
   for (const auto& e : r.exits) {
-    std::string ex = short_exit(e.status);
-    if (e.stopped_by_ddprun) ex += " *";  // exit 0 on our TERM too: the JSON says the same
-    out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", e.rank, e.local_rank, e.host, host_w, ex,
-                       duration_text(e.duration));
+    out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<{}} {:>9}\n", e.rank, e.local_rank, e.host, host_w,
+                       summary_exit(r, e), exit_w, duration_text(e.duration));
   }
   bool any_stopped = false;
   for (const auto& e : r.exits) any_stopped = any_stopped || e.stopped_by_ddprun;

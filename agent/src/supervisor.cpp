@@ -460,6 +460,7 @@ RunResult Supervisor::finish() {
   r.signal = agent_signal_;
   r.exit_code = job_exit_code(r.root_cause, agent_signal_, statuses);
   r.success = r.exit_code == 0 && !r.root_cause && agent_signal_ == 0;
+  r.no_progress = ends_without_progress(r, opts_.attempt, opts_.max_restarts_without_progress, opts_.steps);
   reporter_.finished(r);
   return r;
 }

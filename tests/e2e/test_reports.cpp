@@ -134,7 +134,7 @@ TEST_CASE("three nodes succeed: one job-wide summary on node 0, one line on the 
   const std::string lead = job.agents[0].err();
   INFO(lead);
   CHECK(job.agents[0].code == 0);
-  CHECK(count(lead, "ddprun: job summary (attempt 0): success, 3 nodes, 6 workers exited 0") == 1);
+  CHECK(count(lead, "ddprun: job summary (attempt 0): success, 6 workers on 3 nodes exited 0") == 1);
   CHECK(count(lead, " ok ") == 3);
   for (int node : {1, 2}) {
     const auto& a = job.agents[static_cast<std::size_t>(node)];
