@@ -43,6 +43,7 @@ class HangGuard {
   void started(std::size_t worker, int rank, const std::map<std::string, std::string>& env);
 
   void line(std::size_t worker, bool is_err, std::string_view text);
+  void output(std::size_t worker) { watch_.progress(worker); }  // any bytes of output
   void exited(std::size_t worker) { watch_.exited(worker); }
   void stop() { watch_.stop(); }
 
