@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <regex>
 
+#include "agent/events.hpp"
 #include "agent_test_util.hpp"
 #include "log_relay.hpp"
 #include "redraw.hpp"
@@ -185,8 +186,18 @@ TEST_CASE("empty lines and lines written in pieces are relayed as they are") {
   CHECK(read_file(dir / "logs/attempt_0/rank_0/stdout.log") == "a\n\nbcd\n\n");
 }
 
-TEST_CASE("a bar on a terminal is drawn in place, other lines go above it") {
-  TempDir dir;
+namespace {
+
+// The agent run with its stderr on a real pseudo-terminal (60 columns, TERM=xterm): its result, what
+// the terminal received and how long it took. The terminal is read until the agent exits (reaped after).
+struct PtyRun {
+  ChildRun run;
+  std::string screen;
+  double seconds = 0;
+};
+
+PtyRun run_on_pty(const TempDir& dir, const std::vector<ddprun::core::Worker>& workers, int world,
+                  const AgentOptions& opts) {
   int master = -1;
   int slave = -1;
   winsize ws{};
@@ -194,18 +205,15 @@ TEST_CASE("a bar on a terminal is drawn in place, other lines go above it") {
   ws.ws_row = 20;
   REQUIRE(::openpty(&master, &slave, nullptr, nullptr, &ws) == 0);
   ::fcntl(master, F_SETFL, O_NONBLOCK);
-  std::string screen;
+  PtyRun out;
   const auto drain = [&] {
     char buf[4096];
     ssize_t n = 0;
-    while ((n = ::read(master, buf, sizeof buf)) > 0) screen.append(buf, static_cast<std::size_t>(n));
+    while ((n = ::read(master, buf, sizeof buf)) > 0) out.screen.append(buf, static_cast<std::size_t>(n));
   };
-  auto opts = fake_options();
-  // Rank 0: 200 redraws over 2 s; rank 1: two lines meanwhile. The terminal is read until the agent
-  // exits (it is reaped after).
   const auto start = std::chrono::steady_clock::now();
-  const auto r = run_agent_in_child(
-      dir, make_workers({"bar 200 10", "sleep 700 eprint hello sleep 500 eprint world"}), 2, opts,
+  out.run = run_agent_in_child(
+      dir, workers, world, opts,
       [&](pid_t pid) {
         const auto end = std::chrono::steady_clock::now() + 60s;
         for (siginfo_t info{}; info.si_pid != pid && std::chrono::steady_clock::now() < end;) {
@@ -218,19 +226,30 @@ TEST_CASE("a bar on a terminal is drawn in place, other lines go above it") {
         ::setenv("TERM", "xterm", 1);
         ::dup2(slave, 2);
       });
-  const auto took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   drain();
   ::close(master);
   ::close(slave);
-  REQUIRE(r.result.is_object());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a bar on a terminal is drawn in place, other lines go above it") {
+  TempDir dir;
+  // Rank 0: 200 redraws over 2 s; rank 1: two lines meanwhile.
+  const auto pty = run_on_pty(
+      dir, make_workers({"bar 200 10", "sleep 700 eprint hello sleep 500 eprint world"}), 2, fake_options());
+  const std::string& screen = pty.screen;
+  REQUIRE(pty.run.result.is_object());
   INFO(screen);
-  CHECK(r.result.at("exit_code") == 0);
+  CHECK(pty.run.result.at("exit_code") == 0);
   // Redraws in place while it ran, ten a second at most; then its last redraw as a line.
   static const std::regex draw("\r\x1b\\[K\\[0\\]: bar (\\d+)/200");
   const auto draws =
       std::distance(std::sregex_iterator(screen.begin(), screen.end(), draw), std::sregex_iterator());
   CHECK(draws >= 2);
-  CHECK(draws <= static_cast<long>(took * 10) + 3);
+  CHECK(draws <= static_cast<long>(pty.seconds * 10) + 3);
   CHECK_THAT(screen, Catch::Contains("[0]: bar 200/200\r\n"));
   // Rank 1's lines start a line of their own: the bar was erased first (or none was drawn).
   for (const std::string line : {"[1]: hello", "[1]: world"}) {
@@ -238,4 +257,38 @@ TEST_CASE("a bar on a terminal is drawn in place, other lines go above it") {
     REQUIRE(at != std::string::npos);
     CHECK((at == 0 || screen[at - 1] == '\n' || screen.compare(at - 4, 4, "\r\x1b[K") == 0));
   }
+}
+
+TEST_CASE("with --log-format json a bar on a terminal is written as lines, never drawn in place") {
+  TempDir dir;
+  Events ev(LogFormat::json, 2);
+  auto opts = fake_options();
+  opts.events = &ev;
+  opts.redraw_interval = 500ms;
+  const auto pty = run_on_pty(dir, make_workers({"bar 200 10"}), 1, opts);
+  REQUIRE(pty.run.result.is_object());
+  INFO(pty.screen);
+  CHECK(pty.run.result.at("exit_code") == 0);
+  CHECK_THAT(pty.screen, !Catch::Contains("\x1b[K"));
+  const auto steps = bar_steps(pty.screen);
+  CHECK(steps.size() >= 2);  // a redraw while it ran (2 s, the interval 0.5 s) and the last
+  CHECK(steps.size() <= static_cast<std::size_t>(pty.seconds / 0.5) + 2);
+  CHECK(std::is_sorted(steps.begin(), steps.end()));
+}
+
+TEST_CASE("a redrawn line's bytes reach a file as written, a character cut by a read held back") {
+  TempDir dir;
+  auto opts = fake_options();
+  opts.redraw_interval = 300ms;
+  opts.log_dir = dir / "logs";
+  // An open line first of half a character (a read cut it), then the rest and a byte that is not
+  // UTF-8, each kept open for several intervals, then its newline.
+  const auto r = run_agent_in_child(
+      dir, make_workers({"ewrite \\rab\\xc3 sleep 1000 ewrite \\xa9\\xff sleep 1000 ewrite \\n"}), 1, opts);
+  INFO(r.err);
+  REQUIRE(r.result.is_object());
+  CHECK(r.result.at("exit_code") == 0);
+  const std::string file = read_file(dir / "logs/attempt_0/rank_0/stderr.log");
+  // "ab" while the character was cut, then the whole line once (its final text is its last redraw).
+  CHECK(file == "ab\nab\xc3\xa9\xff\n");
 }
