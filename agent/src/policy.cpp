@@ -131,6 +131,13 @@ AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
   return {attempt < max_restarts, code};
 }
 
+bool ends_without_progress(const RunResult& r, int attempt, int limit, const StepHistory& before) {
+  if (limit <= 0) return false;
+  const ProgressRule rule{limit,
+                          record_step(before, r.root_cause ? r.root_cause->step : std::nullopt, attempt)};
+  return after_attempt(r, attempt, 0, rule).no_progress;
+}
+
 std::string no_progress_line(const ProgressRule& progress) {
   const StepHistory& h = progress.history;
   const std::string last = h.last ? fmt::format("failed at step {}", *h.last) : "reported no step";

@@ -358,6 +358,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     ao.on_started = announce(ev, o, round, attempt);
     if (round.standby && ao.on_started) ao.on_started();  // runs no workers
     ao.attempt = attempt;
+    ao.steps = progress.history;
     if (!attempts.empty() && attempts.back().world_size != round.table->job.world_size) ++elastic_events;
     ao.elastic_events = elastic_events;
     ao.plan_nodes = round.table->job.nnodes;

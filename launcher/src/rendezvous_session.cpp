@@ -294,8 +294,9 @@ class RendezvousSession final : public Session {
     }
     std::vector<std::string> lines = core::describe_order(order, hosts);
     if (!standbys.empty()) {
-      lines.push_back(fmt::format("node ranks {}-{}: standbys, in node-rank order ({})", order.size(),
-                                  nodes.size() - 1, fmt::join(standbys, ",")));
+      lines.push_back(fmt::format("{}: standby{}, in node-rank order ({})",
+                                  core::node_rank_range(order.size(), nodes.size() - 1),
+                                  standbys.size() == 1 ? "" : "s", fmt::join(standbys, ",")));
     }
     if (ev_.json()) {
       ev_.emit("rank_order", {{"attempt", attempt}, {"order", "topology"}, {"groups", lines}});

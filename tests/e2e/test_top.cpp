@@ -177,6 +177,33 @@ TEST_CASE("ddprun top shows the step a rank wrote to its heartbeat file", "[e2e]
   }
 }
 
+TEST_CASE("ddprun top: a rank whose output is a progress bar is running, its last line the latest redraw",
+          "[e2e][top][bars]") {
+  Job job;
+  job.env["DDPRUN_TOKEN"] = kSecret;
+  // A tqdm-style bar on stderr, redrawn with \r every 0.05 s and no newline until $DIR/go exists.
+  job.start(2, 1, {std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/bar_worker.py", "bar", "go"},
+            {"--rdzv-id", "barjob", "--rdzv-auth", "token", "--python", "/usr/bin/python3"});
+  const auto redraw = [](const nlohmann::json& j) {
+    return j["ranks"].size() == 2 ? j["ranks"][0]["last_line"].get<std::string>() : std::string();
+  };
+  const auto snap =
+      snapshot_until(job, "barjob", [&](const nlohmann::json& j) { return !redraw(j).empty(); });
+  CHECK(snap["ranks"][0]["state"] == "running");
+  CHECK_THAT(redraw(snap), Catch::Matches(R"(train: +\d+%\|[# ]{10}\| \d+/1000)"));
+  // A later snapshot has a later redraw.
+  const auto later = snapshot_until(job, "barjob", [&](const nlohmann::json& j) {
+    return !redraw(j).empty() && redraw(j) != redraw(snap);
+  });
+  CHECK_THAT(redraw(later), Catch::StartsWith("train:"));
+  std::ofstream(job.dir / "go").put('\n');
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 0);
+  }
+}
+
 TEST_CASE("ddprun top: a wrong id, a wrong token and a finished job are one line and exit 1", "[e2e][top]") {
   Job job;
   start_job(job, "rightid");

@@ -52,6 +52,9 @@ struct RunResult {
   int attempt = 0;
   int node_rank = 0;
   std::string host;
+  // This failed run ends the job for want of progress (--max-restarts-without-progress, after_attempt):
+  // the job exits kNoProgressExitCode, not exit_code, which stays the run's own.
+  bool no_progress = false;
 };
 
 // What the attempts loop does after an attempt: start another, or exit with `exit_code`.
@@ -64,6 +67,11 @@ struct AttemptDecision {
 // The exit code of a job stopped by --max-restarts-without-progress, on every node: below the hang's
 // 124 and the health check's 125, so a batch script can tell it from a crash and not requeue it.
 inline constexpr int kNoProgressExitCode = 123;
+
+// The code the job exits with when this run is its last, as the text reports say it.
+inline int job_code(const RunResult& r) {
+  return r.no_progress ? kNoProgressExitCode : r.exit_code;
+}
 
 // The steps the attempts reached, as every node knows them: each attempt's step is its root cause's
 // (Failure::step), the same record on every node.
@@ -92,6 +100,11 @@ struct ProgressRule {
 // came after another root cause is not weighed here but by after_stop.
 AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
                               const ProgressRule& progress = {});
+
+// Whether this run, with its root cause's step recorded after `before` (the attempts so far), ends
+// the job for want of progress: after_attempt's no_progress, known before the attempts loop asks, so
+// that the run's report says the job's code (RunResult::no_progress).
+bool ends_without_progress(const RunResult& r, int attempt, int limit, const StepHistory& before);
 
 // The one line that says why the job stopped without progress.
 std::string no_progress_line(const ProgressRule& progress);

@@ -8,6 +8,7 @@
 
 #include "agent/heartbeat_step.hpp"
 #include "agent/result.hpp"
+#include "report.hpp"
 
 using namespace ddprun::agent;
 using namespace std::string_literals;
@@ -195,6 +196,33 @@ TEST_CASE("after_attempt: what ends the job anyway keeps its own code, progress 
   RunResult spawn = failed_at(std::nullopt, 127);
   spawn.spawn_failed = true;
   CHECK(after_attempt(spawn, 3, 5, p).exit_code == 127);
+}
+
+TEST_CASE("ends_without_progress: the run's own answer is the attempts loop's, and the report says 123") {
+  // Every prefix of every history: the run knows what after_attempt will decide.
+  for (const auto& steps : std::vector<std::vector<std::optional<Step>>>{
+           {100, 100, 100}, {10, 20, 30}, {std::nullopt, std::nullopt}, {5, 9, 6, 8}}) {
+    for (const int limit : {0, 1, 2}) {
+      StepHistory before;
+      for (int attempt = 0; attempt < static_cast<int>(steps.size()); ++attempt) {
+        RunResult r = failed_at(steps[static_cast<std::size_t>(attempt)], 3);
+        const bool ends = ends_without_progress(r, attempt, limit, before);
+        before = record_step(before, r.root_cause->step, attempt);
+        CAPTURE(attempt, limit);
+        CHECK(ends == after_attempt(r, attempt, 10, ProgressRule{limit, before}).no_progress);
+        r.no_progress = ends;
+        CHECK(job_code(r) == (ends ? kNoProgressExitCode : 3));
+      }
+    }
+  }
+  // Its report's header and table say the job's code; the root cause keeps the run's own.
+  RunResult r = failed_at(100, 3);
+  r.no_progress = true;
+  CHECK_THAT(format_report(r),
+             Catch::StartsWith("ddprun: job failed with exit code 123 (attempt 0, node 0, host ") &&
+                 Catch::Contains("  exit code : 3\n"));
+  CHECK_THAT(format_summary(r),
+             Catch::StartsWith("ddprun: summary (attempt 0, node 0): FAILED, exit code 123\n"));
 }
 
 TEST_CASE("no_progress_line names the limit, the last step and the best") {
