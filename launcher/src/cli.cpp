@@ -274,7 +274,8 @@ void add_auth_options(CLI::App& app, core::Options& o) {
       ->group(g);
   app.add_option("--max-restarts-without-progress", o.max_restarts_without_progress,
                  "Stop restarting after K restarts in a row whose workers reached no higher step (written "
-                 "to DDPRUN_HEARTBEAT_FILE) than before; exit 123 (default off)")
+                 "to DDPRUN_HEARTBEAT_FILE) than before (a lost node's attempt does not count); exit 123 "
+                 "(default off)")
       ->envname(env("MAX_RESTARTS_WITHOUT_PROGRESS"))
       ->group(g)
       ->type_name("K");

@@ -279,10 +279,9 @@ struct AttemptEnd {
 };
 
 // The restart rule after a run, with the run's step recorded in `progress` (its root cause's: the same
-// record, so the same step, on every node).
+// record, so the same step, on every node; a lost node's attempt records none, agent::record_attempt).
 AttemptEnd decide(const agent::RunResult& res, int attempt, int max_restarts, agent::ProgressRule& progress) {
-  progress.history =
-      agent::record_step(progress.history, res.root_cause ? res.root_cause->step : std::nullopt, attempt);
+  progress.history = agent::record_attempt(progress.history, res.root_cause, attempt);
   return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause};
 }
 
