@@ -124,8 +124,8 @@ void add_job_options(CLI::App& app, core::Options& o) {
   const std::string g = "Job shape";
   app.add_option("--nnodes", o.nnodes,
                  "Nodes: N or MIN:MAX (default: the Slurm step's, else 1). With --max-restarts, the job "
-                 "goes on without a lost node while MIN remain, and agents beyond MAX are standbys "
-                 "(docs/elastic.md)")
+                 "goes on without a lost node while MIN remain, standbys included; agents beyond MAX, and "
+                 "any that arrive after a round closed, are standbys (docs/elastic.md)")
       ->envname(env("NNODES"))
       ->group(g)
       ->type_name("N|MIN:MAX");
@@ -268,8 +268,8 @@ void add_auth_options(CLI::App& app, core::Options& o) {
       ->group(g)
       ->type_name("PATH");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
-                 "Restart the whole job up to N times after a failure (default 0); with --nnodes "
-                 "MIN:MAX or standbys, also after a lost node (elastic)")
+                 "Restart the whole job up to N times after a failure (default 0); also after a lost "
+                 "node, while MIN nodes are left, standbys included (elastic)")
       ->envname(env("MAX_RESTARTS"))
       ->group(g);
   app.add_option("--max-restarts-without-progress", o.max_restarts_without_progress,
@@ -358,8 +358,8 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
   app.add_option("--health-check", o.health_check,
                  "Shell command (sh -c) every agent (per-task mode: each node's local task 0) runs before "
                  "it joins a rendezvous round; a node whose check fails or times out does not join and "
-                 "exits 125; a fail-fast job ends on every node, an elastic one goes on without the node "
-                 "(see examples/health/gpu_node_check.sh)")
+                 "exits 125; a fail-fast job ends on every node, an elastic one (--max-restarts) goes on "
+                 "without the node (see examples/health/gpu_node_check.sh)")
       ->envname(env("HEALTH_CHECK"))
       ->group(g)
       ->type_name("CMD");

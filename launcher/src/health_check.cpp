@@ -93,7 +93,8 @@ int status_code(int st) {
 
 }  // namespace
 
-HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
+HealthCheckRun run_health_check(const std::string& command, double timeout_s,
+                                const std::function<bool()>& stop) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     throw core::Error(fmt::format("--health-check: cannot make a pipe: {}", std::strerror(errno)), 1);
@@ -136,6 +137,10 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) break;
+    if (!exited && stop && stop()) {
+      run.stopped = true;
+      break;
+    }
     if (!open) {
       // The output closed, the shell not gone yet: poll its end in short steps.
       ::usleep(10000);
@@ -159,7 +164,7 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
   }
   ::close(fds[0]);
   if (!exited) {
-    run.timed_out = true;
+    run.timed_out = !run.stopped;
     ::kill(-pid, SIGKILL);
     ::waitpid(pid, &st, 0);
     return run;
@@ -170,11 +175,13 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
   return run;
 }
 
-std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r) {
+std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r,
+                                             const std::function<bool()>& stop) {
   if (!o.health_check) return std::nullopt;
   // Per-task mode: the node's check is its relay's (local task 0), which tells the others.
   if (r.mode == core::Mode::per_task && r.job.task_local_rank.value_or(0) != 0) return std::nullopt;
-  const HealthCheckRun run = run_health_check(*o.health_check, o.health_check_timeout);
+  const HealthCheckRun run = run_health_check(*o.health_check, o.health_check_timeout, stop);
+  if (run.stopped) return std::nullopt;
   return judge_health_check(run, r.self.host.value_or("localhost"), r.job.node_rank, o.health_check_timeout);
 }
 

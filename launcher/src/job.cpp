@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdlib>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -263,6 +264,20 @@ void bind_cpus(agent::Events& ev, const core::Resolved& r, Round& round, int att
   if (warning && attempt == 0) ev.warn(*warning);
 }
 
+// The job ended before this node had a place in a round (it came late, or its health check outlasted the
+// job): it leaves with the job's code, as a standby does.
+int ended_before_a_place(agent::Events& ev, const core::Resolved& r, int code) {
+  const std::string line = fmt::format(
+      "the job ended with exit code {} before this node (node rank {}) had a place in a round; it leaves",
+      code, r.job.node_rank);
+  if (ev.json()) {
+    ev.emit("rendezvous_waiting", {{"message", line}});
+  } else {
+    fmt::print(stderr, "ddprun: {}\n", line);
+  }
+  return finished(ev, code);
+}
+
 // One error line (or the error event) without ending the JSON stream.
 void fail_line(agent::Events& ev, const std::string& what, int code) {
   if (ev.json()) {
@@ -301,6 +316,20 @@ AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, in
   return decide(res, attempt, max_restarts, progress);
 }
 
+// --health-check before the round of `attempt` (main ran the first one, unless the session does): the
+// exit code when this node failed it. It leaves without joining; a fail-fast job's other nodes leave with
+// its line at once, an elastic job goes on without it (docs/agent.md, "Health check").
+std::optional<int> check_before_round(Session& session, const core::Options& o, const core::Resolved& r,
+                                      agent::Events& ev, int attempt) {
+  if (attempt == 0 && !session.checks_first_round()) return std::nullopt;
+  if (o.health_check) session.before_check(attempt);
+  const auto bad = check_node_health(o, r, [&session] { return session.check_interrupted(); });
+  if (!bad) return std::nullopt;
+  fail_line(ev, *bad, kHealthCheckExitCode);
+  session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
+  return kHealthCheckExitCode;
+}
+
 // The one attempts loop: join, run (or stand by), then restart or exit by agent::after_attempt.
 int run_attempts(Session& session, const core::Options& o, const core::Resolved& r, agent::AgentOptions ao,
                  agent::Events& ev) {
@@ -309,16 +338,10 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
   std::vector<AttemptRecord> attempts;
   int elastic_events = 0;  // rounds whose size differed from the round before (`ddprun top`)
   for (int attempt = 0;; ++attempt) {
-    // A restart's round: the check again; a node that fails it leaves without joining, and a fail-fast
-    // job's other nodes leave with its line at once (docs/agent.md, "Health check").
-    if (attempt > 0) {
-      if (const auto bad = check_node_health(o, r)) {
-        fail_line(ev, *bad, kHealthCheckExitCode);
-        session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
-        return kHealthCheckExitCode;
-      }
-    }
+    if (const auto code = check_before_round(session, o, r, ev, attempt)) return *code;
     Round round = session.join(attempt);
+    if (round.ended) return ended_before_a_place(ev, r, *round.ended);
+    attempt = std::max(attempt, round.attempt);  // a standby that came late joined a later round
     bind_cpus(ev, r, round, attempt);
     ao.on_started = announce(ev, o, round, attempt);
     if (round.standby && ao.on_started) ao.on_started();  // runs no workers
@@ -333,16 +356,29 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
                                          : run_round(session, round, ao, attempt, max_restarts, progress);
     agent::AttemptDecision d = end.decision;
     attempts.push_back({attempt, round.table->job.world_size, d.exit_code, end.root ? end.root->reason : ""});
+    // This node did not run for so long that the others went on without it (docs/elastic.md, "A node
+    // cut off"): it follows the job as a late standby, or leaves with the job's code when it can tell.
+    if (d.restart || d.exit_code != 0) {
+      if (const auto cut = session.after_cut_off()) {
+        if (!cut->follow || agent::release_stop_signals() != 0)
+          return finished(ev, cut->follow ? d.exit_code : cut->exit_code);
+        continue;
+      }
+    }
     // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md);
     // a fail-fast job says so, restarts left or not.
     if (const auto why = session.prepare_restart(end.root, d.restart)) {
       fail_line(ev, *why, d.exit_code);
+      session.finish(d.exit_code);
       return finished_attempts(ev, o, round, d.exit_code, attempts);
     }
     // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
     if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
-    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts);
+    if (!d.restart) {
+      session.finish(d.exit_code);
+      return finished_attempts(ev, o, round, d.exit_code, attempts);
+    }
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt(end.root);
   }

@@ -1,4 +1,6 @@
-// Elastic jobs on loopback with shell workers (docs/elastic.md): restarts that a lost node caused (issue 35).
+// Elastic jobs on loopback with shell workers (docs/elastic.md): standbys whatever launched them, agents
+// that come after a round closed or after the job ended, restarts that a lost node caused, and a node 0
+// that was cut off and comes back (issue 35).
 #include <catch2/catch.hpp>
 
 #include <csignal>
@@ -94,5 +96,154 @@ TEST_CASE("elastic: restarts that lost nodes caused are not restarts without pro
     CHECK_THAT(job.agents.at(n).err(), !Catch::Contains("no progress"));
   }
   CHECK(job.files("ready.2.", 3, 1s));
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+TEST_CASE(
+    "elastic: an agent that comes after the round closed waits as a standby and takes a lost node's place",
+    "[e2e][elastic]") {
+  // torchrun's rule, outside Slurm too: five agents of --nnodes 4:4, the fifth started once the job runs.
+  ShellJob job;
+  job.script =
+      "n=$TORCHELASTIC_RESTART_COUNT; echo \"$WORLD_SIZE $GROUP_RANK\" > \"$DIR/world.$n.$RANK\"; "
+      "touch \"$DIR/ready.$n.$RANK\"; [ \"$n\" -ge 1 ] && exit 0; exec sleep 300";
+  for (int n = 0; n < 4; ++n) job.start(n, "4:4", {"--max-restarts", "2"});
+  REQUIRE(job.files("ready.0.", 4));
+  job.start(4, "4:4", {"--max-restarts", "2"});
+  REQUIRE(job.says(4, "waits as a standby for the next round"));
+  ::kill(job.agents.at(1).pid, SIGKILL);
+  for (int n : {0, 2, 3, 4}) {
+    REQUIRE(wait_for(job.agents.at(n), 180s));
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  // The restart ran at MAX: the standby that came late is node rank 3 of the new round.
+  REQUIRE(job.files("world.1.", 4, 1s));
+  CHECK(read_file(job.dir / "world.1.3") == "4 3\n");
+  CHECK_THAT(job.agents.at(0).err(), Catch::Contains("attempt 1: lost") && Catch::Contains("(node rank 1)") &&
+                                         Catch::Contains("(it came late) promoted to node rank 3"));
+  CHECK_THAT(job.agents.at(4).err(), !Catch::Contains("the round closed without this node"));
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+TEST_CASE("elastic: a standby that came late is told when the job ends and leaves with its exit code",
+          "[e2e][elastic]") {
+  ShellJob job;
+  job.script = "touch \"$DIR/ready.$RANK\"; while [ ! -e \"$DIR/go\" ]; do sleep 0.1; done";
+  for (int n = 0; n < 2; ++n) job.start(n, "2:2", {"--max-restarts", "1"});
+  REQUIRE(job.files("ready.", 2));
+  job.start(2, "2:2", {"--max-restarts", "1"});
+  REQUIRE(job.says(2, "waits as a standby for the next round"));
+  std::ofstream(job.dir / "go").close();
+  for (int n = 0; n < 3; ++n) {
+    REQUIRE(wait_for(job.agents.at(n), 60s));
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+TEST_CASE("elastic: a standby takes the place of a node whose health check fails, outside Slurm too",
+          "[e2e][elastic][health]") {
+  // Three agents of --nnodes 2:2 --max-restarts 1; node rank 1's check fails: node rank 2 (a standby) runs.
+  ShellJob job;
+  job.script = "echo \"$WORLD_SIZE\" > \"$DIR/world.$RANK\"";
+  const std::vector<std::string> opts = {"--max-restarts", "1", "--health-check",
+                                         "test \"$NODE\" != 1 || { echo 'GPU 1: ECC errors'; exit 4; }"};
+  for (int n = 0; n < 3; ++n) job.start(n, "2:2", opts, {{"NODE", std::to_string(n)}});
+  for (auto& [n, a] : job.agents) REQUIRE(wait_for(a, 120s));
+  {
+    INFO(job.agents.at(1).err());
+    CHECK(job.agents.at(1).code == 125);
+    CHECK_THAT(job.agents.at(1).err(),
+               Catch::Contains("failed its health check") && Catch::Contains("ECC errors"));
+  }
+  for (int n : {0, 2}) {
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  CHECK(read_file(job.dir / "world.0") == "2\n");
+  CHECK(read_file(job.dir / "world.1") == "2\n");
+}
+
+TEST_CASE("elastic: an agent whose health check outlasts the job learns that it ended and leaves at once",
+          "[e2e][elastic][health]") {
+  // A standby whose check takes minutes: the job (4:4) ends long before; the standby must not hold its
+  // node (under Slurm: the allocation) until the check and then --rdzv-timeout are over.
+  ShellJob job;
+  job.script = "touch \"$DIR/ready.$RANK\"; while [ ! -e \"$DIR/go\" ]; do sleep 0.1; done";
+  for (int n = 0; n < 4; ++n) job.start(n, "4:4", {"--max-restarts", "1"});
+  REQUIRE(job.files("ready.", 4));
+  job.start(4, "4:4",
+            {"--max-restarts", "1", "--health-check", "touch \"$DIR/checking\"; exec sleep 300",
+             "--health-check-timeout", "600"});
+  REQUIRE(wait_file(job.dir / "checking", 60s));
+  std::ofstream(job.dir / "go").close();
+  for (int n = 0; n < 4; ++n) REQUIRE(wait_for(job.agents.at(n), 60s));
+  REQUIRE(wait_for(job.agents.at(4), 30s));
+  INFO(job.agents.at(4).err());
+  CHECK(job.agents.at(4).code == 0);
+  CHECK_THAT(job.agents.at(4).err(), Catch::Contains("the job ended with exit code 0 before this node"));
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+namespace {
+
+// Four agents of --nnodes 3:4 whose first attempt runs until torn down, and whose restart waits for the
+// file "go" and exits 0.
+void start_cut_off_job(ShellJob& job) {
+  job.script =
+      "n=$TORCHELASTIC_RESTART_COUNT; touch \"$DIR/ready.$n.$RANK\"; [ \"$n\" = 0 ] && exec sleep 300; "
+      "while [ ! -e \"$DIR/go\" ]; do sleep 0.1; done";
+  for (int n = 0; n < 4; ++n) job.start(n, "3:4", {"--max-restarts", "2"});
+}
+
+}  // namespace
+
+TEST_CASE("elastic: a node 0 that was stopped comes back, says it was cut off and follows the job to its end",
+          "[e2e][elastic]") {
+  ShellJob job;
+  start_cut_off_job(job);
+  REQUIRE(job.files("ready.0.", 4));
+  ::kill(job.agents.at(0).pid, SIGSTOP);
+  // The others declare node 0 lost (its silence), the first survivor serves a fresh store, and the
+  // restart runs on three nodes.
+  REQUIRE(job.files("ready.1.", 3));
+  ::kill(job.agents.at(0).pid, SIGCONT);
+  REQUIRE(job.says(0, "waits as a standby"));
+  std::ofstream(job.dir / "go").close();
+  for (int n = 0; n < 4; ++n) {
+    REQUIRE(wait_for(job.agents.at(n), 120s));
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  const std::string err = job.agents.at(0).err();
+  CHECK_THAT(err, Catch::Contains("it was cut off, and the job went on without it") &&
+                      Catch::Contains("it follows the job at "));
+  CHECK_THAT(err, !Catch::Contains("fewer than the minimum"));
+  CHECK(leftovers_after(job.token, 10s).empty());
+}
+
+TEST_CASE("elastic: a node 0 stopped until the job ended learns its exit code when it comes back",
+          "[e2e][elastic]") {
+  ShellJob job;
+  start_cut_off_job(job);
+  REQUIRE(job.files("ready.0.", 4));
+  ::kill(job.agents.at(0).pid, SIGSTOP);
+  REQUIRE(job.files("ready.1.", 3));
+  std::ofstream(job.dir / "go").close();
+  for (int n = 1; n < 4; ++n) {
+    REQUIRE(wait_for(job.agents.at(n), 120s));
+    INFO("agent " << n << ": " << job.agents.at(n).err());
+    CHECK(job.agents.at(n).code == 0);
+  }
+  ::kill(job.agents.at(0).pid, SIGCONT);
+  REQUIRE(wait_for(job.agents.at(0), 60s));
+  const std::string err = job.agents.at(0).err();
+  INFO(err);
+  CHECK(job.agents.at(0).code == 0);
+  CHECK_THAT(err, Catch::Contains("it was cut off") &&
+                      Catch::Contains("the job ended with exit code 0 while this node was cut off"));
+  CHECK_THAT(err, !Catch::Contains("fewer than the minimum"));
   CHECK(leftovers_after(job.token, 10s).empty());
 }

@@ -2,6 +2,7 @@
 // --health-check CMD (docs/agent.md, "Health check"): a shell command every agent runs before it joins
 // a rendezvous round; a node whose check fails or hangs does not take part. The verdict is pure
 // (judge_health_check); running the command is thin (run_health_check).
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@ struct HealthCheckRun {
   bool timed_out = false;
   int status = 0;
   std::string output;
+  bool stopped = false;  // `stop` said so first: killed with its group, no verdict
 };
 
 // nullopt: the node is healthy. Else the one line naming the node, the check's code or its timeout,
@@ -37,8 +39,10 @@ std::string output_tail(std::string_view output, std::size_t lines);
 
 // Runs `/bin/sh -c command` in this process's environment, in a process group of its own, stdin
 // /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the timeout the
-// whole group is killed (SIGKILL). Throws core::Error when the command cannot be started at all.
-HealthCheckRun run_health_check(const std::string& command, double timeout_s);
+// whole group is killed (SIGKILL), as it is once `stop` (asked about ten times a second) returns true.
+// Throws core::Error when the command cannot be started at all.
+HealthCheckRun run_health_check(const std::string& command, double timeout_s,
+                                const std::function<bool()>& stop = {});
 
 // On node rank 0 of an elastic job's first round under Slurm, where the step says which nodes should
 // come: nullopt when all `nagents` did; else one line naming the nodes that did not join (by their own
@@ -46,8 +50,9 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s);
 std::optional<std::string> left_out_line(int nagents, const std::vector<int>& joined_ranks,
                                          const std::vector<std::string>& hosts);
 
-// The check of this node under `o` (--health-check, its timeout): nullopt when healthy or when there
-// is no check; else judge_health_check's line.
-std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r);
+// The check of this node under `o` (--health-check, its timeout): nullopt when healthy, when there is
+// no check, or when `stop` ended it first (the job ended meanwhile); else judge_health_check's line.
+std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r,
+                                             const std::function<bool()>& stop = {});
 
 }  // namespace ddprun::launcher
