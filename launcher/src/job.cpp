@@ -217,11 +217,22 @@ void warn_replaced_master_env(agent::Events& ev, const core::JobConstants& plan)
 std::function<void()> announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
   if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table->job);
   if (ev.json()) {
-    ev.emit("rendezvous_joined", plan_event(round.table->job, attempt));
+    auto e = plan_event(round.table->job, attempt);
+    if (!round.store_endpoint.empty()) e["rendezvous_endpoint"] = round.store_endpoint;
+    ev.emit("rendezvous_joined", e);
     return {};
   }
   if (!round.announce || o.quiet) return {};
-  return [table = round.table, attempt] { fmt::print(stderr, "{}", render_startup_table(*table, attempt)); };
+  // The store's place, where `ddprun top` and `ddprun stacks` read the job (docs/observe.md).
+  const std::string store =
+      round.store_endpoint.empty()
+          ? std::string()
+          : fmt::format(
+                "ddprun: rendezvous store {}, run id '{}': ddprun top and ddprun stacks read the job there\n",
+                round.store_endpoint, round.store_run_id);
+  return [table = round.table, attempt, store] {
+    fmt::print(stderr, "{}{}", render_startup_table(*table, attempt), store);
+  };
 }
 
 void restarting(agent::Events& ev, int attempt, int code, int max_restarts) {
@@ -251,9 +262,11 @@ int finished(agent::Events& ev, int code, const std::vector<AttemptRecord>& atte
   return code;
 }
 
-// The job's last line on the node that announces the rounds: every attempt, when there were several.
+// The job's last line on the node that announces the rounds: every attempt, when there were several. The
+// error file of this node's last run gets the job's own code.
 int finished_attempts(agent::Events& ev, const core::Options& o, const Round& round, int code,
-                      const std::vector<AttemptRecord>& attempts) {
+                      const std::vector<AttemptRecord>& attempts, const agent::AgentOptions& ao) {
+  if (!round.local.empty()) agent::record_job_exit(ao, round.local.front().node_rank, code);
   if (!ev.json() && round.announce && !o.quiet) fmt::print(stderr, "{}", attempts_line(attempts));
   return finished(ev, code, attempts);
 }
@@ -291,13 +304,29 @@ void fail_line(agent::Events& ev, const std::string& what, int code) {
 struct AttemptEnd {
   agent::AttemptDecision decision;
   std::optional<Failure> root;
+  int stop = 0;  // a stopping signal the run got (after another root cause: after_stop weighs it)
 };
 
 // The restart rule after a run, with the run's step recorded in `progress` (its root cause's: the same
 // record, so the same step, on every node; a lost node's attempt records none, agent::record_attempt).
 AttemptEnd decide(const agent::RunResult& res, int attempt, int max_restarts, agent::ProgressRule& progress) {
   progress.history = agent::record_attempt(progress.history, res.root_cause, attempt);
-  return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause};
+  return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause,
+          res.stopped_by_signal ? res.signal : 0};
+}
+
+// A stop that cancelled a restart (scancel, a time limit, Ctrl-C while a failed attempt ends): one line
+// on every node, since each exits with it.
+void restart_cancelled(agent::Events& ev, int sig, int attempt, int attempt_code) {
+  if (ev.json()) {
+    ev.emit("signal_received", {{"signal", core::signal_name(sig)},
+                                {"action", "stop"},
+                                {"restart_cancelled", true},
+                                {"exit_code", 128 + sig}});
+  } else {
+    fmt::print(stderr, "ddprun: {} received: attempt {} (exit {}) is not restarted; exit code {}\n",
+               core::signal_name(sig), attempt, attempt_code, 128 + sig);
+  }
 }
 
 // A standby (elastic): no workers; it waits for the active nodes to finish or for the root cause.
@@ -317,13 +346,26 @@ AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, in
 }
 
 // --health-check before the round of `attempt` (main ran the first one, unless the session does): the
-// exit code when this node failed it. It leaves without joining; a fail-fast job's other nodes leave with
-// its line at once, an elastic job goes on without it (docs/agent.md, "Health check").
+// exit code when this node failed it, or when a stop came meanwhile. A failed node leaves without joining;
+// a fail-fast job's other nodes leave with its line at once, an elastic job goes on without it
+// (docs/agent.md, "Health check"). A check that the job's end interrupted lets the join say so.
 std::optional<int> check_before_round(Session& session, const core::Options& o, const core::Resolved& r,
-                                      agent::Events& ev, int attempt) {
+                                      agent::Events& ev, int attempt,
+                                      const std::vector<AttemptRecord>& attempts) {
   if (attempt == 0 && !session.checks_first_round()) return std::nullopt;
   if (o.health_check) session.before_check(attempt);
-  const auto bad = check_node_health(o, r, [&session] { return session.check_interrupted(); });
+  const NodeHealth health = check_node_health(o, r, [&session] { return session.check_interrupted(); });
+  if (health.stopped != 0) {
+    // Before the first round: as a stop before it, 128 + signal, nothing left. Before a restart's: the
+    // restart was due, and a stop ends the job as it would have ended the run. Node 0 tells the agents
+    // that wait for a round.
+    if (!attempts.empty()) {
+      restart_cancelled(ev, health.stopped, attempts.back().attempt, attempts.back().exit_code);
+    }
+    session.finish(128 + health.stopped);
+    return finished(ev, 128 + health.stopped, attempts);
+  }
+  const auto& bad = health.failure;
   if (!bad) return std::nullopt;
   fail_line(ev, *bad, kHealthCheckExitCode);
   session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
@@ -338,7 +380,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
   std::vector<AttemptRecord> attempts;
   int elastic_events = 0;  // rounds whose size differed from the round before (`ddprun top`)
   for (int attempt = 0;; ++attempt) {
-    if (const auto code = check_before_round(session, o, r, ev, attempt)) return *code;
+    if (const auto code = check_before_round(session, o, r, ev, attempt, attempts)) return *code;
     Round round = session.join(attempt);
     if (round.ended) return ended_before_a_place(ev, r, *round.ended);
     attempt = std::max(attempt, round.attempt);  // a standby that came late joined a later round
@@ -360,9 +402,12 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // cut off"): it follows the job as a late standby, or leaves with the job's code when it can tell.
     if (d.restart || d.exit_code != 0) {
       if (const auto cut = session.after_cut_off()) {
-        if (!cut->follow || agent::release_stop_signals() != 0)
-          return finished(ev, cut->follow ? d.exit_code : cut->exit_code);
-        continue;
+        if (!cut->follow) return finished(ev, cut->exit_code);
+        // Following the job is this node's restart: a stop during the run or since cancels it.
+        const int stop = end.stop != 0 ? end.stop : agent::release_stop_signals();
+        if (stop == 0) continue;
+        restart_cancelled(ev, stop, attempt, d.exit_code);
+        return finished(ev, 128 + stop, attempts);
       }
     }
     // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md);
@@ -370,14 +415,17 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     if (const auto why = session.prepare_restart(end.root, d.restart)) {
       fail_line(ev, *why, d.exit_code);
       session.finish(d.exit_code);
-      return finished_attempts(ev, o, round, d.exit_code, attempts);
+      return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     }
-    // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
-    if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
+    // A stop during the run or since (the hold) ends a job that would restart, with 128 + signal; the
+    // next rendezvous runs without the hold (a stop then ends the agent at once, as before the first).
+    const int stop = end.stop != 0 || !d.restart ? end.stop : agent::release_stop_signals();
+    if (stop != 0 && d.restart) restart_cancelled(ev, stop, attempt, d.exit_code);
+    d = agent::after_stop(d, stop);
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
     if (!d.restart) {
       session.finish(d.exit_code);
-      return finished_attempts(ev, o, round, d.exit_code, attempts);
+      return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     }
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt(end.root);
@@ -400,7 +448,12 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
       if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) ev.warn(*none);
     }
     std::unique_ptr<Session> session;
-    if (o.metrics_port && r.mode != core::Mode::agent) {
+    if (o.metrics_port && r.mode == core::Mode::per_task) {
+      ev.warn(
+          "--metrics-port: per-task mode (srun started several ddpruns per node, each one worker) publishes "
+          "no status, so no metrics are served; run one ddprun per node (srun --ntasks-per-node=1) with "
+          "--nproc-per-node for them");
+    } else if (o.metrics_port && r.mode != core::Mode::agent) {
       ev.warn(
           "--metrics-port is served by agents that meet at a rendezvous store (one agent per node); "
           "this launch has none, so no metrics are served: give --rdzv-endpoint");

@@ -60,11 +60,15 @@ std::optional<int> validate_or_dry_run(const ddprun::core::Options& o, const ddp
   // the agreed plan.
   launcher::BoundNode bound;
   if (resolved.cpu_bind != core::CpuBind::none && resolved.context != core::SlurmContext::batch) {
-    bound = launcher::bind_this_node(resolved, table, agent::read_topology(), agent::own_affinity());
+    bound = launcher::bind_this_node(resolved, table,
+                                     agent::read_topology(resolved.cpu_bind == core::CpuBind::gpu),
+                                     agent::own_affinity());
     if (bound.warning && o.dry_run) fmt::print(stderr, "ddprun: warning: {}\n", *bound.warning);
   }
   agent_opts = launcher::agent_options(o, resolved);
   if (!o.dry_run) return std::nullopt;
+  if (const auto w = launcher::dry_run_address_warning(resolved))
+    fmt::print(stderr, "ddprun: warning: {}\n", *w);
   if (o.format == "json") {
     const auto exports = launcher::run_exports(agent_opts, agent::current_environment());
     launcher::write_plan_json(std::cout, resolved, table, bound.workers, &exports);
@@ -112,8 +116,10 @@ int main(int argc, char** argv) {
       // mode every node learns of it as of a start-up error. Agent mode checks in the attempts loop,
       // beside the store, so that a check that outlasts the job learns of its end (run_job).
       if (resolved.context != core::SlurmContext::batch && resolved.mode != core::Mode::agent) {
-        if (const auto bad = launcher::check_node_health(o, resolved))
-          return start_error(*bad, launcher::kHealthCheckExitCode);
+        const auto health = launcher::check_node_health(o, resolved);
+        // Stopped meanwhile (scancel): as a stop before the first round, 128 + signal, nothing left.
+        if (health.stopped != 0) return 128 + health.stopped;
+        if (const auto& bad = health.failure) return start_error(*bad, launcher::kHealthCheckExitCode);
       }
     } catch (const core::Error& e) {
       return start_error(e.what(), e.exit_code());

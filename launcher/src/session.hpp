@@ -28,6 +28,10 @@ struct Round {
   // The job ended before this node had a place in a round (a standby that came late, an agent whose
   // health check outlasted the job): the job's exit code; nothing else is set.
   std::optional<int> ended;
+  // The job's rendezvous store, "HOST:PORT" and the run id it serves, named in the startup lines
+  // (where `ddprun top` and `stacks` read the job); empty where they cannot (standalone, per-task mode).
+  std::string store_endpoint;
+  std::string store_run_id;
 };
 
 class Session {

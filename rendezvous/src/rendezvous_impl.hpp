@@ -93,6 +93,7 @@ class Rendezvous::Impl {
   void run_node0_round(const PlanFn& make_plan);
   // round.cpp: whom node 0's round waits for
   void wait_first_round(PrefixStore& s);
+  std::string refusals() const;  // node 0: describe_refusals of its store's refusals, "" elsewhere
   std::vector<int> wait_for_survivors(PrefixStore& s);  // the node ranks that joined
   bool elastic_round() const;
   bool start_errors_end_round() const;

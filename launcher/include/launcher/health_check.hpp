@@ -26,7 +26,8 @@ struct HealthCheckRun {
   bool timed_out = false;
   int status = 0;
   std::string output;
-  bool stopped = false;  // `stop` said so first: killed with its group, no verdict
+  int stopped = 0;  // a stopping signal reached the agent meanwhile: the check was killed, no verdict
+  bool interrupted = false;  // the caller's `stop` said so first: killed with its group, no verdict
 };
 
 // nullopt: the node is healthy. Else the one line naming the node, the check's code or its timeout,
@@ -37,10 +38,13 @@ std::optional<std::string> judge_health_check(const HealthCheckRun& run, const s
 // The last `lines` non-empty lines of `output`, each made printable (a non-printable byte as \xNN).
 std::string output_tail(std::string_view output, std::size_t lines);
 
-// Runs `/bin/sh -c command` in this process's environment, in a process group of its own, stdin
-// /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the timeout the
-// whole group is killed (SIGKILL), as it is once `stop` (asked about ten times a second) returns true.
-// Throws core::Error when the command cannot be started at all.
+// Runs `/bin/sh -c command` through agent::run_command: this process's environment, a process group of
+// its own, stdin /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the
+// timeout the whole group is killed (SIGKILL), as it is once `stop` (asked every 100 ms) returns true
+// (`interrupted`). The stopping signals are held meanwhile (agent::hold_stop_signals): one that comes
+// kills the group at once and is returned in `stopped`, still held, so that nothing the check started
+// outlives the agent; otherwise the hold is released as it was. Throws core::Error when the command cannot
+// be started.
 HealthCheckRun run_health_check(const std::string& command, double timeout_s,
                                 const std::function<bool()>& stop = {});
 
@@ -50,9 +54,13 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s,
 std::optional<std::string> left_out_line(int nagents, const std::vector<int>& joined_ranks,
                                          const std::vector<std::string>& hosts);
 
-// The check of this node under `o` (--health-check, its timeout): nullopt when healthy, when there is
-// no check, or when `stop` ended it first (the job ended meanwhile); else judge_health_check's line.
-std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r,
-                                             const std::function<bool()>& stop = {});
+// The check of this node under `o` (--health-check, its timeout). `stop` (asked every 100 ms while the
+// check runs: the job ended meanwhile) ends it with neither a failure nor a stop.
+struct NodeHealth {
+  std::optional<std::string> failure;  // judge_health_check's line; nullopt: healthy, no check, or `stop`
+  int stopped = 0;                     // a stopping signal ended the check: the agent exits 128 + it
+};
+NodeHealth check_node_health(const core::Options& o, const core::Resolved& r,
+                             const std::function<bool()>& stop = {});
 
 }  // namespace ddprun::launcher
