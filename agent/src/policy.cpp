@@ -118,6 +118,11 @@ StepHistory record_step(StepHistory h, std::optional<Step> step, int attempt) {
   return h;
 }
 
+StepHistory record_attempt(StepHistory h, const std::optional<Failure>& root, int attempt) {
+  if (root && root->lost) return h;
+  return record_step(h, root ? root->step : std::nullopt, attempt);
+}
+
 AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
                               const ProgressRule& progress) {
   if (r.success) return {false, 0};

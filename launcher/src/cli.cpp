@@ -116,8 +116,8 @@ void add_job_options(CLI::App& app, core::Options& o) {
   const std::string g = "Job shape";
   app.add_option("--nnodes", o.nnodes,
                  "Nodes: N or MIN:MAX (default: the Slurm step's, else 1). With --max-restarts, the job "
-                 "goes on without a lost node while MIN remain, and agents beyond MAX are standbys "
-                 "(docs/elastic.md)")
+                 "goes on without a lost node while MIN remain, standbys included; agents beyond MAX, and "
+                 "any that arrive after a round closed, are standbys (docs/elastic.md)")
       ->group(g)
       ->type_name("N|MIN:MAX");
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
@@ -242,12 +242,13 @@ void add_auth_options(CLI::App& app, core::Options& o) {
       ->type_name("PATH");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
                  "Restart the whole job up to N times after a failure (default 0; never once a stopping "
-                 "signal came: scancel, a time limit, Ctrl-C); with --nnodes MIN:MAX or standbys, also "
-                 "after a lost node (elastic)")
+                 "signal came: scancel, a time limit, Ctrl-C); also after a lost node, while MIN nodes are "
+                 "left, standbys included (elastic)")
       ->group(g);
   app.add_option("--max-restarts-without-progress", o.max_restarts_without_progress,
                  "Stop restarting after K restarts in a row whose workers reached no higher step (written "
-                 "to DDPRUN_HEARTBEAT_FILE) than before; exit 123 (default off)")
+                 "to DDPRUN_HEARTBEAT_FILE) than before (a lost node's attempt does not count); exit 123 "
+                 "(default off)")
       ->group(g)
       ->type_name("K");
   app.add_option("--requeue-on", o.requeue_on,
@@ -322,8 +323,9 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
          "--health-check", o.health_check,
          "Shell command (sh -c) every agent (per-task mode: each node's local task 0) runs before "
          "it joins a rendezvous round; a node whose check fails or times out does not join and "
-         "exits 125; a fail-fast job ends on every node, an elastic one goes on without the node "
-         "(see examples/health/gpu_node_check.sh); an empty CMD or one starting with - is a usage error")
+         "exits 125; a fail-fast job ends on every node, an elastic one (--max-restarts) goes on without "
+         "the node (see examples/health/gpu_node_check.sh); an empty CMD or one starting with - is a usage "
+         "error")
       ->group(g)
       ->type_name("CMD");
   app.add_option("--health-check-timeout", o.health_check_timeout,

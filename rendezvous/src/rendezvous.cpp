@@ -89,6 +89,7 @@ void Rendezvous::Impl::start_server(std::uint16_t port) {
 
 void Rendezvous::Impl::fail_over(int host_rank, const std::string& addr, std::uint16_t port) {
   ++failovers_;
+  past_stores_.emplace_back(opts_.host, port_);
   client_.reset();  // the connection to the lost node 0
   opts_.host = addr;
   opts_.port = port;

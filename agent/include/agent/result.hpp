@@ -85,6 +85,11 @@ struct StepHistory {
 // than every earlier attempt's; one without a step made none. The first attempt is no restart.
 StepHistory record_step(StepHistory h, std::optional<Step> step, int attempt);
 
+// `h` with the attempt that ended with `root` recorded, as record_step with its step; except an attempt
+// ended by a lost node (Failure::lost), which carries no step because no worker failed: it neither counts
+// as a restart without progress nor resets the count (only attempts that ran and failed count).
+StepHistory record_attempt(StepHistory h, const std::optional<Failure>& root, int attempt);
+
 // --max-restarts-without-progress: `limit` restarts in a row without progress (0: off), and the
 // history with this attempt recorded.
 struct ProgressRule {

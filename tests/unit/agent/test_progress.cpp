@@ -137,6 +137,48 @@ TEST_CASE("record_step: a restart makes progress only with a step above every ea
   }
 }
 
+TEST_CASE("record_attempt: an attempt ended by a lost node neither stalls nor resets the count") {
+  // Each attempt's root cause: a worker's failure at a step (or none), or a lost node ('L', no step).
+  struct Row {
+    std::vector<std::optional<Step>> steps;
+    std::string lost;  // 'L' where that attempt ended by a lost node
+    int stalled;
+    std::optional<Step> best;
+  };
+  const std::vector<Row> rows{
+      {{100, std::nullopt, std::nullopt}, ".LL", 0, 100},  // losses in a row: no restart stalled
+      {{std::nullopt, std::nullopt, std::nullopt}, "LLL", 0, std::nullopt},
+      {{100, std::nullopt, 100}, ".L.", 1, 100},              // the failure after a loss still counts
+      {{100, 100, std::nullopt}, "..L", 1, 100},              // a loss keeps the count it found
+      {{100, std::nullopt, 200}, ".L.", 0, 200},              // and progress after it resets it
+      {{std::nullopt, std::nullopt}, "..", 1, std::nullopt},  // a failure without a step still stalls
+  };
+  for (const auto& r : rows) {
+    StepHistory h;
+    for (std::size_t i = 0; i < r.steps.size(); ++i) {
+      Failure f;
+      f.step = r.steps[i];
+      f.lost = r.lost[i] == 'L';
+      h = record_attempt(h, f, static_cast<int>(i));
+    }
+    CAPTURE(r.lost, r.stalled);
+    CHECK(h.stalled == r.stalled);
+    CHECK(h.best == r.best);
+  }
+  // The rule after the second of two losses in a row, with K = 1: restart, not 123.
+  ProgressRule p{1, {}};
+  RunResult lost;
+  lost.exit_code = 1;
+  lost.root_cause = Failure{};
+  lost.root_cause->lost = true;
+  lost.root_cause->exit_code = 1;
+  p.history = record_attempt(p.history, lost.root_cause, 0);
+  p.history = record_attempt(p.history, lost.root_cause, 1);
+  const AttemptDecision d = after_attempt(lost, 1, 5, p);
+  CHECK(d.restart);
+  CHECK_FALSE(d.no_progress);
+}
+
 TEST_CASE("after_attempt: K restarts in a row without progress stop the job with exit 123") {
   // Fails at step 100 every time: attempt 0, then restarts 1 and 2 make no progress; K = 2 stops after 2.
   auto d = run({100, 100, 100, 100, 100}, 10, 2);
