@@ -6,7 +6,9 @@ branch shows up. Each layer's part of the map starts with a line "LAYER/" at col
 LAYER/src/[SUB/]STEM.cpp or .hpp counts as named when that part holds the token STEM.cpp (or .hpp) or
 STEM.*, and, for a file in a subfolder, "SUB/" too. It also fails when the map names a file that no
 longer exists: a STEM.* or STEM.cpp of a layer's part must match a file of that layer (src/ or
-include/), and a token with a folder (core/command.*, tests/unit/...) a file at that path.
+include/), and a token with a folder (core/command.*, tests/unit/...) a file at that path. And every
+file of the layers that starts a thread (std::thread or std::jthread constructed with a function) is
+named by its path in the "## Threads and loops" section.
 Usage: file_map.py SOURCE_DIR
 """
 import glob
@@ -18,8 +20,15 @@ LAYERS = ("core", "store", "rendezvous", "agent", "launcher")
 TOKEN = re.compile(r"(?<![\w./-])((?:[\w-]+/)*)(\w+)\.(\*|cpp|hpp)(?![\w])")
 
 
+STARTS_THREAD = re.compile(r"std::j?thread(?:\s+\w+)?\s*[({]")
+
+
+def architecture(source):
+    return open(os.path.join(source, "docs", "architecture.md"), encoding="utf-8").read()
+
+
 def map_block(source):
-    text = open(os.path.join(source, "docs", "architecture.md"), encoding="utf-8").read()
+    text = architecture(source)
     at = text.find("\n## Files\n")
     if at < 0:
         sys.exit("docs/architecture.md has no '## Files' section")
@@ -65,6 +74,27 @@ def exists(source, layer, folder, stem, ext):
     return bool(glob.glob(os.path.join(source, layer, "**", pattern), recursive=True))
 
 
+def unnamed_thread_starters(source):
+    """Files of the layers that start a thread and are not named in '## Threads and loops'."""
+    text = architecture(source)
+    at = text.find("\n## Threads and loops\n")
+    section = ""
+    if at >= 0:
+        end = text.find("\n## ", at + 1)
+        section = text[at:end if end > 0 else len(text)]
+    out = []
+    for layer in LAYERS:
+        for folder, _, files in os.walk(os.path.join(source, layer)):
+            for f in sorted(files):
+                if not f.endswith((".cpp", ".hpp")):
+                    continue
+                path = os.path.join(folder, f)
+                rel = os.path.relpath(path, source)
+                if STARTS_THREAD.search(open(path, encoding="utf-8").read()) and rel not in section:
+                    out.append(rel)
+    return sorted(out)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: file_map.py SOURCE_DIR")
@@ -96,9 +126,16 @@ def main():
         print("docs/architecture.md's file map names files that do not exist; rename or remove them:")
         for f in stale:
             print(f"  {f}")
-    if missing or stale:
+    threads = unnamed_thread_starters(source)
+    if threads:
+        print("docs/architecture.md's '## Threads and loops' does not name these files that start a "
+              "thread; add a row for each thread (where, started by, touches, stops, never waits on):")
+        for f in threads:
+            print(f"  {f}")
+    if missing or stale or threads:
         return 1
-    print(f"file map: every .cpp and .hpp under {', '.join(l + '/src' for l in LAYERS)} is named")
+    print(f"file map: every .cpp and .hpp under {', '.join(l + '/src' for l in LAYERS)} is named, "
+          "and every file that starts a thread is in '## Threads and loops'")
     return 0
 
 
