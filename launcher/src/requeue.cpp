@@ -1,15 +1,11 @@
 #include "requeue.hpp"
 
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -41,36 +37,13 @@ std::optional<std::string> run_scontrol_requeue(const std::string& target) {
 }
 
 // `scontrol show job -o TARGET`: what Slurm says of the job now (the first 64 KiB); empty when it
-// cannot say (not on PATH, no answer).
+// cannot say (not on PATH, no answer, an error).
 std::string show_job(const std::string& target) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    const int null_fd = ::open("/dev/null", O_WRONLY);
-    if (null_fd >= 0) ::dup2(null_fd, 2);
-    ::execlp("scontrol", "scontrol", "show", "job", "-o", target.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  if (pid < 0) {
-    ::close(fds[0]);
-    return {};
-  }
-  std::string out;
-  char buf[4096];
-  while (out.size() < 65536) {
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);  // a longer answer: scontrol gets EPIPE and ends
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? out : std::string();
+  agent::CommandRequest req{{"scontrol", "show", "job", "-o", target}, kScontrolTimeout};
+  req.output_cap = 64 * 1024;
+  req.stderr_too = false;
+  agent::CommandResult r = agent::run_command(req);
+  return r.succeeded() ? std::move(r.output) : std::string();
 }
 
 }  // namespace
