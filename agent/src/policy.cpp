@@ -138,8 +138,8 @@ AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
 
 bool ends_without_progress(const RunResult& r, int attempt, int limit, const StepHistory& before) {
   if (limit <= 0) return false;
-  const ProgressRule rule{limit,
-                          record_step(before, r.root_cause ? r.root_cause->step : std::nullopt, attempt)};
+  // The attempts loop's own record (record_attempt): a lost node's attempt is no restart without progress.
+  const ProgressRule rule{limit, record_attempt(before, r.root_cause, attempt)};
   return after_attempt(r, attempt, 0, rule).no_progress;
 }
 

@@ -249,12 +249,26 @@ TEST_CASE("ends_without_progress: the run's own answer is the attempts loop's, a
       for (int attempt = 0; attempt < static_cast<int>(steps.size()); ++attempt) {
         RunResult r = failed_at(steps[static_cast<std::size_t>(attempt)], 3);
         const bool ends = ends_without_progress(r, attempt, limit, before);
-        before = record_step(before, r.root_cause->step, attempt);
+        before = record_attempt(before, r.root_cause, attempt);
         CAPTURE(attempt, limit);
         CHECK(ends == after_attempt(r, attempt, 10, ProgressRule{limit, before}).no_progress);
         r.no_progress = ends;
         CHECK(job_code(r) == (ends ? kNoProgressExitCode : 3));
       }
+    }
+  }
+  // Attempts that lost nodes ended carry no step and are no restarts without progress: the run's
+  // report never says 123 for them, as the attempts loop restarts them.
+  for (const int limit : {1, 2}) {
+    StepHistory before;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      RunResult lost = failed_at(attempt == 0 ? std::optional<Step>(100) : std::nullopt, 1);
+      lost.root_cause->lost = attempt > 0;
+      const bool ends = ends_without_progress(lost, attempt, limit, before);
+      before = record_attempt(before, lost.root_cause, attempt);
+      CAPTURE(attempt, limit);
+      CHECK(ends == after_attempt(lost, attempt, 10, ProgressRule{limit, before}).no_progress);
+      CHECK_FALSE(ends);
     }
   }
   // Its report's header and table say the job's code; the root cause keeps the run's own.
