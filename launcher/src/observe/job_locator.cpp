@@ -323,6 +323,7 @@ std::shared_ptr<store::TcpStore> find_step_store(const SlurmStep& st, const std:
     return s;
   }
   std::vector<std::uint16_t> ports;
+  ports.reserve(targets.size());
   for (const auto& t : targets) ports.push_back(t.port);
   const std::string where =
       addrs.at(first).empty() ? first : fmt::format("{} (at {})", first, addrs.at(first));
