@@ -56,6 +56,9 @@ class Rendezvous::Impl {
   ExitBarrierEnd exit_barrier();
   std::uint64_t bytes_received() const;
   void next_attempt(const std::vector<int>& lost);
+  // Forgets the round that ended (members, this agent's place in it, its flags and lost peers):
+  // next_attempt and follow, before the next join.
+  void clear_round();
   const std::vector<core::Member>& members() const { return members_; }
   const std::vector<core::Member>& previous_members() const { return previous_; }
   const std::vector<int>& previous_lost() const { return previous_lost_; }

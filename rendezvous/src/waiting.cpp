@@ -235,6 +235,11 @@ bool Rendezvous::Impl::follow(const std::string& addr_in, std::uint16_t port_in)
   ++opts_.attempt;
   if (joined_) previous_ = std::move(members_);
   previous_lost_.clear();
+  clear_round();
+  return true;
+}
+
+void Rendezvous::Impl::clear_round() {
   members_.clear();
   plan_node_rank_ = -1;
   joined_ = false;
@@ -247,7 +252,6 @@ bool Rendezvous::Impl::follow(const std::string& addr_in, std::uint16_t port_in)
   }
   std::lock_guard lk(lost_mu_);
   lost_labels_.clear();
-  return true;
 }
 
 // ---- Rendezvous: this file's calls, forwarded to its state (rendezvous.cpp forwards the others)
