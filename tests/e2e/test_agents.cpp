@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -153,7 +154,7 @@ TEST_CASE("a stopping signal right after the run never changes the root cause's 
   // raises SIGTERM in each agent the moment its run has ended, the narrowest place for it to land.
   Job job;
   for (int n = 0; n < 2; ++n) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      "2",
                                      "--node-rank",
@@ -181,7 +182,7 @@ TEST_CASE("a stopping signal between a failed attempt and its restart stops the 
           "[e2e][signals]") {
   Job job;
   job.agents.push_back(start(
-      {DDPRUN_EXE, "--nproc-per-node", "1", "--max-restarts", "3", "--", "/bin/sh", "-c",
+      {ddprun_test::ddprun_exe(), "--nproc-per-node", "1", "--max-restarts", "3", "--", "/bin/sh", "-c",
        "echo x >> \"$DIR/runs\"; exit 7"},
       {{"DDPRUN_TEST_TOKEN", job.token}, {"DIR", job.dir.path()}, {"DDPRUN_TEST_RAISE_AFTER_RUN", "15"}},
       job.dir.path(), "agent0"));
@@ -330,8 +331,8 @@ TEST_CASE("per-task mode: every task runs exactly its own worker, with Slurm's r
                                                     {"CUDA_VISIBLE_DEVICES", "NoDevFiles"},
                                                     {"DDPRUN_TEST_TOKEN", token}};
     tasks.push_back(
-        start({DDPRUN_EXE, "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port), "--rdzv-auth", "none",
-               "--rdzv-timeout", "60", "--no-prefix", "-q", "--", "/bin/sh", "-c",
+        start({ddprun_test::ddprun_exe(), "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port),
+               "--rdzv-auth", "none", "--rdzv-timeout", "60", "--no-prefix", "-q", "--", "/bin/sh", "-c",
                "echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK GROUP_RANK=$GROUP_RANK WORLD_SIZE=$WORLD_SIZE"},
               env, dir.path(), "task" + std::to_string(p)));
   }

@@ -11,13 +11,14 @@
 #include <thread>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/bar_worker.py";
+const std::string kScript = ddprun_test::source_dir() + "/tests/e2e/bar_worker.py";
 
 // Debian's interpreter (it has python3-tqdm; a shim in front of another would add its own silent start
 // to the hang timeout's), with --hang-timeout.

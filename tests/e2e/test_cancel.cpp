@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -49,7 +50,7 @@ const std::string kSlowToStop =
 void start_elastic(Job& job, int agents, const std::string& nnodes, const std::vector<std::string>& command,
                    const std::vector<std::string>& extra) {
   for (int n = 0; n < agents; ++n) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      nnodes,
                                      "--node-rank",

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "e2e/procs.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -25,7 +26,7 @@ struct ShellJob {
 
   void start(int node_rank, const std::string& nnodes, std::vector<std::string> extra = {},
              std::map<std::string, std::string> env = {}) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      nnodes,
                                      "--node-rank",

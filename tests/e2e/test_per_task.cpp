@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -31,7 +32,7 @@ struct PerTaskJob {
     for (int node = 0; node < n; ++node) {
       for (int local = 0; local < k; ++local) {
         const int proc = node * k + local;
-        std::vector<std::string> argv = {DDPRUN_EXE,
+        std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                          "--rdzv-endpoint",
                                          "127.0.0.1:" + std::to_string(port),
                                          "--master-addr",

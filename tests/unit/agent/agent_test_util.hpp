@@ -21,6 +21,7 @@
 #include "core/json.hpp"
 #include "core/plan.hpp"
 #include "report.hpp"
+#include "support/paths.hpp"
 #include "support/temp_dir.hpp"
 
 namespace agent_test {
@@ -29,7 +30,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 inline std::string fake_worker() {
-  return DDPRUN_BINARY_DIR "/tests/helpers/fake_worker";
+  return ddprun_test::fake_worker();
 }
 
 using ddprun::test::TempDir;
