@@ -445,6 +445,10 @@ void C10dRelay::Impl::process(RConn& w, std::string_view data) {
     if (w.in_off == w.in.size()) {
       w.in.clear();
       w.in_off = 0;
+    } else if (w.in_off > 4096 && w.in_off * 2 > w.in.size()) {
+      // As the server does: a worker that always leaves part of a request costs what is live.
+      w.in.erase(0, w.in_off);
+      w.in_off = 0;
     }
   } else if (!view.empty()) {
     w.in.assign(view);
@@ -568,6 +572,10 @@ void C10dRelay::Impl::flush_worker(RConn& w) {
     w.want_out = false;
   } else {
     w.want_out = true;
+    if (w.out_off > (1u << 20) && w.out_off * 2 > w.out.size()) {
+      w.out.erase(0, w.out_off);
+      w.out_off = 0;
+    }
   }
   if (w.paused && w.unsent() <= opts.max_unsent / 2) w.paused = false;
   if (was_out != w.want_out || was_paused != w.paused) set_interest(w);
@@ -635,6 +643,14 @@ std::uint64_t C10dRelay::forwarded_count() const {
 }
 std::uint64_t C10dRelay::request_count() const {
   return impl_->n_requests;
+}
+std::size_t C10dRelay::buffered_bytes() const {
+  std::size_t n = 0;
+  Impl* s = impl_.get();
+  s->loop->call([s, &n] {
+    for (const auto& [serial, w] : s->workers) n += w->in.size() + w->out.size();
+  });
+  return n;
 }
 
 }  // namespace ddprun::store

@@ -557,6 +557,8 @@ void C10dServer::Impl::on_wait(SConn& c, Request& q) {
   if (c.waits.size() >= (c.parser.relay() ? kMaxRelayWaits : kMaxDirectWaits)) {
     refuse(fmt::format("more than {} WAITs pending on one connection", c.waits.size()));
   }
+  // Ids of dropped waits count until swept: sweep them before refusing anyone.
+  if (refs_total + missing > opts.max_waiting && refs_total > refs_live) compact_waiting();
   if (refs_total + missing > opts.max_waiting) {
     refuse(fmt::format("more than {} keys awaited in the whole store", opts.max_waiting));
   }
@@ -911,6 +913,14 @@ std::size_t C10dServer::key_count() const {
 }
 std::uint64_t C10dServer::request_count() const {
   return impl_->n_requests;
+}
+std::size_t C10dServer::buffered_bytes() const {
+  std::size_t n = 0;
+  Impl* s = impl_.get();
+  s->loop->call([s, &n] {
+    for (const auto& [serial, c] : s->conns) n += c->in.size() + c->out.size();
+  });
+  return n;
 }
 
 std::string normalize_address(const std::string& numeric) {

@@ -74,6 +74,9 @@ class C10dServer {
   std::uint64_t dropped_count() const;  // connections closed for a protocol error or a limit
   std::size_t key_count() const;
   std::uint64_t request_count() const;
+  // Bytes its connections hold: requests not yet whole, answers not yet sent, and what was consumed of
+  // them and not yet dropped.
+  std::size_t buffered_bytes() const;
 
   struct Impl;
 
@@ -118,6 +121,7 @@ class C10dRelay {
   bool upstream_connected() const;
   std::uint64_t forwarded_count() const;  // requests sent to node 0
   std::uint64_t request_count() const;    // requests read from workers
+  std::size_t buffered_bytes() const;     // as C10dServer's, for the workers' connections
 
   struct Impl;
 
