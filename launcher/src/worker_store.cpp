@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -78,7 +77,7 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
         server_ = open_server(hosts, port, filter, log_);
         hold_ = std::move(*hold);
       } catch (const store::Error& e) {
-        if (std::string(e.what()).find(std::strerror(EADDRINUSE)) == std::string::npos) {
+        if (e.kind() != store::Error::Kind::address_in_use) {
           why = fmt::format("cannot be served: {}", e.what());
         }
       }

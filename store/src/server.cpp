@@ -85,7 +85,7 @@ void StoreServer::Impl::listen() {
   if (ec) {
     boost::system::error_code ignored;
     acceptor.close(ignored);
-    throw Error(Error::Kind::io,
+    throw Error(ec == asio::error::address_in_use ? Error::Kind::address_in_use : Error::Kind::io,
                 fmt::format("cannot serve the rendezvous store on {}: {}; free the port or "
                             "choose another one (--rdzv-endpoint HOST:PORT)",
                             where, ec.message()),
