@@ -29,7 +29,7 @@ std::vector<std::string> resolve_numeric(const std::string& host) {
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     sockaddr_storage ss{};
     std::memcpy(&ss, a->ai_addr, std::min<std::size_t>(a->ai_addrlen, sizeof ss));
-    const std::string n = store::normalize_address(store::numeric_host_of(ss));
+    const std::string n = store::numeric_host_of(ss);
     if (!n.empty()) out.push_back(n);
   }
   ::freeaddrinfo(res);

@@ -4,7 +4,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -262,7 +261,7 @@ void C10dServer::Impl::shutdown() {
 
 bool C10dServer::Impl::admitted(const sockaddr_storage& peer) const {
   if (!opts.filter_peers) return true;
-  const std::string a = normalize_address(numeric_host_of(peer));
+  const std::string a = numeric_host_of(peer);
   if (opts.admit_local && (a.rfind("127.", 0) == 0 || a == "::1")) return true;
   return allowed.contains(a);
 }
@@ -921,29 +920,6 @@ std::size_t C10dServer::buffered_bytes() const {
     for (const auto& [serial, c] : s->conns) n += c->in.size() + c->out.size();
   });
   return n;
-}
-
-std::string normalize_address(const std::string& numeric) {
-  std::string a = numeric;
-  if (a.size() > 2 && a.front() == '[' && a.back() == ']') a = a.substr(1, a.size() - 2);
-  if (a.rfind("::ffff:", 0) == 0 && a.find('.') != std::string::npos) a = a.substr(7);
-  return a;
-}
-
-std::vector<std::string> local_addresses() {
-  std::vector<std::string> out{"127.0.0.1", "::1"};
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return out;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr) continue;
-    const int fam = i->ifa_addr->sa_family;
-    if (fam != AF_INET && fam != AF_INET6) continue;
-    sockaddr_storage ss{};
-    std::memcpy(&ss, i->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
-    out.push_back(normalize_address(numeric_host_of(ss)));
-  }
-  ::freeifaddrs(list);
-  return out;
 }
 
 }  // namespace ddprun::store

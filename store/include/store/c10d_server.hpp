@@ -129,9 +129,4 @@ class C10dRelay {
   std::shared_ptr<Impl> impl_;
 };
 
-// This host's own addresses (numeric), loopback included: the peers a filtering server always admits.
-std::vector<std::string> local_addresses();
-// A numeric address in the form allow_peers() and the filter compare (IPv4-mapped IPv6 as IPv4).
-std::string normalize_address(const std::string& numeric);
-
 }  // namespace ddprun::store
