@@ -16,16 +16,24 @@
 
 namespace ddprun::store {
 
-// One epoll thread. Servers and relays get their own unless given one to share (the bench puts
-// thousands of relays on one).
+namespace c10d {
+class Loop;
+}
+
+// The thread that serves workers' stores and relays. Each server and relay gets its own unless given
+// one to share (the bench puts thousands of relays on one).
 class C10dLoop {
  public:
-  C10dLoop();
+  // epoll, or Asio's io_context driving the same connections (bench/c10d_scale --loops compares them).
+  enum class Kind { epoll, asio };
+  explicit C10dLoop(Kind kind = Kind::epoll);
   ~C10dLoop();
   C10dLoop(const C10dLoop&) = delete;
   C10dLoop& operator=(const C10dLoop&) = delete;
-  struct Impl;
-  std::shared_ptr<Impl> impl_;
+
+ private:
+  friend struct C10dLoopAccess;
+  std::unique_ptr<c10d::Loop> impl_;
 };
 
 struct C10dServerOptions {
@@ -78,9 +86,8 @@ class C10dServer {
   // them and not yet dropped.
   std::size_t buffered_bytes() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 
@@ -123,9 +130,8 @@ class C10dRelay {
   std::uint64_t request_count() const;    // requests read from workers
   std::size_t buffered_bytes() const;     // as C10dServer's, for the workers' connections
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 
