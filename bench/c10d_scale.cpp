@@ -151,7 +151,7 @@ struct Result {
   std::string loop;
   bool ok = false;
   double init_s = 0, connected_s = 0;
-  double server_cpu_s = 0, relay_cpu_s = 0;
+  double server_cpu_s = 0, relay_cpu_s = 0, sim_cpu_s = 0;  // node 0, the relays, the simulated workers
   long server_rss_kb = 0, relay_rss_kb = 0;
   double monitor_core = 0, monitor_relay_core = 0;
   std::uint64_t errors = 0;
@@ -242,6 +242,7 @@ void measure_init(Result& res, Child& srv, std::vector<Child>& rels, std::vector
   ::usleep(200000);  // the shards have read their parameters and made their epoll sets
   const double cpu0 = srv.cpu();
   const double rcpu0 = cpu_of(rels);
+  const double scpu0 = cpu_of(shards);
   const auto t0 = Clock::now();
   for (auto& sh : shards) say(sh, "go\n");
   res.ok = true;
@@ -258,6 +259,7 @@ void measure_init(Result& res, Child& srv, std::vector<Child>& rels, std::vector
   res.init_s = secs(Clock::now() - t0);
   res.server_cpu_s = srv.cpu() - cpu0;
   res.relay_cpu_s = cpu_of(rels) - rcpu0;
+  res.sim_cpu_s = cpu_of(shards) - scpu0;
 }
 
 void measure_monitor(Result& res, Child& srv, std::vector<Child>& rels, std::vector<Child>& shards) {
@@ -369,10 +371,10 @@ void print_row(const Result& r) {
   if (!r.skipped.empty()) {
     std::printf("%8d %-6s %-6s %s\n", r.n, r.server.c_str(), r.loop.c_str(), r.skipped.c_str());
   } else {
-    std::printf("%8d %-6s %-6s %9.2f %9.2f %10.2f %10.2f %9.1f %12.3f %12.3f %7llu%s\n", r.n,
+    std::printf("%8d %-6s %-6s %9.2f %9.2f %10.2f %10.2f %10.2f %9.1f %12.3f %12.3f %7llu%s\n", r.n,
                 r.server.c_str(), r.loop.c_str(), r.init_s, r.connected_s, r.server_cpu_s, r.relay_cpu_s,
-                static_cast<double>(r.server_rss_kb) / 1024.0, r.monitor_core, r.monitor_relay_core,
-                static_cast<unsigned long long>(r.errors),
+                r.sim_cpu_s, static_cast<double>(r.server_rss_kb) / 1024.0, r.monitor_core,
+                r.monitor_relay_core, static_cast<unsigned long long>(r.errors),
                 r.ok ? "" : (" TIMEOUT: " + std::to_string(r.done) + " done").c_str());
   }
   std::fflush(stdout);
@@ -382,13 +384,15 @@ void write_jsonl(std::FILE* out, const Result& r, const Args& a) {
   if (out == nullptr || !r.skipped.empty()) return;
   std::fprintf(out,
                "{\"ranks\":%d,\"store\":\"%s\",\"loop\":\"%s\",\"ok\":%s,\"done\":%d,\"init_s\":%.3f,"
-               "\"connected_s\":%.3f,\"node0_cpu_s\":%.3f,\"relay_cpu_s\":%.3f,\"node0_rss_mb\":%.1f,"
+               "\"connected_s\":%.3f,\"node0_cpu_s\":%.3f,\"relay_cpu_s\":%.3f,\"sim_cpu_s\":%.3f,\"node0_"
+               "rss_mb\":%.1f,"
                "\"relay_rss_mb\":%.1f,\"monitor_core\":%.4f,\"monitor_relay_core\":%.4f,\"errors\":%llu,"
                "\"per_node\":%d,\"group\":%d}\n",
                r.n, r.server.c_str(), r.loop.c_str(), r.ok ? "true" : "false", r.done, r.init_s,
-               r.connected_s, r.server_cpu_s, r.relay_cpu_s, static_cast<double>(r.server_rss_kb) / 1024.0,
-               static_cast<double>(r.relay_rss_kb) / 1024.0, r.monitor_core, r.monitor_relay_core,
-               static_cast<unsigned long long>(r.errors), a.per_node, a.group);
+               r.connected_s, r.server_cpu_s, r.relay_cpu_s, r.sim_cpu_s,
+               static_cast<double>(r.server_rss_kb) / 1024.0, static_cast<double>(r.relay_rss_kb) / 1024.0,
+               r.monitor_core, r.monitor_relay_core, static_cast<unsigned long long>(r.errors), a.per_node,
+               a.group);
   std::fflush(out);
 }
 
@@ -410,8 +414,9 @@ int main(int argc, char** argv) {
   const std::string self_path = self;
   const Run run{self_path, args, fd_limit};
   std::FILE* out = args.jsonl.empty() ? nullptr : std::fopen(args.jsonl.c_str(), "a");
-  std::printf("%8s %-6s %-6s %9s %9s %10s %10s %9s %12s %12s %7s\n", "ranks", "store", "loop", "init (s)",
-              "conn (s)", "node0 cpu", "relay cpu", "rss (MB)", "monitor core", "relay core", "errors");
+  std::printf("%8s %-6s %-6s %9s %9s %10s %10s %10s %9s %12s %12s %7s\n", "ranks", "store", "loop",
+              "init (s)", "conn (s)", "node0 cpu", "relay cpu", "sim cpu", "rss (MB)", "monitor core",
+              "relay core", "errors");
   // Each round runs every store and loop once, side by side, so that a change in the machine's load
   // touches them alike.
   for (const int n : args.sizes) {

@@ -6,9 +6,9 @@
 
 #include <array>
 #include <cerrno>
-#include <exception>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include <fmt/core.h>
 
@@ -83,13 +83,13 @@ Conns::~Conns() {
 
 void Conns::listen(int fd) {
   auto l = std::make_unique<Listener>(*this, fd);
-  loop_.add(fd, kReadable, l.get());
+  loop_.watch(*l, fd, kReadable);
   listeners_.push_back(std::move(l));
 }
 
 void Conns::close_listeners() {
   for (auto& l : listeners_) {
-    loop_.remove(l->fd);
+    loop_.unwatch(*l);
     ::close(l->fd);
     l->fd = -1;
     loop_.retire(std::move(l));
@@ -104,7 +104,14 @@ Conn* Conns::find(std::uint64_t serial) {
 
 // ---- accepting ----
 
-void Conns::accept_some(int lfd) {
+void Conns::accept_queued() {
+  for (const auto& l : listeners_) {
+    while (accept_some(l->fd)) {
+    }
+  }
+}
+
+bool Conns::accept_some(int lfd) {
   // Another thread of the process may have taken the spare's number while it was given up: try again.
   if (spare_fd_ < 0) spare_fd_ = open_spare();
   for (int i = 0; i < kAcceptBurst; ++i) {
@@ -113,7 +120,7 @@ void Conns::accept_some(int lfd) {
     const int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE) out_of_descriptors(lfd);
-      return;
+      return false;
     }
     if (auto why = refusal(peer)) {
       ++n_refused_;
@@ -123,6 +130,7 @@ void Conns::accept_some(int lfd) {
     }
     admit(fd, peer);
   }
+  return true;  // more may be queued
 }
 
 void Conns::admit(int fd, const sockaddr_storage& peer) {
@@ -130,7 +138,7 @@ void Conns::admit(int fd, const sockaddr_storage& peer) {
   const std::uint64_t serial = ++next_serial_;
   auto c = std::make_unique<Conn>(*this, fd, serial, peer, opts_.limits, opts_.legacy);
   try {
-    loop_.add(fd, kReadable, c.get());
+    loop_.watch(*c, fd, kReadable);
   } catch (const std::exception& e) {  // the kernel's epoll limits: this peer only
     ++n_refused_;
     log_limited(fmt::format("{}: refused {}: {}", opts_.who,
@@ -247,14 +255,14 @@ void Conns::flush(Conn& c) {
 }
 
 void Conns::set_interest(Conn& c) {
-  loop_.modify(c.fd, (c.paused ? 0u : kReadable) | (c.want_out ? kWritable : 0u), &c);
+  loop_.want(c, (c.paused ? 0u : kReadable) | (c.want_out ? kWritable : 0u));
 }
 
 void Conns::close(Conn& c, const std::string& reason, bool error) {
   if (c.closed) return;
   c.closed = true;
   dispatch_.on_close(c);
-  loop_.remove(c.fd);
+  loop_.unwatch(c);
   if (error) {
     ++n_dropped_;
     log_limited(fmt::format("{}: closed the connection of {}: {}", opts_.who,

@@ -85,6 +85,9 @@ class Conns {
   void answered(Conn& c) { loop_.defer(c); }  // c.out grew: sent after the batch
   void close(Conn& c, const std::string& reason, bool error);
   void close_all(const std::string& reason);
+  // Accepts every connection the kernel has queued: close_all() then closes the connections made before
+  // it, whether or not the loop had heard of them (a posted call may run before the loop polls again).
+  void accept_queued();
   std::size_t buffered_bytes() const;  // what every connection's buffers hold
   // A rate-limited log line (a storm of bad peers must not flood the agent's output).
   void log_limited(const std::string& line);
@@ -99,7 +102,7 @@ class Conns {
  private:
   friend struct Conn;
   struct Listener;
-  void accept_some(int lfd);
+  bool accept_some(int lfd);  // false once the listener's queue is empty (or descriptors ran out)
   void admit(int fd, const sockaddr_storage& peer);
   void out_of_descriptors(int lfd);
   std::optional<std::string> refusal(const sockaddr_storage& peer);

@@ -51,7 +51,12 @@ void Loop::end_of_batch() {
     d->run_deferred();
   }
   deferred_.clear();
-  graveyard_.clear();
+  free_retired(false);
+}
+
+void Loop::free_retired(bool all) {
+  std::erase_if(graveyard_, [all](const std::unique_ptr<Handler>& h) { return all || h->waits_ == 0; });
+  if (!graveyard_.empty()) want_end_of_batch();  // a wait cancelled by unwatch() is still to come
 }
 
 namespace {
@@ -70,6 +75,8 @@ std::uint32_t ready_of(std::uint32_t events) {
   if ((events & EPOLLERR) != 0) r |= kBroken;
   return r;
 }
+
+}  // namespace
 
 // epoll, level-triggered, and an eventfd that wakes it for posted work.
 class EpollLoop final : public Loop {
@@ -96,21 +103,30 @@ class EpollLoop final : public Loop {
     ::close(epfd_);
   }
 
-  void add(int fd, std::uint32_t interest, Handler* h) override {
+  void watch(Handler& h, int fd, std::uint32_t interest) override {
     epoll_event ev{};
     ev.events = epoll_interest(interest);
-    ev.data.ptr = h;
+    ev.data.ptr = &h;
     if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
       throw Error(Error::Kind::io, fmt::format("worker store: epoll_ctl: {}", std::strerror(errno)));
     }
+    fd_of(h) = fd;
+    interest_of(h) = interest;
   }
-  void modify(int fd, std::uint32_t interest, Handler* h) override {
+  void want(Handler& h, std::uint32_t interest) override {
+    if (fd_of(h) < 0 || interest_of(h) == interest) return;
+    interest_of(h) = interest;
     epoll_event ev{};
     ev.events = epoll_interest(interest);
-    ev.data.ptr = h;
-    ::epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+    ev.data.ptr = &h;
+    ::epoll_ctl(epfd_, EPOLL_CTL_MOD, fd_of(h), &ev);
   }
-  void remove(int fd) override { ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr); }
+  void unwatch(Handler& h) override {
+    if (fd_of(h) < 0) return;
+    ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd_of(h), nullptr);
+    fd_of(h) = -1;
+    interest_of(h) = 0;
+  }
 
   void post(std::function<void()> fn) override {
     if (on_loop()) {
@@ -139,6 +155,7 @@ class EpollLoop final : public Loop {
     joined_ = true;
     drain_posted();  // what was posted too late still runs (closing handlers)
     end_of_batch();
+    free_retired(true);
   }
 
  private:
@@ -185,8 +202,6 @@ class EpollLoop final : public Loop {
   std::thread thread_;
   std::atomic<bool> joined_{false};
 };
-
-}  // namespace
 
 std::unique_ptr<Loop> make_epoll_loop() {
   return std::make_unique<EpollLoop>();

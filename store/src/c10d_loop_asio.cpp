@@ -1,19 +1,15 @@
-// The same loop on Asio's io_context: each registered descriptor is a posix::stream_descriptor (never
+// The same loop on Asio's io_context: each handler's descriptor is a posix::stream_descriptor (never
 // owning it) with an async_wait per direction asked for, renewed after every event while still asked for.
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 
 #include <atomic>
 #include <thread>
-#include <unordered_map>
 
 #include "c10d_loop.hpp"
 
 namespace ddprun::store::c10d {
-
-namespace {
 
 namespace asio = boost::asio;
 
@@ -24,26 +20,25 @@ class AsioLoop final : public Loop {
   }
   ~AsioLoop() override { AsioLoop::stop(); }
 
-  void add(int fd, std::uint32_t interest, Handler* h) override {
-    auto w = std::make_shared<Watch>(io_, fd);
-    w->h = h;
-    w->interest = interest;
-    watches_[fd] = w;
-    arm(w);
+  void watch(Handler& h, int fd, std::uint32_t interest) override {
+    h.sd_.emplace(io_, fd);  // registers it with the reactor (throws when it cannot)
+    h.fd_ = fd;
+    h.interest_ = interest;
+    ++h.gen_;
+    h.reading_ = h.writing_ = false;
+    arm(h);
   }
-  void modify(int fd, std::uint32_t interest, Handler* h) override {
-    const auto it = watches_.find(fd);
-    if (it == watches_.end()) return;
-    it->second->h = h;
-    it->second->interest = interest;
-    arm(it->second);
+  void want(Handler& h, std::uint32_t interest) override {
+    if (!h.sd_) return;
+    h.interest_ = interest;
+    arm(h);
   }
-  void remove(int fd) override {
-    const auto it = watches_.find(fd);
-    if (it == watches_.end()) return;
-    it->second->gone = true;
-    it->second->sd.release();  // cancels its waits; the descriptor stays its owner's to close
-    watches_.erase(it);
+  void unwatch(Handler& h) override {
+    if (!h.sd_) return;
+    h.sd_->release();  // cancels its waits; the descriptor stays its owner's to close
+    h.sd_.reset();
+    h.fd_ = -1;
+    h.interest_ = 0;
   }
   void post(std::function<void()> fn) override {
     if (on_loop()) {
@@ -68,38 +63,27 @@ class AsioLoop final : public Loop {
     asio::post(io_, [this] { io_.stop(); });
     thread_.join();
     joined_ = true;
-    for (auto& [fd, w] : watches_) {
-      w->gone = true;
-      w->sd.release();
-    }
-    watches_.clear();
     end_of_batch();
+    free_retired(true);
   }
 
  private:
-  struct Watch {
-    Watch(asio::io_context& io, int fd) : sd(io, fd) {}
-    asio::posix::stream_descriptor sd;
-    Handler* h = nullptr;
-    std::uint32_t interest = 0;
-    bool reading = false;
-    bool writing = false;
-    bool gone = false;
-  };
-
-  void arm(const std::shared_ptr<Watch>& w) {
-    if ((w->interest & kReadable) != 0 && !w->reading) wait(w, kReadable);
-    if ((w->interest & kWritable) != 0 && !w->writing) wait(w, kWritable);
+  void arm(Handler& h) {
+    if ((h.interest_ & kReadable) != 0 && !h.reading_) wait(h, kReadable);
+    if ((h.interest_ & kWritable) != 0 && !h.writing_) wait(h, kWritable);
   }
-  void wait(const std::shared_ptr<Watch>& w, std::uint32_t dir) {
-    (dir == kReadable ? w->reading : w->writing) = true;
+  void wait(Handler& h, std::uint32_t dir) {
+    (dir == kReadable ? h.reading_ : h.writing_) = true;
+    ++h.waits_;
     const auto what =
         dir == kReadable ? asio::posix::descriptor_base::wait_read : asio::posix::descriptor_base::wait_write;
-    w->sd.async_wait(what, [this, w, dir](const boost::system::error_code& ec) {
-      (dir == kReadable ? w->reading : w->writing) = false;
-      if (w->gone || ec == asio::error::operation_aborted) return;
-      if ((w->interest & dir) != 0) w->h->on_event(ec ? kBroken : dir);
-      if (!w->gone) arm(w);
+    h.sd_->async_wait(what, [this, &h, dir, gen = h.gen_](const boost::system::error_code& ec) {
+      --h.waits_;
+      if (gen != h.gen_ || !h.sd_) return;  // unwatched (and maybe watching another descriptor since)
+      (dir == kReadable ? h.reading_ : h.writing_) = false;
+      if (ec == asio::error::operation_aborted) return;
+      if ((h.interest_ & dir) != 0) h.on_event(ec ? kBroken : dir);
+      if (gen == h.gen_ && h.sd_) arm(h);
     });
   }
   void want_end_of_batch() override {
@@ -113,13 +97,10 @@ class AsioLoop final : public Loop {
 
   asio::io_context io_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
-  std::unordered_map<int, std::shared_ptr<Watch>> watches_;
   bool batch_posted_ = false;
   std::thread thread_;
   std::atomic<bool> joined_{false};
 };
-
-}  // namespace
 
 std::unique_ptr<Loop> make_asio_loop() {
   return std::make_unique<AsioLoop>();

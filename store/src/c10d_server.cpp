@@ -132,6 +132,7 @@ std::uint16_t C10dServer::port() const {
 void C10dServer::reset() {
   Impl* s = impl_.get();
   s->loop.call([s] {
+    s->conns.accept_queued();
     s->conns.close_all("a new attempt");
     s->clear();
   });

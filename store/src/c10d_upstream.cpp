@@ -41,7 +41,7 @@ void Upstream::start() {
   retry_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (retry_fd_ >= 0) {
     retry_h_ = std::make_unique<Retry>(*this);
-    loop_.add(retry_fd_, kReadable, retry_h_.get());
+    loop_.watch(*retry_h_, retry_fd_, kReadable);
   }
   connect();
 }
@@ -49,13 +49,13 @@ void Upstream::start() {
 void Upstream::stop() {
   stopped_ = true;
   if (retry_fd_ >= 0) {
-    loop_.remove(retry_fd_);
+    loop_.unwatch(*retry_h_);
     ::close(retry_fd_);
     retry_fd_ = -1;
     loop_.retire(std::move(retry_h_));
   }
   if (fd_ >= 0) {
-    loop_.remove(fd_);
+    loop_.unwatch(*this);
     close_reset(fd_);
     fd_ = -1;
   }
@@ -73,14 +73,13 @@ void Upstream::connect() {
     failed(std::strerror(errno));
     return;
   }
-  interest_ = kWritable;  // connected (or not) when writable
-  loop_.add(fd_, interest_, this);
+  loop_.watch(*this, fd_, kWritable);  // connected (or not) when writable
   if (done) on_event(kWritable);
 }
 
 void Upstream::failed(const std::string& why) {
   if (fd_ >= 0) {
-    loop_.remove(fd_);
+    loop_.unwatch(*this);
     ::close(fd_);
     fd_ = -1;
   }
@@ -171,11 +170,7 @@ void Upstream::run_deferred() {
     out_off_ += static_cast<std::size_t>(n);
   }
   drop_consumed(out_, out_off_, kRequestSlack);
-  const std::uint32_t interest = kReadable | (out_off_ < out_.size() ? kWritable : 0u);
-  if (interest != interest_) {
-    interest_ = interest;
-    loop_.modify(fd_, interest_, this);
-  }
+  loop_.want(*this, kReadable | (out_off_ < out_.size() ? kWritable : 0u));
 }
 
 }  // namespace ddprun::store::c10d

@@ -64,7 +64,6 @@ class Upstream final : public Handler, public Deferred {
   bool ready_ = false;    // connected, the opening sent or queued first
   bool dead_ = false;     // gave up
   bool stopped_ = false;  // stop() called
-  std::uint32_t interest_ = 0;
   std::optional<std::chrono::steady_clock::time_point> failing_since_;
   std::string out_;
   std::size_t out_off_ = 0;
