@@ -2,13 +2,12 @@
 // PyTorch's TCPStore protocol and do what init_process_group does, against ddprun's store (node 0's
 // agent, and with relays) and against torch 2.x's libuv TCPStore server, in one run.
 //
-//   c10d_scale [--sizes 16384,65536,131072] [--servers agent,relay,torch] [--loops epoll,asio] [--repeat 1]
-//              [--per-node 8] [--group 8] [--torch-python PATH] [--monitor-seconds 10] [--timeout 300]
-//              [--jsonl FILE]
+//   c10d_scale [--sizes 16384,65536,131072] [--servers agent,relay,torch] [--repeat 1] [--per-node 8]
+//              [--group 8] [--torch-python PATH] [--monitor-seconds 10] [--timeout 300] [--jsonl FILE]
 //
-// --loops runs ddprun's stores on each event loop given (C10dLoop::Kind), and --repeat runs every store and
-// loop that many times for each size, interleaved (A B A B ...), so that the machine's load touches each
-// alike.
+// --repeat runs every store that many times for each size, interleaved (A B A B ...), so that a change in
+// the machine's load touches each alike. (At a922988, --loops epoll,asio also ran ddprun's stores on a
+// hand-written epoll loop beside Asio's: docs/architecture.md, "Why the workers' store runs on Asio".)
 //
 // Each simulated worker (rank r, node r / per-node, its own loopback address per node):
 //   1. connects and sends VALIDATE, then PING (waits for the echo): torch 2.5+'s handshake;
@@ -21,8 +20,8 @@
 // steady load of NCCL's monitor: every rank sends one CHECK a second for --monitor-seconds, and node
 // 0's CPU over that window is reported (the server process, and the relays' separately).
 //
-// Internal modes (the processes the run starts): --serve-agent LOOP (a C10dServer on 127.0.0.1),
-// --serve-relays FIRST COUNT UPSTREAM_PORT LOOP (the relays of nodes FIRST.., on one event loop, on
+// Internal modes (the processes the run starts): --serve-agent (a C10dServer on 127.0.0.1),
+// --serve-relays FIRST COUNT UPSTREAM_PORT (the relays of nodes FIRST.., on one event loop, on
 // 127.3.x.y, each connecting from its node's address), --sim-shard (a share of the simulated workers, driven
 // over its standard input). Every serving process prints its port(s), then serves until its standard input
 // closes. No process holds more descriptors than RLIMIT_NOFILE allows (its hard limit is all an unprivileged
@@ -53,16 +52,11 @@ using namespace c10d_bench;
 
 namespace {
 
-store::C10dLoop::Kind loop_kind(const std::string& name) {
-  return name == "asio" ? store::C10dLoop::Kind::asio : store::C10dLoop::Kind::epoll;
-}
-
-int serve_agent(const std::string& loop) {
+int serve_agent() {
   raise_fds();
   store::C10dServerOptions o;
   o.hosts = {"127.0.0.1"};
   o.max_connections = 1u << 20;
-  o.loop = std::make_shared<store::C10dLoop>(loop_kind(loop));
   store::C10dServer s(o);
   std::printf("%u\n", s.port());
   std::fflush(stdout);
@@ -70,9 +64,9 @@ int serve_agent(const std::string& loop) {
   return 0;
 }
 
-int serve_relays(int first, int count, int upstream, const std::string& kind) {
+int serve_relays(int first, int count, int upstream) {
   raise_fds();
-  auto loop = std::make_shared<store::C10dLoop>(loop_kind(kind));
+  auto loop = std::make_shared<store::C10dLoop>();
   std::vector<std::unique_ptr<store::C10dRelay>> relays;
   for (int i = first; i < first + count; ++i) {
     store::C10dRelayOptions o;
@@ -148,7 +142,6 @@ struct Child {
 struct Result {
   int n = 0;
   std::string server;
-  std::string loop;
   bool ok = false;
   double init_s = 0, connected_s = 0;
   double server_cpu_s = 0, relay_cpu_s = 0, sim_cpu_s = 0;  // node 0, the relays, the simulated workers
@@ -162,7 +155,6 @@ struct Result {
 struct Args {
   std::vector<int> sizes{16384, 65536, 131072};
   std::vector<std::string> servers{"agent", "relay", "torch"};
-  std::vector<std::string> loops{"epoll"};
   int per_node = 8, group = 8, monitor_s = 10, timeout_s = 300, repeat = 1;
   std::string torch_python, jsonl;
 };
@@ -181,7 +173,7 @@ void say(const Child& c, const std::string& text) {
   }
 }
 
-bool start_server(const Run& run, const std::string& server, const std::string& loop, Child& srv) {
+bool start_server(const Run& run, const std::string& server, Child& srv) {
   if (server == "torch") {
     return srv.start({run.args.torch_python, "-c",
                       "import sys, datetime, torch.distributed as d\n"
@@ -190,12 +182,12 @@ bool start_server(const Run& run, const std::string& server, const std::string& 
                       "print(s.port, flush=True)\nsys.stdin.read()\n"},
                      1);
   }
-  return srv.start({run.self, "--serve-agent", loop}, 1);
+  return srv.start({run.self, "--serve-agent"}, 1);
 }
 
 // The relays of nodes 1.., as many per process as its descriptors allow (a relay holds its listener, a
 // timer, its upstream connection and its node's workers); their ports, in node order.
-bool start_relays(const Run& run, int nodes, int upstream, const std::string& loop, std::vector<Child>& rels,
+bool start_relays(const Run& run, int nodes, int upstream, std::vector<Child>& rels,
                   std::vector<int>& ports) {
   const int per_proc = static_cast<int>(
       std::max<std::uint64_t>(1, run.room() / static_cast<std::uint64_t>(run.args.per_node + 4)));
@@ -203,7 +195,7 @@ bool start_relays(const Run& run, int nodes, int upstream, const std::string& lo
     const int count = std::min(per_proc, nodes - first);
     rels.emplace_back();
     if (!rels.back().start({run.self, "--serve-relays", std::to_string(first), std::to_string(count),
-                            std::to_string(upstream), loop},
+                            std::to_string(upstream)},
                            static_cast<std::size_t>(count))) {
       return false;
     }
@@ -275,12 +267,11 @@ void measure_monitor(Result& res, Child& srv, std::vector<Child>& rels, std::vec
   res.monitor_relay_core = rels.empty() ? 0 : (cpu_of(rels) - r0) / window;
 }
 
-Result run_one(const Run& run, const std::string& server, const std::string& loop, int n) {
+Result run_one(const Run& run, const std::string& server, int n) {
   const Args& a = run.args;
   Result res;
   res.n = n;
   res.server = server;
-  res.loop = server == "torch" ? "libuv" : loop;
   const int nodes = (n + a.per_node - 1) / a.per_node;
   const bool relay = server == "relay";
   const std::uint64_t node0_conns =
@@ -292,13 +283,13 @@ Result run_one(const Run& run, const std::string& server, const std::string& loo
     return res;
   }
   Child srv;
-  if (!start_server(run, server, loop, srv)) {
+  if (!start_server(run, server, srv)) {
     std::fprintf(stderr, "c10d_scale: the %s server did not start\n", server.c_str());
     return res;
   }
   std::vector<Child> rels;
   std::vector<int> relay_ports;
-  if (relay && !start_relays(run, nodes, srv.ports[0], loop, rels, relay_ports)) {
+  if (relay && !start_relays(run, nodes, srv.ports[0], rels, relay_ports)) {
     std::fprintf(stderr, "c10d_scale: the relays did not start\n");
     for (auto& r : rels) r.stop();
     srv.stop();
@@ -335,8 +326,6 @@ bool parse_args(int argc, char** argv, Args& a) {
       for (const auto& s : split(v)) a.sizes.push_back(std::stoi(s));
     } else if (k == "--servers") {
       a.servers = split(v);
-    } else if (k == "--loops") {
-      a.loops = split(v);
     } else if (k == "--repeat") {
       a.repeat = std::max(1, std::atoi(v.c_str()));
     } else if (k == "--per-node") {
@@ -358,23 +347,17 @@ bool parse_args(int argc, char** argv, Args& a) {
       return false;
     }
   }
-  for (const auto& l : a.loops) {
-    if (l != "epoll" && l != "asio") {
-      std::fprintf(stderr, "c10d_scale: --loops takes epoll and asio, not %s\n", l.c_str());
-      return false;
-    }
-  }
   return true;
 }
 
 void print_row(const Result& r) {
   if (!r.skipped.empty()) {
-    std::printf("%8d %-6s %-6s %s\n", r.n, r.server.c_str(), r.loop.c_str(), r.skipped.c_str());
+    std::printf("%8d %-6s %s\n", r.n, r.server.c_str(), r.skipped.c_str());
   } else {
-    std::printf("%8d %-6s %-6s %9.2f %9.2f %10.2f %10.2f %10.2f %9.1f %12.3f %12.3f %7llu%s\n", r.n,
-                r.server.c_str(), r.loop.c_str(), r.init_s, r.connected_s, r.server_cpu_s, r.relay_cpu_s,
-                r.sim_cpu_s, static_cast<double>(r.server_rss_kb) / 1024.0, r.monitor_core,
-                r.monitor_relay_core, static_cast<unsigned long long>(r.errors),
+    std::printf("%8d %-6s %9.2f %9.2f %10.2f %10.2f %10.2f %9.1f %12.3f %12.3f %7llu%s\n", r.n,
+                r.server.c_str(), r.init_s, r.connected_s, r.server_cpu_s, r.relay_cpu_s, r.sim_cpu_s,
+                static_cast<double>(r.server_rss_kb) / 1024.0, r.monitor_core, r.monitor_relay_core,
+                static_cast<unsigned long long>(r.errors),
                 r.ok ? "" : (" TIMEOUT: " + std::to_string(r.done) + " done").c_str());
   }
   std::fflush(stdout);
@@ -383,16 +366,15 @@ void print_row(const Result& r) {
 void write_jsonl(std::FILE* out, const Result& r, const Args& a) {
   if (out == nullptr || !r.skipped.empty()) return;
   std::fprintf(out,
-               "{\"ranks\":%d,\"store\":\"%s\",\"loop\":\"%s\",\"ok\":%s,\"done\":%d,\"init_s\":%.3f,"
+               "{\"ranks\":%d,\"store\":\"%s\",\"ok\":%s,\"done\":%d,\"init_s\":%.3f,"
                "\"connected_s\":%.3f,\"node0_cpu_s\":%.3f,\"relay_cpu_s\":%.3f,\"sim_cpu_s\":%.3f,\"node0_"
                "rss_mb\":%.1f,"
                "\"relay_rss_mb\":%.1f,\"monitor_core\":%.4f,\"monitor_relay_core\":%.4f,\"errors\":%llu,"
                "\"per_node\":%d,\"group\":%d}\n",
-               r.n, r.server.c_str(), r.loop.c_str(), r.ok ? "true" : "false", r.done, r.init_s,
-               r.connected_s, r.server_cpu_s, r.relay_cpu_s, r.sim_cpu_s,
-               static_cast<double>(r.server_rss_kb) / 1024.0, static_cast<double>(r.relay_rss_kb) / 1024.0,
-               r.monitor_core, r.monitor_relay_core, static_cast<unsigned long long>(r.errors), a.per_node,
-               a.group);
+               r.n, r.server.c_str(), r.ok ? "true" : "false", r.done, r.init_s, r.connected_s,
+               r.server_cpu_s, r.relay_cpu_s, r.sim_cpu_s, static_cast<double>(r.server_rss_kb) / 1024.0,
+               static_cast<double>(r.relay_rss_kb) / 1024.0, r.monitor_core, r.monitor_relay_core,
+               static_cast<unsigned long long>(r.errors), a.per_node, a.group);
   std::fflush(out);
 }
 
@@ -400,9 +382,9 @@ void write_jsonl(std::FILE* out, const Result& r, const Args& a) {
 
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
-  if (argc >= 3 && std::strcmp(argv[1], "--serve-agent") == 0) return serve_agent(argv[2]);
-  if (argc >= 6 && std::strcmp(argv[1], "--serve-relays") == 0) {
-    return serve_relays(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), argv[5]);
+  if (argc >= 2 && std::strcmp(argv[1], "--serve-agent") == 0) return serve_agent();
+  if (argc >= 5 && std::strcmp(argv[1], "--serve-relays") == 0) {
+    return serve_relays(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
   }
   if (argc >= 2 && std::strcmp(argv[1], "--sim-shard") == 0) return sim_shard();
   Args args;
@@ -414,26 +396,22 @@ int main(int argc, char** argv) {
   const std::string self_path = self;
   const Run run{self_path, args, fd_limit};
   std::FILE* out = args.jsonl.empty() ? nullptr : std::fopen(args.jsonl.c_str(), "a");
-  std::printf("%8s %-6s %-6s %9s %9s %10s %10s %10s %9s %12s %12s %7s\n", "ranks", "store", "loop",
-              "init (s)", "conn (s)", "node0 cpu", "relay cpu", "sim cpu", "rss (MB)", "monitor core",
-              "relay core", "errors");
-  // Each round runs every store and loop once, side by side, so that a change in the machine's load
-  // touches them alike.
+  std::printf("%8s %-6s %9s %9s %10s %10s %10s %9s %12s %12s %7s\n", "ranks", "store", "init (s)", "conn (s)",
+              "node0 cpu", "relay cpu", "sim cpu", "rss (MB)", "monitor core", "relay core", "errors");
+  // Each round runs every store once, side by side, so that a change in the machine's load touches
+  // them alike.
   for (const int n : args.sizes) {
     for (int round = 0; round < args.repeat; ++round) {
       for (const auto& server : args.servers) {
-        for (const auto& loop : args.loops) {
-          if (server == "torch" && (loop != args.loops.front() || args.torch_python.empty())) {
-            if (args.torch_python.empty() && round == 0) {
-              std::printf("%8d %-6s skipped: no --torch-python (or DDPRUN_TORCH2_PYTHON)\n", n,
-                          server.c_str());
-            }
-            continue;
+        if (server == "torch" && args.torch_python.empty()) {
+          if (round == 0) {
+            std::printf("%8d %-6s skipped: no --torch-python (or DDPRUN_TORCH2_PYTHON)\n", n, server.c_str());
           }
-          const Result r = run_one(run, server, loop, n);
-          print_row(r);
-          write_jsonl(out, r, args);
+          continue;
         }
+        const Result r = run_one(run, server, n);
+        print_row(r);
+        write_jsonl(out, r, args);
       }
     }
   }

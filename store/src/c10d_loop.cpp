@@ -1,24 +1,91 @@
 #include "c10d_loop.hpp"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
+#include <boost/asio/post.hpp>
 
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <future>
-#include <mutex>
-#include <thread>
-
-#include <fmt/core.h>
-
-#include "store/error.hpp"
 
 namespace ddprun::store::c10d {
 
+namespace asio = boost::asio;
+
+Loop::Loop() : guard_(asio::make_work_guard(io_)) {
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+Loop::~Loop() {
+  stop();
+}
+
+void Loop::stop() {
+  if (!thread_.joinable()) return;
+  guard_.reset();
+  if (on_loop()) {
+    io_.stop();
+    thread_.detach();  // cannot join ourselves; run() returns after this handler
+    joined_ = true;
+    return;
+  }
+  // What was posted before still runs (closing handlers); then nothing waits any more.
+  asio::post(io_, [this] { io_.stop(); });
+  thread_.join();
+  joined_ = true;
+  end_of_batch();
+  free_retired(true);
+}
+
+void Loop::watch(Handler& h, int fd, std::uint32_t interest) {
+  h.sd_.emplace(io_, fd);  // registers it with the reactor (throws when it cannot)
+  h.interest_ = interest;
+  ++h.gen_;
+  h.reading_ = h.writing_ = false;
+  arm(h);
+}
+
+void Loop::want(Handler& h, std::uint32_t interest) {
+  if (!h.sd_) return;
+  h.interest_ = interest;
+  arm(h);
+}
+
+void Loop::unwatch(Handler& h) {
+  if (!h.sd_) return;
+  h.sd_->release();  // cancels its waits, which still complete (aborted)
+  h.sd_.reset();
+  h.interest_ = 0;
+}
+
+// Level-triggered on top of Asio: a wait per direction asked for, renewed after each event while still
+// asked for (Asio re-arms the descriptor for each wait, so bytes left unread are reported again).
+void Loop::arm(Handler& h) {
+  if ((h.interest_ & kReadable) != 0 && !h.reading_) wait(h, kReadable);
+  if ((h.interest_ & kWritable) != 0 && !h.writing_) wait(h, kWritable);
+}
+
+void Loop::wait(Handler& h, std::uint32_t dir) {
+  (dir == kReadable ? h.reading_ : h.writing_) = true;
+  ++h.waits_;
+  const auto what =
+      dir == kReadable ? asio::posix::descriptor_base::wait_read : asio::posix::descriptor_base::wait_write;
+  h.sd_->async_wait(what, [this, &h, dir, gen = h.gen_](const boost::system::error_code& ec) {
+    --h.waits_;
+    if (gen != h.gen_ || !h.sd_) return;  // unwatched (and maybe watching another descriptor since)
+    (dir == kReadable ? h.reading_ : h.writing_) = false;
+    if (ec == asio::error::operation_aborted) return;
+    if ((h.interest_ & dir) != 0) h.on_event(ec ? kBroken : dir);
+    if (gen == h.gen_ && h.sd_) arm(h);
+  });
+}
+
+void Loop::post(std::function<void()> fn) {
+  if (on_loop()) {
+    fn();
+    return;
+  }
+  asio::post(io_, std::move(fn));
+}
+
 void Loop::call(const std::function<void()>& fn) {
-  if (on_loop() || !running()) {
+  if (on_loop() || joined_) {
     fn();
     return;
   }
@@ -43,6 +110,16 @@ void Loop::retire(std::unique_ptr<Handler> h) {
   want_end_of_batch();
 }
 
+// Posted behind the handlers already ready: runs once they are through.
+void Loop::want_end_of_batch() {
+  if (batch_posted_) return;
+  batch_posted_ = true;
+  asio::post(io_, [this] {
+    batch_posted_ = false;
+    end_of_batch();
+  });
+}
+
 void Loop::end_of_batch() {
   // By index: running one may defer another.
   for (std::size_t i = 0; i < deferred_.size(); ++i) {
@@ -59,162 +136,11 @@ void Loop::free_retired(bool all) {
   if (!graveyard_.empty()) want_end_of_batch();  // a wait cancelled by unwatch() is still to come
 }
 
-namespace {
-
-std::uint32_t epoll_interest(std::uint32_t interest) {
-  std::uint32_t ev = 0;
-  if ((interest & kReadable) != 0) ev |= EPOLLIN | EPOLLRDHUP;
-  if ((interest & kWritable) != 0) ev |= EPOLLOUT;
-  return ev;
-}
-
-std::uint32_t ready_of(std::uint32_t events) {
-  std::uint32_t r = 0;
-  if ((events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) != 0) r |= kReadable;
-  if ((events & EPOLLOUT) != 0) r |= kWritable;
-  if ((events & EPOLLERR) != 0) r |= kBroken;
-  return r;
-}
-
-}  // namespace
-
-// epoll, level-triggered, and an eventfd that wakes it for posted work.
-class EpollLoop final : public Loop {
- public:
-  EpollLoop() {
-    epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
-    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (epfd_ < 0 || wake_fd_ < 0) {
-      const int err = errno;
-      if (epfd_ >= 0) ::close(epfd_);
-      if (wake_fd_ >= 0) ::close(wake_fd_);
-      throw Error(Error::Kind::io,
-                  fmt::format("worker store: cannot create its event loop: {}", std::strerror(err)));
-    }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = nullptr;  // the wake-up descriptor
-    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~EpollLoop() override {
-    EpollLoop::stop();
-    ::close(wake_fd_);
-    ::close(epfd_);
-  }
-
-  void watch(Handler& h, int fd, std::uint32_t interest) override {
-    epoll_event ev{};
-    ev.events = epoll_interest(interest);
-    ev.data.ptr = &h;
-    if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      throw Error(Error::Kind::io, fmt::format("worker store: epoll_ctl: {}", std::strerror(errno)));
-    }
-    fd_of(h) = fd;
-    interest_of(h) = interest;
-  }
-  void want(Handler& h, std::uint32_t interest) override {
-    if (fd_of(h) < 0 || interest_of(h) == interest) return;
-    interest_of(h) = interest;
-    epoll_event ev{};
-    ev.events = epoll_interest(interest);
-    ev.data.ptr = &h;
-    ::epoll_ctl(epfd_, EPOLL_CTL_MOD, fd_of(h), &ev);
-  }
-  void unwatch(Handler& h) override {
-    if (fd_of(h) < 0) return;
-    ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd_of(h), nullptr);
-    fd_of(h) = -1;
-    interest_of(h) = 0;
-  }
-
-  void post(std::function<void()> fn) override {
-    if (on_loop()) {
-      fn();
-      return;
-    }
-    {
-      std::lock_guard lock(mu_);
-      posted_.push_back(std::move(fn));
-    }
-    wake();
-  }
-  bool on_loop() const override { return std::this_thread::get_id() == thread_.get_id(); }
-  bool running() const override { return !joined_; }
-
-  void stop() override {
-    if (!thread_.joinable()) return;
-    stopping_ = true;
-    wake();
-    if (on_loop()) {
-      thread_.detach();  // cannot join ourselves; run() returns after this batch
-      joined_ = true;
-      return;
-    }
-    thread_.join();
-    joined_ = true;
-    drain_posted();  // what was posted too late still runs (closing handlers)
-    end_of_batch();
-    free_retired(true);
-  }
-
- private:
-  void wake() {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
-  }
-  void drain_posted() {
-    std::vector<std::function<void()>> todo;
-    {
-      std::lock_guard lock(mu_);
-      todo.swap(posted_);
-    }
-    for (auto& fn : todo) fn();
-  }
-  void run() {
-    std::vector<epoll_event> events(1024);
-    while (!stopping_) {
-      const int n = ::epoll_wait(epfd_, events.data(), static_cast<int>(events.size()), -1);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        break;
-      }
-      for (int i = 0; i < n; ++i) {
-        const epoll_event& e = events[static_cast<std::size_t>(i)];
-        auto* h = static_cast<Handler*>(e.data.ptr);
-        if (h == nullptr) {
-          std::uint64_t v = 0;
-          [[maybe_unused]] const auto r = ::read(wake_fd_, &v, sizeof v);
-          drain_posted();
-          continue;
-        }
-        h->on_event(ready_of(e.events));
-      }
-      end_of_batch();
-    }
-  }
-
-  int epfd_ = -1;
-  int wake_fd_ = -1;
-  std::atomic<bool> stopping_{false};
-  std::mutex mu_;
-  std::vector<std::function<void()>> posted_;
-  std::thread thread_;
-  std::atomic<bool> joined_{false};
-};
-
-std::unique_ptr<Loop> make_epoll_loop() {
-  return std::make_unique<EpollLoop>();
-}
-
 }  // namespace ddprun::store::c10d
 
 namespace ddprun::store {
 
-C10dLoop::C10dLoop(Kind kind)
-    : impl_(kind == Kind::asio ? c10d::make_asio_loop() : c10d::make_epoll_loop()) {}
-C10dLoop::~C10dLoop() {
-  if (impl_) impl_->stop();
-}
+C10dLoop::C10dLoop() : impl_(std::make_unique<c10d::Loop>()) {}
+C10dLoop::~C10dLoop() = default;
 
 }  // namespace ddprun::store

@@ -20,13 +20,11 @@ namespace c10d {
 class Loop;
 }
 
-// The thread that serves workers' stores and relays. Each server and relay gets its own unless given
-// one to share (the bench puts thousands of relays on one).
+// The thread (an Asio io_context) that serves workers' stores and relays. Each server and relay gets
+// its own unless given one to share (the bench puts thousands of relays on one).
 class C10dLoop {
  public:
-  // epoll, or Asio's io_context driving the same connections (bench/c10d_scale --loops compares them).
-  enum class Kind { epoll, asio };
-  explicit C10dLoop(Kind kind = Kind::epoll);
+  C10dLoop();
   ~C10dLoop();
   C10dLoop(const C10dLoop&) = delete;
   C10dLoop& operator=(const C10dLoop&) = delete;
