@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -30,7 +29,7 @@ std::vector<std::string> resolve_numeric(const std::string& host) {
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     sockaddr_storage ss{};
     std::memcpy(&ss, a->ai_addr, std::min<std::size_t>(a->ai_addrlen, sizeof ss));
-    const std::string n = store::normalize_address(store::numeric_host_of(ss));
+    const std::string n = store::numeric_host_of(ss);
     if (!n.empty()) out.push_back(n);
   }
   ::freeaddrinfo(res);
@@ -78,7 +77,7 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
         server_ = open_server(hosts, port, filter, log_);
         hold_ = std::move(*hold);
       } catch (const store::Error& e) {
-        if (std::string(e.what()).find(std::strerror(EADDRINUSE)) == std::string::npos) {
+        if (e.kind() != store::Error::Kind::address_in_use) {
           why = fmt::format("cannot be served: {}", e.what());
         }
       }
