@@ -211,6 +211,11 @@ void add_store_options(CLI::App& app, core::Options& o) {
                      "workers on 127.0.0.1 and forwards to node 0's: for the largest jobs)"),
       {"agent", "rank0", "relay"})
       ->group(g);
+  one_of(app.add_option("--worker-store-legacy", o.worker_store_legacy,
+                        "How the workers' store reads clients that send no VALIDATE: 1 (default: as torch "
+                        "1.x-2.0 until one sends an op only 2.1 has) or 2.1 (as torch 2.1 from the start)"),
+         {"1", "2.1"})
+      ->group(g);
   one_of(
       app.add_option("--rank-order", o.rank_order,
                      "How node ranks are numbered: slurm (default: SLURM_NODEID, --node-rank) or topology "

@@ -45,18 +45,13 @@ using core::Failure;
 // Standalone: the one-node case.
 class LocalSession final : public Session {
  public:
-  LocalSession(const core::Resolved& r, agent::Events& ev) : r_(r), store_(worker_store_log(ev)) {}
+  LocalSession(const core::Resolved& r, agent::Events& ev)
+      : r_(r), store_(worker_store_log(ev), r.legacy_clients_21) {}
 
   Round join(int attempt) override {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    if (job.worker_store == core::WorkerStore::rank0) {
-      auto chosen = choose_master_port(job.master_port, 0, r_.master_port_given, std::move(master_hold_));
-      job.master_port = chosen.port;
-      master_hold_ = std::move(chosen.hold);
-    } else {
-      job.master_port = store_.serve(job.master_addr, job.master_port, 0, r_.master_port_given, false, {});
-    }
+    job.master_port = store_.master_port(job, 0, r_.master_port_given, false, {});
     Round round;
     round.table = std::make_shared<const core::PlanTable>(core::make_plan_table(job, r_.nodes));
     round.local = core::derive_workers(*round.table, job.node_rank, core::task_slot(job));
@@ -70,7 +65,6 @@ class LocalSession final : public Session {
   const core::Resolved& r_;
   agent::LocalCoordinator coord_;
   WorkerStoreHost store_;
-  PortHold master_hold_;  // rank0: other ddprun jobs here stay off MASTER_PORT while this one runs
 };
 
 }  // namespace

@@ -60,7 +60,7 @@ class RendezvousSession final : public Session {
         quiet_(o.quiet),
         rz_(agent_rdzv_options(o, r, std::move(auth), ev)),
         coord_(rz_),
-        store_(worker_store_log(ev)) {
+        store_(worker_store_log(ev), r.legacy_clients_21) {
     me_.node_rank = r.job.node_rank;
     me_.hostname = r.self.host.value_or("localhost");
     // Where the others and the workers reach this node: --rdzv-iface's or --local-addr's address, else
@@ -328,16 +328,8 @@ class RendezvousSession final : public Session {
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
     if (r_.rank_order == core::RankOrder::topology) report_order(nodes, attempt);
     core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
-    if (table.job.worker_store == core::WorkerStore::rank0) {
-      auto chosen = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given,
-                                       std::move(master_hold_));
-      table.job.master_port = chosen.port;
-      master_hold_ = std::move(chosen.hold);
-    } else {
-      table.job.master_port =
-          store_.serve(table.job.master_addr, table.job.master_port, rz_.port(), r_.master_port_given,
-                       nodes.size() > 1, worker_store_peers(nodes, rz_.peer_hosts()));
-    }
+    table.job.master_port = store_.master_port(table.job, rz_.port(), r_.master_port_given, nodes.size() > 1,
+                                               worker_store_peers(nodes, rz_.peer_hosts()));
     return table;
   }
 
@@ -390,10 +382,9 @@ class RendezvousSession final : public Session {
   StoreCoordinator coord_;
   // The last round's plan, for the next one (elastic); its members are the rendezvous's.
   std::shared_ptr<const core::PlanTable> last_table_;
-  WorkerStoreHost store_;           // the workers' store, while this agent is node 0
-  PortHold master_hold_;            // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
-  std::atomic<int> node_rank_{-1};  // this agent's in the last round (the metrics thread reads it)
-  std::string address_warning_;     // the last warn_addresses line
+  WorkerStoreHost store_;                   // the workers' store, while this agent is node 0
+  std::atomic<int> node_rank_{-1};          // this agent's in the last round (the metrics thread reads it)
+  std::string address_warning_;             // the last warn_addresses line
   std::unique_ptr<MetricsServer> metrics_;  // --metrics-port; declared last: stopped first
 };
 

@@ -191,6 +191,11 @@ TEST_CASE("a bad PET_* or DDPRUN_* value is one line naming the variable, exit 2
   check_bad({"--dry-run", "true"}, "PET_STANDALONE=yes please", {{"PET_STANDALONE", "yes please"}});
   check_bad({"--dry-run", "true"}, "DDPRUN_MAX_RESTARTS=x",
             {{"PET_MAX_RESTARTS", "1"}, {"DDPRUN_MAX_RESTARTS", "x"}});
+  // Read with the options, on every node: before any rendezvous (node 0's store at this endpoint never
+  // answers), not when node 0's workers' store starts.
+  check_bad({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-timeout", "5",
+             "--no-python", "--", "/bin/true"},
+            "DDPRUN_WORKER_STORE_LEGACY=2.0", {{"DDPRUN_WORKER_STORE_LEGACY", "2.0"}});
 }
 
 TEST_CASE("virtual local rank: each worker's LOCAL_RANK is 0 and it sees only its own GPUs",
