@@ -133,6 +133,9 @@ class Rendezvous::Impl {
   void start_liveness();
   void start_monitor();
   void watch_loop(const std::shared_ptr<TcpStore>& conn, const LivenessTiming& t);
+  Millis watch_turn();
+  bool send_heartbeat(TcpStore& conn, const LivenessTiming& t, std::uint64_t& beats);
+  bool node0_lost(TcpStore& conn, const LivenessTiming& t, bool& fired);
   void fire_lost_node0(const std::string& why, TcpStore* conn = nullptr);
   void fire_cut_off(Millis gap, Millis others_wait, TcpStore* conn);
   void fire_event(const std::string& value);
