@@ -20,6 +20,7 @@
 
 #include "rendezvous/plan_record.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "store/error.hpp"
 #include "store_names.hpp"
 
 namespace ddprun::rdzv {
@@ -94,6 +95,8 @@ class Rendezvous::Impl {
   enum class PlanWait { plan, over, timed_out };
   PlanWait wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start, bool waiting);
   void run_node0_round(const PlanFn& make_plan);
+  store::Error no_plan_error() const;
+  void wait_as_standby(bool first);
   // round.cpp: whom node 0's round waits for
   void wait_first_round(PrefixStore& s);
   std::string refusals() const;  // node 0: describe_refusals of its store's refusals, "" elsewhere
