@@ -71,27 +71,14 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
       out.ended = job_over().value_or(1);
       return out;
     }
-    if (got == PlanWait::timed_out) {
-      throw store::Error(store::Error::Kind::timeout,
-                         fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: node 0 published "
-                                     "no plan; check that it runs and that every node "
-                                     "started (--rdzv-timeout)",
-                                     endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
-                         "join", endpoint());
-    }
+    if (got == PlanWait::timed_out) throw no_plan_error();
     PlanRecord rec = decode_published(s.get(keys::kPlan, Millis{0}).value_or(""));
     const bool in =
         std::find(rec.node_ranks.begin(), rec.node_ranks.end(), opts_.node_rank) != rec.node_ranks.end();
     if (!in && !server_ && opts_.elastic) {
       // Torchrun's rule: a node that comes after the round closed waits for the next one.
-      if (!waiting && opts_.on_waiting) {
-        opts_.on_waiting(fmt::format(
-            "rendezvous {} (run {}): the round of attempt {} closed before this node (node rank {}) arrived; "
-            "it waits as a standby for the next round (a lost node's place) or the job's end",
-            endpoint(), opts_.run_id, opts_.attempt, opts_.node_rank));
-      }
+      wait_as_standby(!waiting);
       waiting = true;
-      wait_for_next_round();
       continue;
     }
     Joined joined = read_plan(std::move(rec));
@@ -102,6 +89,27 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
     if (server_) start_monitor();
     return joined;
   }
+}
+
+// Node 0 published no plan within --rdzv-timeout.
+store::Error Rendezvous::Impl::no_plan_error() const {
+  return store::Error(store::Error::Kind::timeout,
+                      fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: node 0 published "
+                                  "no plan; check that it runs and that every node "
+                                  "started (--rdzv-timeout)",
+                                  endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
+                      "join", endpoint());
+}
+
+// An elastic agent that came after its round closed: said once (`first`), then it waits for the next.
+void Rendezvous::Impl::wait_as_standby(bool first) {
+  if (first && opts_.on_waiting) {
+    opts_.on_waiting(fmt::format(
+        "rendezvous {} (run {}): the round of attempt {} closed before this node (node rank {}) arrived; "
+        "it waits as a standby for the next round (a lost node's place) or the job's end",
+        endpoint(), opts_.run_id, opts_.attempt, opts_.node_rank));
+  }
+  wait_for_next_round();
 }
 
 // Claims the node rank, publishes the join record, counts the arrival and starts the heartbeats.

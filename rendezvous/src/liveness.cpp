@@ -27,6 +27,20 @@ constexpr int kPongEvery = 3;  // heartbeats per pong asked for; the node-0 time
 std::int64_t now_ms() {
   return std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count();
 }
+
+// The stacks requests among the events go to `keep`; the others, returned, are the abort.
+template <typename Keep>
+std::vector<TcpStore::Event> without_stacks_requests(std::vector<TcpStore::Event> events, const Keep& keep) {
+  std::vector<TcpStore::Event> aborts;
+  for (auto& e : events) {
+    if (e.index == 1) {
+      keep(std::move(e.value));
+    } else {
+      aborts.push_back(std::move(e));
+    }
+  }
+  return aborts;
+}
 }  // namespace
 
 void Rendezvous::Impl::fire(const core::Failure& info) {
@@ -112,6 +126,36 @@ void Rendezvous::Impl::start_monitor() {
   monitor_thread_ = std::thread([this, attempt] { monitor_loop(attempt); });
 }
 
+// Each turn of the watch: the time since the last one is time this agent did not run (cut_off).
+Millis Rendezvous::Impl::watch_turn() {
+  const std::int64_t now = now_ms();
+  const std::int64_t gap = now - last_turn_ms_.exchange(now);
+  if (gap > longest_gap_ms_.load()) longest_gap_ms_ = gap;
+  return Millis{gap};
+}
+
+// A pong every kPongEvery heartbeats, and at every one once node 0 has been quiet that long: node 0
+// answers a third of them, and a silent node 0 still shows. False: the connection is gone.
+bool Rendezvous::Impl::send_heartbeat(TcpStore& conn, const LivenessTiming& t, std::uint64_t& beats) {
+  const bool quiet = Clock::now() - conn.last_heard() >= kPongEvery * t.interval;
+  return conn.heartbeat(quiet || beats++ % kPongEvery == 0);
+}
+
+// Node 0 silent past node0_timeout. This agent may itself have been stopped: what came meanwhile is
+// read before judging (an abort fires, and sets `fired`). True: node 0 is lost, and that fired.
+bool Rendezvous::Impl::node0_lost(TcpStore& conn, const LivenessTiming& t, bool& fired) {
+  const auto events = without_stacks_requests(conn.poll_events(Millis{0}),
+                                              [this](std::string v) { keep_stacks_request(std::move(v)); });
+  if (!events.empty()) {
+    fire_event(events.front().value);
+    fired = true;
+    return false;
+  }
+  if (Clock::now() - conn.last_heard() <= t.node0_timeout) return false;
+  fire_lost_node0(fmt::format("no answer to heartbeats for {} ms", t.node0_timeout.count()), &conn);
+  return true;
+}
+
 // Heartbeats every interval, the abort as a pushed event, and a lost node 0: the connection
 // closed, or nothing heard for node0_timeout. Until the watch stops: after the abort too, since
 // this agent's teardown may take the whole grace (a trainer that checkpoints on SIGTERM) and a
@@ -119,13 +163,8 @@ void Rendezvous::Impl::start_monitor() {
 // next round would go on without a healthy node).
 void Rendezvous::Impl::watch_loop(const std::shared_ptr<TcpStore>& conn, const LivenessTiming& t) {
   auto next_beat = Clock::now();
-  // Each turn: the time since the last one is time this agent did not run (cut_off).
-  const auto turn = [this] {
-    const std::int64_t now = now_ms();
-    const std::int64_t gap = now - last_turn_ms_.exchange(now);
-    if (gap > longest_gap_ms_.load()) longest_gap_ms_ = gap;
-    return Millis{gap};
-  };
+  const auto turn = [this] { return watch_turn(); };
+  const auto keep = [this](std::string v) { keep_stacks_request(std::move(v)); };
   // How long the others wait before they declare this agent lost: past it, they went on without it.
   const Millis others_wait = server_ ? t.node0_timeout : t.agent_timeout;
   // The last turn on the way out (a stopped agent may find its connection gone as it resumes); from then
@@ -139,18 +178,6 @@ void Rendezvous::Impl::watch_loop(const std::shared_ptr<TcpStore>& conn, const L
     }
   } last_turn{turn, last_turn_ms_};
   std::uint64_t beats = 0;
-  // The stacks requests among the events are kept aside; the others are the abort.
-  const auto take_stacks_requests = [this](std::vector<TcpStore::Event> events) {
-    std::vector<TcpStore::Event> aborts;
-    for (auto& e : events) {
-      if (e.index == 1) {
-        keep_stacks_request(std::move(e.value));
-      } else {
-        aborts.push_back(std::move(e));
-      }
-    }
-    return aborts;
-  };
   bool fired = false;  // this attempt's cause went out: from here on only the heartbeats matter
   try {
     while (watching_.load()) {
@@ -159,16 +186,14 @@ void Rendezvous::Impl::watch_loop(const std::shared_ptr<TcpStore>& conn, const L
         fired = true;
       }
       if (Clock::now() >= next_beat) {
-        // A pong every kPongEvery heartbeats, and at every one once node 0 has been quiet
-        // that long: node 0 answers a third of them, and a silent node 0 still shows.
-        const bool quiet = Clock::now() - conn->last_heard() >= kPongEvery * t.interval;
-        if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0)) {
+        if (!send_heartbeat(*conn, t, beats)) {
           if (!fired) fire_lost_node0("the connection is gone", conn.get());
           return;
         }
         next_beat = Clock::now() + t.interval;
       }
-      auto events = take_stacks_requests(conn->poll_events(detail::left_until(next_beat), wake_fd_));
+      const auto events =
+          without_stacks_requests(conn->poll_events(detail::left_until(next_beat), wake_fd_), keep);
       if (!watching_.load()) return;
       if (fired) continue;
       if (!events.empty()) {
@@ -178,18 +203,8 @@ void Rendezvous::Impl::watch_loop(const std::shared_ptr<TcpStore>& conn, const L
       }
       // On node 0 the store runs in this very process: a silent store is a busy one (fanning
       // out a plan to thousands of nodes), never a lost one.
-      if (!server_ && Clock::now() - conn->last_heard() > t.node0_timeout) {
-        // This agent may itself have been stopped: read what came meanwhile before judging.
-        events = take_stacks_requests(conn->poll_events(Millis{0}));
-        if (!events.empty()) {
-          fire_event(events.front().value);
-          fired = true;
-          continue;
-        }
-        if (Clock::now() - conn->last_heard() > t.node0_timeout) {
-          return fire_lost_node0(fmt::format("no answer to heartbeats for {} ms", t.node0_timeout.count()),
-                                 conn.get());
-        }
+      if (!server_ && Clock::now() - conn->last_heard() > t.node0_timeout && node0_lost(*conn, t, fired)) {
+        return;
       }
     }
   } catch (const store::Error& e) {

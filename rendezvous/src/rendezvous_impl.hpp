@@ -20,6 +20,7 @@
 
 #include "rendezvous/plan_record.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "store/error.hpp"
 #include "store_names.hpp"
 
 namespace ddprun::rdzv {
@@ -94,6 +95,8 @@ class Rendezvous::Impl {
   enum class PlanWait { plan, over, timed_out };
   PlanWait wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start, bool waiting);
   void run_node0_round(const PlanFn& make_plan);
+  store::Error no_plan_error() const;
+  void wait_as_standby(bool first);
   // round.cpp: whom node 0's round waits for
   void wait_first_round(PrefixStore& s);
   std::string refusals() const;  // node 0: describe_refusals of its store's refusals, "" elsewhere
@@ -133,6 +136,9 @@ class Rendezvous::Impl {
   void start_liveness();
   void start_monitor();
   void watch_loop(const std::shared_ptr<TcpStore>& conn, const LivenessTiming& t);
+  Millis watch_turn();
+  bool send_heartbeat(TcpStore& conn, const LivenessTiming& t, std::uint64_t& beats);
+  bool node0_lost(TcpStore& conn, const LivenessTiming& t, bool& fired);
   void fire_lost_node0(const std::string& why, TcpStore* conn = nullptr);
   void fire_cut_off(Millis gap, Millis others_wait, TcpStore* conn);
   void fire_event(const std::string& value);
