@@ -144,8 +144,14 @@ TEST_CASE("cancel between a failed attempt and its restart: every node exits 143
   // The test hook raises SIGTERM in each agent the moment its run has ended.
   Job job;
   job.env["DDPRUN_TEST_RAISE_AFTER_RUN"] = "15";
-  job.start(2, 1, sh(kRecord + "if [ $RANK = 1 ]; then exit 7; fi; exec " + kFake + " hang"),
-            {"--max-restarts", "3"});
+  // Rank 1 fails once rank 0 runs, so that both ranks ran attempt 0.
+  job.start(
+      2, 1,
+      sh(kRecord +
+         "if [ $RANK = 1 ]; then for i in $(seq 1 3000); do [ -s \"$DIR/attempts.0\" ] && break; sleep 0.01; "
+         "done; exit 7; fi; exec " +
+         kFake + " hang"),
+      {"--max-restarts", "3"});
   expect_stopped(job);
   CHECK(one_attempt(job, 2));
 }
