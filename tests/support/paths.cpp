@@ -13,4 +13,7 @@ std::string binary_dir() {
 std::string fake_worker() {
   return FAKE_WORKER;
 }
+std::string old_kernel() {
+  return OLD_KERNEL;
+}
 }  // namespace ddprun_test
