@@ -1,18 +1,12 @@
 #include "status_publisher.hpp"
 
-#include "agent/hang_watch.hpp"
 #include "agent/heartbeat_step.hpp"
-#include "agent/live_stacks.hpp"
-#include "core/error.hpp"
-#include "core/stack_groups.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <exception>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace ddprun::agent {
 
@@ -66,9 +60,8 @@ void StatusPublisher::output(std::size_t worker, std::string_view open_line) {
 }
 
 void StatusPublisher::serve_stacks(std::vector<std::string> stacks_files, std::string path_env) {
-  stacks_files_ = std::move(stacks_files);
-  path_env_ = std::move(path_env);
-  serve_stacks_ = true;
+  stacks_ =
+      std::make_unique<StacksResponder>(coord_, interval_, std::move(stacks_files), std::move(path_env));
 }
 
 void StatusPublisher::start(std::function<core::NodeStatus()> snapshot,
@@ -76,6 +69,7 @@ void StatusPublisher::start(std::function<core::NodeStatus()> snapshot,
   snapshot_ = std::move(snapshot);
   heartbeat_files_ = std::move(heartbeat_files);
   thread_ = std::thread([this] { run_thread(); });
+  if (stacks_) stacks_->start();
   tick();
 }
 
@@ -127,6 +121,7 @@ void StatusPublisher::stop() {
     cv_.notify_all();
   }
   thread_.join();
+  if (stacks_) stacks_->stop();  // after the exit barrier: it answered `ddprun stacks` until now
 }
 
 void StatusPublisher::run_thread() {
@@ -153,67 +148,17 @@ void StatusPublisher::run_thread() {
     } catch (const std::exception&) {
       // The status is best effort: the next one may go through.
     }
+    if (stacks_) stacks_->update(s);
     if (ended) {
       {
         std::lock_guard lk(mu_);
         last_published_ = true;
       }
       cv_.notify_all();
-      if (!last) serve_until_stopped(s);
-      return;
+      return;  // the responder goes on answering with this record until stop()
     }
     if (last) return;
-    if (serve_stacks_) answer_stacks(s);
   }
-}
-
-// Between the workers' end and stop() (the exit barrier): `ddprun stacks` still gets this node's answer,
-// its ranks as ended, checked every interval.
-void StatusPublisher::serve_until_stopped(const core::NodeStatus& last) {
-  for (;;) {
-    if (serve_stacks_) answer_stacks(last);
-    std::unique_lock lk(mu_);
-    if (cv_.wait_for(lk, interval_, [this] { return stopping_; })) return;
-  }
-}
-
-namespace {
-// Per rank: eu-stack or the Python dump, each bounded; a node's reply within about ranks x this.
-constexpr std::chrono::milliseconds kLiveStackBound{3000};
-}  // namespace
-
-// `ddprun stacks`: after each publication (about a second), the request the store last pushed to
-// this agent's watch; a new nonce is answered once, with this node's selected ranks. Off the loop,
-// like the /proc reads.
-void StatusPublisher::answer_stacks(const core::NodeStatus& s) {
-  if (pending_reply_ && coord_.write_shared(pending_reply_->first, pending_reply_->second))
-    pending_reply_.reset();
-  const auto text = coord_.stacks_request();
-  if (!text) return;
-  core::StacksRequest req;
-  try {
-    req = core::decode_stacks_request(*text);
-  } catch (const core::Error&) {
-    return;  // not ours to answer
-  }
-  if (req.nonce == answered_nonce_) return;
-  answered_nonce_ = req.nonce;
-  core::NodeStacks out{s.node_rank, s.host, {}};
-  for (std::size_t i = 0; i < s.ranks.size(); ++i) {
-    const auto& r = s.ranks[i];
-    if (req.ranks && req.ranks->count(r.rank) == 0) continue;
-    std::string stack;
-    if (r.state == core::RankState::exited || r.state == core::RankState::stopped || r.pid <= 0) {
-      stack = fmt::format("(no stack: the worker has ended, exit code {})\n", r.exit_code.value_or(-1));
-    } else {
-      const std::string file = i < stacks_files_.size() ? stacks_files_[i] : std::string();
-      stack = live_stack(static_cast<pid_t>(r.pid), file, path_env_, kLiveStackBound);
-    }
-    out.ranks.push_back({r.rank, cap_stack(std::move(stack))});
-  }
-  std::string key = core::stacks_reply_key(req.nonce, s.node_rank);
-  std::string value = core::encode_node_stacks(out);
-  if (!coord_.write_shared(key, value)) pending_reply_.emplace(std::move(key), std::move(value));
 }
 
 // RSS and CPU% of each live worker's process (its group leader), from /proc: off the loop.

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "agent/coordinator.hpp"
 #include "core/status.hpp"
+#include "stacks_responder.hpp"
 
 namespace ddprun::agent {
 
@@ -49,13 +51,12 @@ class StatusPublisher {
   void start(std::function<core::NodeStatus()> snapshot,
              std::function<std::vector<std::string>()> heartbeat_files = {});
   // Before start(): each worker's stacks file (worker index order, "" for none; live_stacks.hpp) and
-  // the workers' PATH (for eu-stack). The thread then answers `ddprun stacks` requests: after each
-  // publication it looks at the request the store last pushed and, for a new nonce, collects the selected
-  // ranks' stacks (each bounded) and writes this node's reply (docs/observe.md).
+  // the workers' PATH (for eu-stack). From start() to stop() a StacksResponder, on a thread of its own,
+  // then answers `ddprun stacks` requests about the ranks of the last record published (docs/observe.md).
   void serve_stacks(std::vector<std::string> stacks_files, std::string path_env);
   // After the loop, before the exit barrier: a last snapshot (every rank ended), published before it
-  // returns; the thread then goes on answering `ddprun stacks` with it, ended ranks as ended, every
-  // interval until stop(), so that a node waiting at the barrier still answers (docs/observe.md).
+  // returns; the responder goes on answering `ddprun stacks` with it, ended ranks as ended, until
+  // stop(), so that a node waiting at the barrier still answers (docs/observe.md).
   void workers_ended();
   // After the loop (or the barrier): a last snapshot, published unless workers_ended() did, then the
   // thread ends. Idempotent.
@@ -74,9 +75,7 @@ class StatusPublisher {
   void tick();
   void offer(core::NodeStatus s);
   void run_thread();
-  void serve_until_stopped(const core::NodeStatus& last);
   void add_proc_figures(core::NodeStatus& s);
-  void answer_stacks(const core::NodeStatus& s);
   static void add_steps(core::NodeStatus& s, const std::vector<std::string>& heartbeat_files);
 
   Coordinator& coord_;
@@ -94,12 +93,8 @@ class StatusPublisher {
   bool last_published_ = false;
   bool stopped_ = false;
   std::thread thread_;
-  std::map<std::int64_t, CpuSample> cpu_;  // the thread's only: last reading by pid
-  std::vector<std::string> stacks_files_;  // set before start(), then the thread's only
-  std::string path_env_;
-  bool serve_stacks_ = false;
-  std::string answered_nonce_;  // the thread's only: the last request answered
-  std::optional<std::pair<std::string, std::string>> pending_reply_;  // not written yet: retried
+  std::map<std::int64_t, CpuSample> cpu_;    // the thread's only: last reading by pid
+  std::unique_ptr<StacksResponder> stacks_;  // serve_stacks(): made before start()
 };
 
 }  // namespace ddprun::agent

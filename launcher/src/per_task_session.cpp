@@ -194,11 +194,11 @@ Round PerTaskSession::join(int attempt) {
     from = up_->endpoint();
     // No status is published in this mode: `ddprun top` and `stacks` say so rather than "still joining".
     if (up_->serving()) {
-      up_->write_shared(
-          core::kNoStatusKey,
-          "per-task mode (srun started several ddpruns per node, each one worker) publishes no "
-          "status and answers no stacks; run one ddprun per node (srun --ntasks-per-node=1) with "
-          "--nproc-per-node for them");
+      up_->try_write(core::kNoStatusKey,
+                     "per-task mode (srun started several ddpruns per node, each one worker) publishes no "
+                     "status and answers no stacks; run one ddprun per node (srun --ntasks-per-node=1) with "
+                     "--nproc-per-node for them",
+                     {});
     }
   }
   if (down_) {

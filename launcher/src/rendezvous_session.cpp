@@ -100,7 +100,7 @@ class RendezvousSession final : public Session {
   ~RendezvousSession() override {
     // The job ends here, its store with it: a `ddprun top` watching learns it finished, not that node 0
     // was lost (docs/observe.md).
-    if (rz_.serving()) rz_.write_shared(core::kJobEndKey, "1");
+    if (rz_.serving()) rz_.try_write(core::kJobEndKey, "1", {});
   }
   RendezvousSession(const RendezvousSession&) = delete;
   RendezvousSession& operator=(const RendezvousSession&) = delete;

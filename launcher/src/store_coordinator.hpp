@@ -53,11 +53,11 @@ class StoreCoordinator final : public agent::Coordinator {
   }
   bool publish_result(const std::string& record) override { return rz_.publish_result(record); }
   bool publish_status(int node_rank, const std::string& record) override {
-    return rz_.publish_status(core::status_key(node_rank), record);
+    return rz_.try_write(core::status_key(node_rank), record, {.keep = true});
   }
   std::optional<std::string> stacks_request() override { return rz_.stacks_request(); }
   bool write_shared(const std::string& key, const std::string& value) override {
-    return rz_.write_shared(key, value);
+    return rz_.try_write(key, value, {.beside_barrier = true});
   }
   std::vector<agent::PeerRecord> gather_results(std::chrono::milliseconds timeout,
                                                 std::optional<int> lost) override;

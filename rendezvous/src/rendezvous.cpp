@@ -79,7 +79,7 @@ void Rendezvous::Impl::start_server(std::uint16_t port) {
     so.log = opts_.log;
     so.on_lost = [this](const std::string& label, const std::string& reason) { on_lost(label, reason); };
     auto server = std::make_unique<StoreServer>(std::move(so));
-    // The status and metrics threads look at server_ (publish_status, local_status): a node 0's
+    // The status and metrics threads look at server_ (try_write, local_status): a node 0's
     // failover starts it while they run.
     std::lock_guard lk(status_mu_);
     server_ = std::move(server);
@@ -470,17 +470,14 @@ bool Rendezvous::publish_result(const std::string& record) {
 std::vector<ResultRecord> Rendezvous::gather_results(Millis timeout, std::optional<int> lost) {
   return impl_->gather_results(timeout, lost);
 }
-bool Rendezvous::publish_status(const std::string& key, const std::string& record) {
-  return impl_->publish_status(key, record);
+bool Rendezvous::try_write(const std::string& key, const std::string& value, WriteOptions how) {
+  return impl_->try_write(key, value, how);
 }
 std::optional<std::string> Rendezvous::local_status(const std::string& key) {
   return impl_->local_status(key);
 }
 std::optional<std::string> Rendezvous::stacks_request() {
   return impl_->stacks_request();
-}
-bool Rendezvous::write_shared(const std::string& key, const std::string& value) {
-  return impl_->write_shared(key, value);
 }
 void Rendezvous::drain(Millis limit) {
   impl_->drain(limit);

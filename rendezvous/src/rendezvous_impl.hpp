@@ -68,10 +68,9 @@ class Rendezvous::Impl {
   std::optional<core::Failure> standby(const std::function<bool()>& stop);
   bool publish_result(const std::string& record);
   std::vector<ResultRecord> gather_results(std::chrono::milliseconds timeout, std::optional<int> lost);
-  bool publish_status(const std::string& key, const std::string& record);
+  bool try_write(const std::string& key, const std::string& value, Rendezvous::WriteOptions how);
   std::optional<std::string> local_status(const std::string& key);
   std::optional<std::string> stacks_request();
-  bool write_shared(const std::string& key, const std::string& value);
   void drain(std::chrono::milliseconds limit);
 
  private:

@@ -58,32 +58,38 @@ bool Rendezvous::Impl::publish_result(const std::string& record) {
   }
 }
 
-bool Rendezvous::Impl::publish_status(const std::string& key, const std::string& record) {
+bool Rendezvous::Impl::try_write(const std::string& key, const std::string& value,
+                                 Rendezvous::WriteOptions how) {
   StoreServer* server = nullptr;  // once started, it lives as long as this Rendezvous
   {
     std::lock_guard lk(status_mu_);
-    published_status_[key] = record;
+    if (how.keep) published_status_[key] = value;
     server = server_.get();
   }
-  if (server) {
-    try {
-      ServerStore(*server).set(key, record);
-      return true;
-    } catch (const store::Error&) {
-      return false;
-    }
-  }
-  std::shared_ptr<TcpStore> conn;
-  {
-    // abort() may replace the connection under this lock: take it only when free, and not beside a
-    // barrier's wait, which holds the connection for as long as the job runs elsewhere.
-    std::unique_lock lk(barrier_mu_, std::try_to_lock);
-    if (!lk.owns_lock() || barrier_waiting_ || node0_lost_) return false;
-    conn = client_;
-  }
-  if (!conn || !conn->connected()) return false;
   try {
-    return conn->try_set(key, record);
+    if (server) {
+      ServerStore(*server).set(key, value);
+      return true;
+    }
+    std::shared_ptr<TcpStore> conn;
+    bool beside = false;
+    {
+      // abort() may replace the connection under this lock: take it only when free.
+      std::unique_lock lk(barrier_mu_, std::try_to_lock);
+      if (!lk.owns_lock() || node0_lost_) return false;
+      beside = barrier_waiting_;
+      conn = client_;
+    }
+    if (beside) {
+      // The exit barrier holds the connection for as long as the job runs elsewhere: a short one of its
+      // own when asked (a `ddprun stacks` reply, rare), so that a node done with its work still answers.
+      if (!how.beside_barrier) return false;
+      auto side = connect_client(labels::reply(opts_.node_rank), Millis{0}, kPublishTimeout, kPublishTimeout);
+      side->set(key, value);
+      return true;
+    }
+    if (!conn || !conn->connected()) return false;
+    return conn->try_set(key, value);
   } catch (const store::Error&) {
     return false;  // the connection is gone: the watch reports node 0 lost
   }
@@ -108,39 +114,6 @@ std::optional<std::string> Rendezvous::Impl::local_status(const std::string& key
   const auto it = published_status_.find(key);
   if (it == published_status_.end()) return std::nullopt;
   return it->second;
-}
-
-bool Rendezvous::Impl::write_shared(const std::string& key, const std::string& value) {
-  StoreServer* server = nullptr;
-  {
-    std::lock_guard lk(status_mu_);
-    server = server_.get();
-  }
-  try {
-    if (server) {
-      ServerStore(*server).set(key, value);
-      return true;
-    }
-    std::shared_ptr<TcpStore> conn;
-    bool beside = false;
-    {
-      std::unique_lock lk(barrier_mu_, std::try_to_lock);
-      if (!lk.owns_lock() || node0_lost_) return false;
-      beside = barrier_waiting_;
-      conn = client_;
-    }
-    if (beside) {
-      // The exit barrier holds the connection for as long as the job runs elsewhere: a short one of its
-      // own (a `ddprun stacks` reply, rare), so that a node done with its work still answers.
-      auto side = connect_client(labels::reply(opts_.node_rank), Millis{0}, kPublishTimeout, kPublishTimeout);
-      side->set(key, value);
-      return true;
-    }
-    if (!conn || !conn->connected()) return false;
-    return conn->try_set(key, value);
-  } catch (const store::Error&) {
-    return false;
-  }
 }
 
 std::vector<ResultRecord> Rendezvous::Impl::gather_results(Millis timeout, std::optional<int> lost) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -64,8 +65,8 @@ std::vector<std::string> target(const Job& job, const std::string& id) {
   return {"--rdzv-endpoint", "127.0.0.1:" + std::to_string(job.port), "--rdzv-id", id};
 }
 
-// Until both ranks printed "ready" (so the Python one is inside known_function_xyz).
-void wait_ready(Job& job, const std::string& id) {
+// Until `n` ranks printed "ready" (in start_job, the Python one is then inside known_function_xyz).
+void wait_ready(Job& job, const std::string& id, int n = 2) {
   for (int i = 0; i < 240; ++i) {
     auto args = target(job, id);
     args.insert(args.end(), {"--once", "--format", "json"});
@@ -74,7 +75,7 @@ void wait_ready(Job& job, const std::string& id) {
       const auto j = nlohmann::json::parse(r.out);
       int ready = 0;
       for (const auto& x : j["ranks"]) ready += x["last_line"] == "ready" ? 1 : 0;
-      if (ready == 2) return;
+      if (ready == n) return;
     }
     std::this_thread::sleep_for(250ms);
   }
@@ -274,5 +275,58 @@ TEST_CASE(
     }
     std::ofstream(job.dir / "go").put('\n');
     job.wait_all();
+  }
+}
+
+// A rank whose Python hook registered but never answers (the signal blocked) costs the stacks
+// collection its whole bound, about 3 s a rank: meanwhile `ddprun top` must still get fresh records,
+// not one frozen for ranks x 3 s. Counted: node 0's distinct records (their publication time, to a
+// tenth of a second) read while `ddprun stacks` was still collecting.
+TEST_CASE("ddprun top keeps getting fresh status records while ddprun stacks collects slow ranks",
+          "[e2e][stacks][top]") {
+  Job job;
+  std::ofstream(job.dir / "mute.py") << "import os, signal, time\n"
+                                        "signal.pthread_sigmask(signal.SIG_BLOCK,\n"
+                                        "    {int(os.environ['DDPRUN_STACKS_SIGNAL'])})\n"
+                                        "print('ready', flush=True)\n"
+                                        "while not os.path.exists(os.path.join(os.environ['DIR'], 'go')):\n"
+                                        "    time.sleep(0.05)\n";
+  job.env["DDPRUN_TOKEN"] = kSecret;
+  job.start(2, 4, sh("exec python3 \"$DIR/mute.py\""), {"--rdzv-id", "mutejob", "--rdzv-auth", "token"});
+  wait_ready(job, "mutejob", 8);
+
+  auto stacks_args = target(job, "mutejob");
+  stacks_args.insert(stacks_args.begin(), {ddprun_test::ddprun_exe(), "stacks"});
+  stacks_args.insert(stacks_args.end(), {"--timeout", "60"});
+  auto stacks = start(stacks_args, {{"DDPRUN_TOKEN", kSecret}}, job.dir.path(), "stacks-mute");
+  std::vector<double> published;  // node 0's record as each read saw it: when it was published
+  auto top_args = target(job, "mutejob");
+  top_args.insert(top_args.end(), {"--once", "--format", "json"});
+  for (int i = 0; i < 1200 && !exited(stacks); ++i) {
+    std::this_thread::sleep_for(100ms);
+    const Run r = run_cmd(job, "top", top_args);
+    if (r.code != 0 || exited(stacks)) continue;  // only what was read during the collection
+    const auto j = nlohmann::json::parse(r.out);
+    for (const auto& n : j["nodes"])
+      if (n["node_rank"] == 0)
+        published.push_back(j["job"]["time_ms"].get<double>() - 1000 * n["status_age_s"].get<double>());
+  }
+  REQUIRE(wait_for(stacks, 60s));
+  INFO(stacks.out() << stacks.err());
+  CHECK(stacks.code == 0);
+  CHECK_THAT(stacks.out(), Catch::Contains("did not answer signal"));
+  // Records about a second apart; two reads of one record differ by a rounding at most.
+  std::sort(published.begin(), published.end());
+  int records = published.empty() ? 0 : 1;
+  for (std::size_t i = 1; i < published.size(); ++i) records += published[i] - published[i - 1] > 400 ? 1 : 0;
+  INFO("reads: " << published.size());
+  // About 12 s of collection at one record a second; a status frozen meanwhile shows 3 at most.
+  CHECK(records >= 6);
+
+  std::ofstream(job.dir / "go").put('\n');
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 0);
   }
 }

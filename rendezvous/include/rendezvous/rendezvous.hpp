@@ -299,23 +299,27 @@ class Rendezvous {
   std::vector<ResultRecord> gather_results(std::chrono::milliseconds timeout,
                                            std::optional<int> lost = std::nullopt);
 
-  // `ddprun top`'s status (docs/observe.md): overwrites this node's record under `key` (outside the
-  // attempts' namespaces). Never waits: on node 0 straight into its store; elsewhere a pipelined
-  // set on the agent's one connection, skipped (false) while another call holds it (a barrier, an
-  // abort) or node 0 has not answered the last few. Safe beside the other calls; never throws.
-  bool publish_status(const std::string& key, const std::string& record);
+  // The observability side channel (docs/observe.md): overwrites `key` (outside the attempts'
+  // namespaces) with `value`. Never waits: on node 0 straight into its store; elsewhere a pipelined set
+  // on the agent's one connection, skipped (false) while another call holds it (an abort, a barrier: see
+  // WriteOptions) or node 0 has not answered the last few. Safe beside the other calls; never throws.
+  struct WriteOptions {
+    // Kept as this agent's last value under `key` for local_status (`ddprun top`'s status record).
+    bool keep = false;
+    // Beside a waiting exit barrier, which holds the connection for as long as the job runs elsewhere:
+    // on a short connection of its own (bounded by 2 s for the connect and 2 s for the answer), so that
+    // a node at the barrier still answers `ddprun stacks`; false: skipped there.
+    bool beside_barrier = false;
+  };
+  bool try_write(const std::string& key, const std::string& value, WriteOptions how);
   // --metrics-port (docs/observe.md): the record under `key` as this agent knows it, never waiting:
   // on node 0 what its store holds (every node's), elsewhere only what this agent last
-  // published under that key. Safe from any thread; never throws.
+  // wrote under that key with WriteOptions::keep. Safe from any thread; never throws.
   std::optional<std::string> local_status(const std::string& key);
   // `ddprun stacks` (docs/observe.md): the last request the store pushed to this agent's watch
   // (core::kStacksRequestKey, watched beside the abort while the workers run); nullopt before one.
   // Never waits, never reads the store. Safe from any thread.
   std::optional<std::string> stacks_request();
-  // Writes such a key as publish_status does (never waits; false: not written), without keeping it;
-  // beside a waiting exit barrier on a short connection of its own (bounded by 2 s for the connect and
-  // 2 s for the answer), so that a node at the barrier still answers `ddprun stacks`.
-  bool write_shared(const std::string& key, const std::string& value);
 
   // Node 0: after an abort, keeps serving until the other agents have disconnected (at most
   // `limit`), so that each of them reads the root cause instead of seeing a lost node 0. Agents
