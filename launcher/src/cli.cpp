@@ -11,13 +11,9 @@
 #include <CLI/CLI.hpp>
 
 #include "core/defaults.hpp"
+#include "launcher/version.hpp"
 
 namespace ddprun::launcher {
-
-std::string version_string() {
-  return fmt::format("ddprun {} (git {}, built {} with g++ {}.{})", DDPRUN_VERSION, DDPRUN_GIT_REV, __DATE__,
-                     __GNUC__, __GNUC_MINOR__);
-}
 
 namespace {
 
@@ -435,7 +431,9 @@ CLI::App* build_app(CLI::App& app, core::Options& o, TeeLevels& levels, std::vec
   // As torchrun (argparse): a repeated option takes its last value, so wrappers can append flags.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_help_flag("-h,--help", "Print this help and exit");
-  app.set_version_flag("-V,--version", version_string(), "Print version and build information");
+  // A callback: the optional libraries are looked for only when --version asks.
+  app.set_version_flag("-V,--version", std::function<std::string()>(version_string),
+                       "Print version and build information, and which optional libraries were found");
   auto formatter = std::make_shared<HelpFormatter>();
   formatter->column_width(36);
   app.formatter(formatter);

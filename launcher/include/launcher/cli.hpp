@@ -33,6 +33,4 @@ const std::vector<PetVariable>& pet_variables();
 std::string env_variable_for(const std::string& ddprun_var, bool ddprun_set, const std::string& pet_var,
                              bool pet_set);
 
-std::string version_string();
-
 }  // namespace ddprun::launcher

@@ -206,6 +206,15 @@ TEST_CASE("the live machine: every core is in the topology, the affinity is ours
   for (int cpu : mine) CHECK(all_of(t).count(cpu) == 1);
 }
 
+TEST_CASE("hwloc is loaded at run time, and named: libhwloc.so.15 on this machine", "[cpubind][hwloc]") {
+  // scripts/setup.sh installs it; the binary does not link it (docs/install.md, "Optional libraries").
+  const auto lib = agent::hwloc_library();
+  INFO(lib.error);
+  CHECK(lib.found);
+  CHECK(lib.name == "libhwloc.so.15");
+  CHECK(lib.error.empty());
+}
+
 TEST_CASE("a CPU set the kernel refuses is a start error naming the CPUs", "[cpubind][spawn]") {
   agent::SpawnRequest req;
   req.program = "/bin/true";
