@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test: the format gate, clang-tidy over the five layers, a plain Release
-# build, the main build (all suites, including the real local Slurm cluster and real PyTorch workers), then
-# the unit tests again under ASan/UBSan and the unit and loopback tests under TSan.
+# build, the main build (all suites, including the real local Slurm cluster and real PyTorch workers), the
+# portable build and its checks, then the unit tests again under ASan/UBSan and the unit and loopback tests under TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache hits across clones in different directories (CI builds a fresh clone every time).
@@ -56,6 +56,16 @@ else
 fi
 echo "== tests"
 ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
+
+# The portable build (zig, glibc 2.28) for x86_64 and aarch64, its wheels and tarballs in dist/, and the proof that
+# they run where the Debian build cannot: symbols, auditwheel, a fresh venv running the e2e suite's named part,
+# a bullseye chroot, a chroot of the binary and libc alone, aarch64 under qemu (docs/install.md).
+if [ "${DDPRUN_SKIP_PORTABLE:-0}" != "1" ]; then
+  echo "== the portable build and its checks (scripts/portable-check.sh)"
+  bash scripts/portable-check.sh
+else
+  echo "== the portable build and its checks: skipped (DDPRUN_SKIP_PORTABLE=1)"
+fi
 
 if [ "${DDPRUN_SKIP_ASAN:-0}" != "1" ]; then
   echo "== unit tests under ASan + UBSan"
