@@ -1,6 +1,9 @@
 #include "launcher/version.hpp"
 
 #include <algorithm>
+#if __has_include(<features.h>)
+#include <features.h>  // __GLIBC__, __GLIBC_MINOR__: the glibc these headers are (zig's: the target's)
+#endif
 
 #include <fmt/format.h>
 
@@ -41,8 +44,13 @@ std::string version_line() {
 #else
   const char* arch = "other";
 #endif
-  return fmt::format("ddprun {} (git {}, built {} with {}, {}, glibc {}.{} or later)", DDPRUN_VERSION,
-                     DDPRUN_GIT_REV, __DATE__, toolchain, arch, __GLIBC__, __GLIBC_MINOR__);
+#if defined(__GLIBC__)
+  const std::string libc = fmt::format("glibc {}.{} or later", __GLIBC__, __GLIBC_MINOR__);
+#else
+  const std::string libc = "not glibc";
+#endif
+  return fmt::format("ddprun {} (git {}, built {} with {}, {}, {})", DDPRUN_VERSION, DDPRUN_GIT_REV, __DATE__,
+                     toolchain, arch, libc);
 }
 
 std::string version_string() {
