@@ -41,6 +41,8 @@ class HangGuard {
   // A worker's variables: its own, plus the hang ones when enabled (creates its heartbeat file).
   std::map<std::string, std::string> worker_env(const core::Worker& w, const std::vector<std::string>& base);
   void started(std::size_t worker, int rank, const std::map<std::string, std::string>& env);
+  // The heartbeat files' private directory; "" without one.
+  std::string private_dir() const { return heartbeats_ ? heartbeats_->private_dir() : std::string(); }
 
   void line(std::size_t worker, bool is_err, std::string_view text);
   void exited(std::size_t worker) { watch_.exited(worker); }

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <algorithm>
 #include <filesystem>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -31,6 +32,34 @@ bool python_worker(const CommandSpec& spec) {
   if (spec.command.empty()) return false;
   const std::string name = std::filesystem::path(spec.command.front()).filename().string();
   return name.rfind("python", 0) == 0;
+}
+
+PythonFlags python_flags(const std::vector<std::string>& argv) {
+  PythonFlags f;
+  const auto take_x = [&f](std::string_view x) {
+    if (x == "faulthandler" || x.rfind("faulthandler=", 0) == 0) f.faulthandler = true;
+  };
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--" || a.size() < 2 || a[0] != '-') return f;  // the script, or - (stdin)
+    if (a[1] == '-') {
+      if (a == "--check-hash-based-pycs") ++i;  // its value
+      continue;
+    }
+    // Short options, grouped as Python allows (-IuX faulthandler, -Xfaulthandler).
+    for (std::size_t j = 1; j < a.size(); ++j) {
+      const char c = a[j];
+      if (c == 'c' || c == 'm') return f;  // the rest is the command's or the module's
+      if (c == 'I' || c == 'E') {
+        if (f.ignores_env == 0) f.ignores_env = c;
+      } else if (c == 'X' || c == 'W') {
+        const std::string value = j + 1 < a.size() ? a.substr(j + 1) : (i + 1 < argv.size() ? argv[++i] : "");
+        if (c == 'X') take_x(value);
+        break;
+      }
+    }
+  }
+  return f;
 }
 
 std::map<std::string, std::string> hang_env(std::map<std::string, std::string> env,

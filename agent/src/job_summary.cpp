@@ -36,7 +36,7 @@ NodeRecord node_record(const RunResult& r) {
   n.success = r.success;
   n.exit_code = r.exit_code;
   n.spawn_failed = r.spawn_failed;
-  n.agent_signal = r.stopped_by_signal ? r.signal : 0;
+  n.agent_signal = stop_is_cause(r) ? r.signal : 0;  // a TERM during another cause's teardown: "stopped *"
   for (const auto& e : r.exits) {
     n.first_rank = n.first_rank < 0 ? e.rank : std::min(n.first_rank, e.rank);
     n.last_rank = std::max(n.last_rank, e.rank);

@@ -11,18 +11,11 @@
 
 namespace ddprun::agent {
 
+// The one decoding: waitpid's status is turned into waitid's (code, status) first.
 ExitStatus decode_wait_status(int wait_status) {
-  ExitStatus s;
-  if (WIFEXITED(wait_status)) {
-    s.exit_code = WEXITSTATUS(wait_status);
-  } else if (WIFSIGNALED(wait_status)) {
-    s.signal = WTERMSIG(wait_status);
-    s.exit_code = 128 + s.signal;
-  } else {
-    // Stopped/continued are not ends; treat anything else as a generic failure.
-    s.exit_code = 1;
-  }
-  return s;
+  if (WIFEXITED(wait_status)) return decode_child_status(CLD_EXITED, WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) return decode_child_status(CLD_KILLED, WTERMSIG(wait_status));
+  return decode_child_status(0, 0);  // stopped or continued: not an end
 }
 
 ExitStatus decode_child_status(int code, int status) {
@@ -33,7 +26,7 @@ ExitStatus decode_child_status(int code, int status) {
     s.signal = status;
     s.exit_code = 128 + status;
   } else {
-    s.exit_code = 1;  // as decode_wait_status: not an end we know
+    s.exit_code = 1;  // stopped, continued: not an end we know
   }
   return s;
 }
@@ -129,7 +122,9 @@ AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
                               const ProgressRule& progress) {
   if (r.success) return {false, 0};
   const int code = r.exit_code != 0 ? r.exit_code : 1;
-  const bool final = r.stopped_by_signal || r.spawn_failed || (r.root_cause && core::ends_job(*r.root_cause));
+  // A stop with no other root cause is final; one after another cause is after_stop's.
+  const bool final = (r.stopped_by_signal && !r.root_cause) || r.spawn_failed ||
+                     (r.root_cause && core::ends_job(*r.root_cause));
   if (final) return {false, code};
   if (progress.limit > 0 && progress.history.stalled >= progress.limit)
     return {false, kNoProgressExitCode, true};
@@ -147,6 +142,14 @@ std::string no_progress_line(const ProgressRule& progress) {
       h.stalled, h.stalled == 1 ? "" : "s", progress.limit, last, best, kNoProgressExitCode);
 }
 
+bool stop_is_cause(const RunResult& r) {
+  if (!r.stopped_by_signal) return false;
+  if (!r.root_cause) return true;
+  // An agent stopped by a signal, here or on another node (scancel signals them all): the same stop.
+  const Failure& f = *r.root_cause;
+  return f.rank < 0 && !f.lost && f.signal != 0;
+}
+
 RunResult standby_result(const std::optional<Failure>& root, int held_signal) {
   RunResult r;
   if (held_signal != 0) {
@@ -160,9 +163,9 @@ RunResult standby_result(const std::optional<Failure>& root, int held_signal) {
   return r;
 }
 
-AttemptDecision after_held_signal(AttemptDecision d, int held_signal) {
-  if (held_signal != 0) d.restart = false;
-  return d;
+AttemptDecision after_stop(AttemptDecision d, int stop) {
+  if (stop == 0 || !d.restart) return d;
+  return {false, 128 + stop};
 }
 
 }  // namespace ddprun::agent

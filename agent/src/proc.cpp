@@ -33,7 +33,13 @@ void Proc::reap() {
 
 void Proc::start(const ResolvedCommand& cmd, const std::vector<std::string>& env,
                  const std::function<void(pid_t)>& forked) {
-  Spawned s = spawn_process(SpawnRequest{cmd.program, cmd.argv, env, forked, w_->cpus});
+  SpawnRequest req;
+  req.program = cmd.program;
+  req.argv = cmd.argv;
+  req.env = env;
+  req.forked = forked;
+  req.cpus = w_->cpus;
+  Spawned s = spawn_process(req);
   pid_ = s.pid;
   start_ = std::chrono::steady_clock::now();
   pidfd_.assign(s.pidfd.release());

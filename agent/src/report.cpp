@@ -25,6 +25,11 @@ std::string exit_text(int exit_code, int sig) {
   return fmt::format("{}", exit_code);
 }
 
+// A worker whose command never started (exec failed) has no pid.
+std::string pid_text(long pid) {
+  return pid > 0 ? std::to_string(pid) : std::string("none (the command never started)");
+}
+
 // The length of the UTF-8 sequence at `s` (2 to 4 bytes), or 0 when it is not one (overlong forms,
 // surrogates and values past U+10FFFF included).
 std::size_t utf8_sequence(std::string_view s) {
@@ -169,7 +174,7 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
                                       r.exit_code, r.attempt, r.node_rank, r.host),
                           after != 0 ? Style::yellow : Style::bold_red, colour) +
                     "\n";
-  if (r.stopped_by_signal) {
+  if (stop_is_cause(r)) {
     out += fmt::format("ddprun: {} received by ddprun; workers were stopped\n", signal_name(r.signal));
   }
   if (!r.not_told.empty()) {
@@ -188,7 +193,7 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
     if (f->rank >= 0) {
       out += fmt::format("  rank      : {} (local rank {})\n", f->rank, f->local_rank);
       out += fmt::format("  exit code : {}\n", exit_text(f->exit_code, f->signal));
-      out += fmt::format("  pid       : {}\n", f->pid);
+      out += fmt::format("  pid       : {}\n", pid_text(f->pid));
     }
     out += fmt::format("  reason    : {}\n", f->reason);
     out += python_error_text(*f);
@@ -205,7 +210,7 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
     if (!e.status.failed()) continue;
     if (r.root_cause && same_worker(*r.root_cause, e)) continue;
     others += fmt::format("  {} on {}: {}, pid {}, at {}\n", worker_label(e.rank, e.local_rank), e.host,
-                          e.reason, e.pid, format_time(e.end_time));
+                          e.reason, pid_text(e.pid), format_time(e.end_time));
   }
   if (!others.empty()) out += "Other failures on this node:\n" + others;
   return out;

@@ -182,4 +182,28 @@ void Reporter::write_error_json(const RunResult& r) const {
   if (!f) warn("cannot write the error report to " + path);
 }
 
+void record_job_exit(const AgentOptions& opts, int node_rank, int job_exit_code) {
+  const std::string path = error_file_path(
+      {opts.error_file, opts.log_dir, opts.requeue, opts.attempt, node_rank, opts.agents, opts.task_rank});
+  if (path.empty()) return;
+  nlohmann::json report;
+  {
+    std::ifstream in(path);
+    if (!in) return;  // this launch's runs wrote none here
+    report = nlohmann::json::parse(in, nullptr, false);
+  }
+  if (!report.is_object()) return;
+  report["job_exit_code"] = job_exit_code;
+  // Whole or not at all: a reader never sees half a report.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!out) return;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
 }  // namespace ddprun::agent

@@ -74,6 +74,11 @@ int held_stop_signal() {
   return cur > 0 ? cur : 0;
 }
 
+void keep_stop_signal(int sig) {
+  int cur = 0;
+  g_hold.compare_exchange_strong(cur, sig);
+}
+
 int release_stop_signals() {
   int cur = 0;
   if (!g_hold.compare_exchange_strong(cur, kReleased)) return cur > 0 ? cur : 0;
@@ -129,6 +134,14 @@ SignalWatcher::SignalWatcher(const std::vector<int>& sigs) {
 SignalWatcher::~SignalWatcher() {
   for (const auto& s : saved_) ::sigaction(s.sig, &s.action, nullptr);
   g_write_fd.store(-1);
+  // A stop that came after the run's loop stopped reading (node 0 gathering the records of a failed
+  // attempt) belongs to the hold, so that it cancels the restart instead of being lost with the pipe.
+  for (const int sig : drain()) {
+    if (is_stopping_signal(sig)) {
+      keep_stop_signal(sig);
+      break;
+    }
+  }
   ::close(read_fd_);
   ::close(write_fd_);
 }

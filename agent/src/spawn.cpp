@@ -111,6 +111,7 @@ struct ChildSetup {
   pid_t parent;
   int devnull, out_w, err_w, sync_w;
   const CpuMask* cpus;
+  const sigset_t* ignored;  // signals kept ignored across exec
 };
 
 [[noreturn]] void child_fail(int sync_fd, int stage) {
@@ -131,8 +132,11 @@ struct ChildSetup {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
+  struct sigaction ign = dfl;
+  ign.sa_handler = SIG_IGN;
   for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+    if (sig != SIGKILL && sig != SIGSTOP)
+      ::sigaction(sig, sigismember(c.ignored, sig) == 1 ? &ign : &dfl, nullptr);
   }
   sigset_t none;
   sigemptyset(&none);
@@ -225,11 +229,15 @@ Spawned spawn_process(const SpawnRequest& req) {
 
   UniqueFd devnull = open_checked("/dev/null", O_RDONLY);
   auto [out_r, out_w] = make_pipe();
-  auto [err_r, err_w] = make_pipe();
+  auto [err_r, err_w] = req.stderr_to_stdout ? std::pair<UniqueFd, UniqueFd>() : make_pipe();
   auto [sync_r, sync_w] = make_pipe();
 
   const CpuMask cpus = cpu_mask(req.cpus);
-  const ChildSetup setup{::getpid(), devnull.get(), out_w.get(), err_w.get(), sync_w.get(), &cpus};
+  sigset_t ignored;
+  sigemptyset(&ignored);
+  for (const int sig : req.ignored_signals) sigaddset(&ignored, sig);
+  const int stderr_w = req.stderr_to_stdout ? out_w.get() : err_w.get();
+  const ChildSetup setup{::getpid(), devnull.get(), out_w.get(), stderr_w, sync_w.get(), &cpus, &ignored};
   AllSignalsBlocked blocked;  // across fork: the child resets the handlers first
   const pid_t pid = ::fork();
   if (pid == 0) {

@@ -1,9 +1,8 @@
 #include "stacks.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -16,7 +15,7 @@
 #include "agent/error.hpp"
 #include "agent/live_stacks.hpp"
 #include "agent/log_paths.hpp"
-#include "agent/spawn.hpp"
+#include "agent/run_command.hpp"
 
 namespace ddprun::agent {
 
@@ -43,58 +42,34 @@ std::string HeartbeatFiles::create(int rank) {
   return path;
 }
 
-namespace {
-
-// Reads both pipes until they close or `deadline`; true when they closed in time.
-bool read_until(int out_fd, int err_fd, std::chrono::steady_clock::time_point deadline, std::string& text) {
-  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
-  int open = 2;
+std::vector<std::string> process_argv(pid_t pid) {
+  std::vector<std::string> out;
+  const int fd = ::open(fmt::format("/proc/{}/cmdline", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  std::string text;
   char buf[4096];
-  while (open > 0) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    const int r = ::poll(fds, 2, static_cast<int>(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0) return false;
-    if (r < 0) return true;  // nothing more can be read
-    for (auto& f : fds) {
-      if (f.fd < 0 || f.revents == 0) continue;
-      const ssize_t n = ::read(f.fd, buf, sizeof buf);
-      if (n > 0) {
-        text.append(buf, static_cast<std::size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        f.fd = -1;
-        --open;
-      }
-    }
+  ssize_t n = 0;
+  while (text.size() < 256 * 1024 && ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))) {
+    if (n > 0) text.append(buf, static_cast<std::size_t>(n));
   }
-  return true;
+  ::close(fd);
+  for (std::size_t start = 0; start < text.size();) {
+    const std::size_t end = std::min(text.find('\0', start), text.size());
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
 }
 
-}  // namespace
-
 std::string native_stack(pid_t pid, const std::string& path_env, std::chrono::milliseconds bound) {
-  const auto program = find_in_path("eu-stack", path_env);
-  if (!program) return "eu-stack not installed (elfutils); no native stack for this worker\n";
-  Spawned s;
-  try {
-    s = spawn_process(
-        SpawnRequest{*program, {"eu-stack", "-p", std::to_string(pid)}, current_environment(), {}, {}});
-  } catch (const Error& e) {
-    return fmt::format("eu-stack could not start: {}\n", e.what());
-  }
-  std::string text;
-  const bool done =
-      read_until(s.stdout_fd.get(), s.stderr_fd.get(), std::chrono::steady_clock::now() + bound, text);
-  if (!done) {
-    ::killpg(s.pid, SIGKILL);
-    text += fmt::format("(eu-stack stopped after {} ms)\n", bound.count());
-  }
-  int st = 0;
-  while (::waitpid(s.pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  return text;
+  CommandRequest req{{"eu-stack", "-p", std::to_string(pid)}, bound};
+  req.output_cap = 256 * 1024;  // cap_stack keeps 16 KiB of it
+  req.path_env = path_env;
+  const CommandResult r = run_command(req);
+  if (r.not_found) return "eu-stack not installed (elfutils); no native stack for this worker\n";
+  if (r.not_started) return fmt::format("{}\n", *r.not_started);
+  if (r.timed_out) return r.output + fmt::format("(eu-stack stopped after {} ms)\n", bound.count());
+  return r.output;
 }
 
 }  // namespace ddprun::agent
@@ -108,6 +83,14 @@ constexpr std::chrono::milliseconds kStackDrain{500};
 constexpr std::chrono::milliseconds kStackWait{5000};
 constexpr std::chrono::milliseconds kStackTick{100};
 constexpr std::chrono::milliseconds kEuStackBound{10000};
+
+// The first line of the stack of a Python that ignores PYTHON* variables (-I or -E, `flag`).
+std::string ignored_env_line(char flag) {
+  return fmt::format(
+      "no Python stack: this Python runs with -{}, which ignores PYTHONFAULTHANDLER and ddprun's stacks hook "
+      "(PYTHONPATH); add -X faulthandler to its command for Python frames. Its native stack:\n",
+      flag);
+}
 }  // namespace
 
 StackCollector::StackCollector(boost::asio::io_context& io, const std::vector<std::unique_ptr<Proc>>& procs)
@@ -122,15 +105,19 @@ void StackCollector::start(const std::vector<HungRank>& hung, bool python, const
     const Proc& p = *procs_.at(h.worker);
     const std::string file = h.worker < stacks_files.size() ? stacks_files[h.worker] : std::string();
     const bool hooked = hook_registered(p.pid(), file);
-    hung_.push_back({h.rank, p.worker().local_rank, p.pid(), h.silent, python || hooked, {}});
-    if (python && !hooked) {
-      // A Python worker whose hook did not register (python -I or -S, a shell still starting it):
+    // -I and -E: Python ignores PYTHONFAULTHANDLER, so SIGABRT would end it without a stack.
+    const PythonFlags flags = python && !hooked ? python_flags(process_argv(p.pid())) : PythonFlags{};
+    const bool abort = python && !hooked && (flags.ignores_env == 0 || flags.faulthandler);
+    hung_.push_back({h.rank, p.worker().local_rank, p.pid(), h.silent, hooked || abort, {}});
+    if (abort) {
+      // A Python worker whose hook did not register (python -S, a shell still starting it):
       // faulthandler's dump on SIGABRT, which ends it.
       targets_.push_back({h.worker, hung_.size() - 1, std::nullopt});
       ::kill(p.pid(), SIGABRT);  // the process only: its children are not what hangs
     } else {
       // The path of `ddprun stacks`: the hook's dump (the worker keeps running), else eu-stack.
-      hung_.back().stack = cap_stack(live_stack(p.pid(), file, path_env, kEuStackBound));
+      const std::string why = python && !hooked ? ignored_env_line(flags.ignores_env) : std::string();
+      hung_.back().stack = cap_stack(why + live_stack(p.pid(), file, path_env, kEuStackBound));
     }
   }
   arm();
@@ -180,8 +167,8 @@ void StackCollector::finish() {
   for (const auto& t : targets_) {
     std::string& s = hung_[t.hung].stack;
     if (s.empty()) {
-      s = "no Python stack: the worker wrote nothing to stderr after SIGABRT (faulthandler off? "
-          "PYTHONFAULTHANDLER unset or the signal handled by the program)\n";
+      s = "no Python stack: the worker wrote nothing to stderr after SIGABRT (the program handles SIGABRT "
+          "itself, turned faulthandler off, or runs with PYTHONFAULTHANDLER set empty)\n";
     }
     s = cap_stack(std::move(s));
   }

@@ -30,6 +30,8 @@ class HeartbeatFiles {
 
   // Creates rank `rank`'s empty file and returns its path. Throws Error (exit 126) when it cannot.
   std::string create(int rank);
+  // The private directory of the files; "" with --log-dir or until made.
+  const std::string& private_dir() const { return temp_dir_.path(); }
 
  private:
   std::optional<std::string> log_dir_;
@@ -37,6 +39,9 @@ class HeartbeatFiles {
   int attempt_;
   PrivateDir temp_dir_;  // made at the first file without --log-dir
 };
+
+// A process's command line (/proc/PID/cmdline), one word each; empty when it cannot be read.
+std::vector<std::string> process_argv(pid_t pid);
 
 // `eu-stack -p PID` (elfutils): every thread's native backtrace, stopped after `bound`. Says so
 // in the text when eu-stack is not installed or does not finish in time. Blocks the caller.
@@ -47,7 +52,9 @@ std::string native_stack(pid_t pid, const std::string& path_env, std::chrono::mi
 // is taken with eu-stack; both are left to the teardown. A Python worker whose hook did not register
 // gets SIGABRT (its process only): faulthandler, enabled by PYTHONFAULTHANDLER, writes every
 // thread's stack to stderr, which is kept from then on until the worker exited and its stderr
-// closed (or kStackDrain after its exit).
+// closed (or kStackDrain after its exit). Not when its command line has -I or -E without
+// -X faulthandler (python_flags): that Python ignores PYTHONFAULTHANDLER and SIGABRT would only end
+// it; its native stack is taken instead, under a line that says why.
 // Everything is bounded: `done` runs at the latest kStackWait after start.
 class StackCollector {
  public:

@@ -91,16 +91,36 @@ void StatusPublisher::offer(core::NodeStatus s) {
   cv_.notify_one();
 }
 
+void StatusPublisher::workers_ended() {
+  if (stopped_ || !thread_.joinable()) return;
+  timer_.cancel();
+  core::NodeStatus last = snapshot_();  // how the run ended, for a `top` still looking
+  std::vector<std::string> files = heartbeat_files_ ? heartbeat_files_() : std::vector<std::string>{};
+  std::unique_lock lk(mu_);
+  if (ended_) return;
+  slot_ = std::move(last);
+  slot_files_ = std::move(files);
+  ended_ = true;
+  cv_.notify_one();
+  // Published (a set that never waits) before the exit barrier holds the connection.
+  cv_.wait(lk, [this] { return last_published_; });
+}
+
 void StatusPublisher::stop() {
   if (stopped_) return;
   stopped_ = true;
   timer_.cancel();
   if (!thread_.joinable()) return;
-  if (snapshot_) offer(snapshot_());  // how the run ended, for a `top` still looking
+  bool ended = false;
+  {
+    std::lock_guard lk(mu_);
+    ended = ended_;
+  }
+  if (snapshot_ && !ended) offer(snapshot_());  // how the run ended, for a `top` still looking
   {
     std::lock_guard lk(mu_);
     stopping_ = true;
-    cv_.notify_one();
+    cv_.notify_all();
   }
   thread_.join();
 }
@@ -110,6 +130,7 @@ void StatusPublisher::run_thread() {
     core::NodeStatus s;
     std::vector<std::string> files;
     bool last = false;
+    bool ended = false;
     {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [this] { return slot_.has_value() || stopping_; });
@@ -118,6 +139,7 @@ void StatusPublisher::run_thread() {
       slot_.reset();
       files = std::move(slot_files_);
       last = stopping_;
+      ended = ended_;
     }
     add_proc_figures(s);
     add_steps(s, files);
@@ -127,8 +149,27 @@ void StatusPublisher::run_thread() {
     } catch (const std::exception&) {
       // The status is best effort: the next one may go through.
     }
+    if (ended) {
+      {
+        std::lock_guard lk(mu_);
+        last_published_ = true;
+      }
+      cv_.notify_all();
+      if (!last) serve_until_stopped(s);
+      return;
+    }
     if (last) return;
     if (serve_stacks_) answer_stacks(s);
+  }
+}
+
+// Between the workers' end and stop() (the exit barrier): `ddprun stacks` still gets this node's answer,
+// its ranks as ended, checked every interval.
+void StatusPublisher::serve_until_stopped(const core::NodeStatus& last) {
+  for (;;) {
+    if (serve_stacks_) answer_stacks(last);
+    std::unique_lock lk(mu_);
+    if (cv_.wait_for(lk, interval_, [this] { return stopping_; })) return;
   }
 }
 

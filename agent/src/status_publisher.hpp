@@ -51,7 +51,12 @@ class StatusPublisher {
   // publication it looks at the request the store last pushed and, for a new nonce, collects the selected
   // ranks' stacks (each bounded) and writes this node's reply (docs/observe.md).
   void serve_stacks(std::vector<std::string> stacks_files, std::string path_env);
-  // After the loop: a last snapshot, published, then the thread ends. Idempotent.
+  // After the loop, before the exit barrier: a last snapshot (every rank ended), published before it
+  // returns; the thread then goes on answering `ddprun stacks` with it, ended ranks as ended, every
+  // interval until stop(), so that a node waiting at the barrier still answers (docs/observe.md).
+  void workers_ended();
+  // After the loop (or the barrier): a last snapshot, published unless workers_ended() did, then the
+  // thread ends. Idempotent.
   void stop();
 
  private:
@@ -67,6 +72,7 @@ class StatusPublisher {
   void tick();
   void offer(core::NodeStatus s);
   void run_thread();
+  void serve_until_stopped(const core::NodeStatus& last);
   void add_proc_figures(core::NodeStatus& s);
   void answer_stacks(const core::NodeStatus& s);
   static void add_steps(core::NodeStatus& s, const std::vector<std::string>& heartbeat_files);
@@ -82,6 +88,8 @@ class StatusPublisher {
   std::optional<core::NodeStatus> slot_;  // the next record to publish (the newest)
   std::vector<std::string> slot_files_;   // its ranks' heartbeat files
   bool stopping_ = false;
+  bool ended_ = false;  // workers_ended(): the next record is the last
+  bool last_published_ = false;
   bool stopped_ = false;
   std::thread thread_;
   std::map<std::int64_t, CpuSample> cpu_;  // the thread's only: last reading by pid

@@ -54,14 +54,23 @@ RunResult Supervisor::run() {
     status_.start([this] { return status_snapshot(); }, [this] { return hang_.heartbeat_files(); });
     io_.run();
     running_ = false;
-    status_.stop();  // before the exit barrier, which holds the store connection
+    // The final states go out before the exit barrier holds the store connection; `ddprun stacks` is
+    // still answered (ranks ended) while this node waits there.
+    status_.workers_ended();
   }
   failures_.join();  // bounded; its answer was handled on the loop, or is posted
   deliver_posted();
   if (succeeded()) wait_exit_barrier(sigw);
+  status_.stop();
   abort_handler.reset();
   deliver_posted();  // nothing can be posted any more
-  return finish();
+  RunResult r = finish();
+  // A stop read after the loop and counted by nobody (the run had failed before it) goes to the hold:
+  // it cancels a restart (docs/agent.md, Signals). One still unread goes there with the watcher.
+  for (const int s : late_signals_) {
+    if (is_stopping_signal(s)) keep_stop_signal(s);
+  }
+  return r;
 }
 
 std::optional<StartFailure> Supervisor::spawn_all() {
@@ -92,6 +101,11 @@ std::optional<StartFailure> Supervisor::spawn_all() {
       env = stack_hook_.env(std::move(env), base_env, w.rank);
       stacks_files_.push_back(stack_hook_.file(w.rank));
       if (error_files_) env["TORCHELASTIC_ERROR_FILE"] = p->error_file = error_files_->prepare(w.rank);
+      // Made by now: the reaper removes them if this agent is killed.
+      for (const std::string& dir : {error_files_ ? error_files_->private_dir() : std::string(),
+                                     hang_.private_dir(), stack_hook_.private_dir()}) {
+        reaper_.remove_on_death(dir);
+      }
       p->start(cmd, merge_environment(base_env, env), [this](pid_t pgid) { reaper_.watch(pgid); });
       hang_.started(i, w.rank, env);
     } catch (const Error& e) {
@@ -378,6 +392,7 @@ void Supervisor::wait_exit_barrier(SignalWatcher& sigw) {
       reporter_.signal_received(s, "stop");
     }
   }
+  late_signals_.clear();  // counted
 }
 
 // What `ddprun top` shows of this node now (the status thread adds RSS and CPU%).

@@ -19,13 +19,15 @@ namespace {
 
 using TopologyPtr = std::unique_ptr<hwloc_topology, decltype(&hwloc_topology_destroy)>;
 
-// Loads a topology with the GPUs' PCI and OS devices kept; `source` picks where it comes from.
-TopologyPtr load(const std::function<int(hwloc_topology_t)>& source, const std::string& what) {
+// Loads a topology; `source` picks where it comes from. With `io` the GPUs' PCI and OS devices are
+// kept; without, hwloc's I/O filters stay at "none", so its PCI discovery (the pci plugin and its
+// libpciaccess) does not even start: --cpu-bind cores and numa read CPUs and NUMA nodes only.
+TopologyPtr load(const std::function<int(hwloc_topology_t)>& source, const std::string& what, bool io) {
   const hwloc::Api& h = hwloc::api();
   hwloc_topology_t t = nullptr;
   if (h.topology_init(&t) != 0) throw Error(fmt::format("hwloc: cannot initialise ({})", what), 1);
   TopologyPtr p(t, h.topology_destroy);
-  h.set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (io) h.set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   if (source(t) != 0 || h.topology_load(t) != 0) {
     throw Error(fmt::format("hwloc cannot read the topology of {}: {}; run with --cpu-bind none", what,
                             std::strerror(errno)),
@@ -120,13 +122,13 @@ core::Topology to_model(hwloc_topology_t t) {
 
 }  // namespace
 
-core::Topology read_topology() {
-  return to_model(load([](hwloc_topology_t) { return 0; }, "this machine").get());
+core::Topology read_topology(bool with_gpus) {
+  return to_model(load([](hwloc_topology_t) { return 0; }, "this machine", with_gpus).get());
 }
 
 core::Topology topology_from_synthetic(const std::string& description) {
   return to_model(load([&](hwloc_topology_t t) { return hwloc::api().set_synthetic(t, description.c_str()); },
-                       fmt::format("synthetic '{}'", description))
+                       fmt::format("synthetic '{}'", description), true)
                       .get());
 }
 
@@ -135,7 +137,7 @@ core::Topology topology_from_xml(const std::string& xml) {
                       [&](hwloc_topology_t t) {
                         return hwloc::api().set_xmlbuffer(t, xml.c_str(), static_cast<int>(xml.size()) + 1);
                       },
-                      "an XML topology")
+                      "an XML topology", true)
                       .get());
 }
 
@@ -161,7 +163,8 @@ std::set<int> own_affinity() {
 
 std::optional<std::string> bind_workers(core::CpuBind mode, bool user_omp, std::vector<core::Worker>& local) {
   if (mode == core::CpuBind::none || local.empty()) return std::nullopt;  // reads nothing
-  return core::bind_local_workers(mode, read_topology(), own_affinity(), user_omp, local);
+  return core::bind_local_workers(mode, read_topology(mode == core::CpuBind::gpu), own_affinity(), user_omp,
+                                  local);
 }
 
 }  // namespace ddprun::agent

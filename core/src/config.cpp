@@ -1,8 +1,6 @@
 #include "core/config.hpp"
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 
 #include <fmt/format.h>
 
@@ -12,152 +10,6 @@
 #include "core/requeue.hpp"
 
 namespace ddprun::core {
-
-namespace {
-
-// An even port of 20000-32767 for `text`. FNV-1a: stable across builds and machines, unlike std::hash.
-std::uint16_t even_port(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (char c : text) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ULL;
-  }
-  constexpr std::uint64_t kSlots = (32767 - 20000) / 2;
-  return static_cast<std::uint16_t>(20000 + 2 * (h % kSlots));
-}
-
-}  // namespace
-
-DerivedPorts derive_ports(const std::string& job_id) {
-  const std::uint16_t store = even_port(job_id);
-  return {store, static_cast<std::uint16_t>(store + 1)};
-}
-
-std::vector<std::uint16_t> store_port_fallbacks(const std::string& job_id) {
-  std::vector<std::uint16_t> out;
-  const std::uint16_t first = even_port(job_id);
-  for (int i = 1; out.size() < kStorePortFallbacks; ++i) {
-    const std::uint16_t p = even_port(fmt::format("{}#{}", job_id, i));
-    if (p != first && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
-  }
-  return out;
-}
-
-std::uint16_t parse_port(const std::string& opt, const std::string& v, int lowest) {
-  int port = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), port);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || port < lowest || port > 65535) {
-    throw Error(
-        fmt::format("{} '{}' is not a port number; give an integer from {} to 65535", opt, v, lowest));
-  }
-  return static_cast<std::uint16_t>(port);
-}
-
-std::optional<ReservedPorts> parse_reserved_ports(const std::string& var, const std::string& value) {
-  const auto bad = [&](const std::string& why) {
-    return Error(
-        fmt::format("{}='{}' is not a Slurm port list ({}); expected ports and ranges such as 12000-12003 or "
-                    "12000,12002: check srun --resv-ports and MpiParams=ports in slurm.conf",
-                    var, value, why));
-  };
-  const auto port = [&](const std::string& text) {
-    int p = 0;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), p);
-    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || p < 1 || p > 65535) {
-      throw bad(fmt::format("'{}' is not a port", text));
-    }
-    return static_cast<std::uint16_t>(p);
-  };
-  if (value.empty()) return std::nullopt;
-  // Only the first two distinct ports are kept; every item is still checked.
-  std::vector<std::uint16_t> ports;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = value.find(',', start);
-    const std::string item =
-        value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const std::size_t dash = item.find('-');
-    const std::uint16_t lo = port(item.substr(0, dash));
-    const std::uint16_t hi = dash == std::string::npos ? lo : port(item.substr(dash + 1));
-    if (hi < lo) throw bad(fmt::format("range '{}' runs backwards", item));
-    for (int p = lo; p <= hi && ports.size() < 2; ++p) {
-      if (std::find(ports.begin(), ports.end(), p) == ports.end())
-        ports.push_back(static_cast<std::uint16_t>(p));
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  ReservedPorts out{ports.front(), std::nullopt};
-  if (ports.size() > 1) out.master = ports[1];
-  return out;
-}
-
-std::pair<std::string, std::optional<std::uint16_t>> parse_endpoint(const std::string& opt,
-                                                                    const std::string& v) {
-  std::string host;
-  std::string rest;
-  if (!v.empty() && v.front() == '[') {  // [v6]:port
-    auto close = v.find(']');
-    if (close == std::string::npos)
-      throw Error(fmt::format("{} '{}' has no closing ']'; use [ADDR]:PORT", opt, v));
-    host = v.substr(1, close - 1);
-    rest = v.substr(close + 1);
-    if (!rest.empty() && rest.front() != ':') throw Error(fmt::format("{} '{}' is not HOST:PORT", opt, v));
-  } else {
-    auto colon = v.rfind(':');
-    if (colon != std::string::npos && v.find(':') != colon) {
-      throw Error(fmt::format("{} '{}': write an IPv6 address as [ADDR]:PORT", opt, v));
-    }
-    host = v.substr(0, colon);
-    if (colon != std::string::npos) rest = v.substr(colon);
-  }
-  if (host.empty()) throw Error(fmt::format("{} '{}' has no host; use HOST:PORT", opt, v));
-  if (rest.empty()) return {host, std::nullopt};
-  return {host, parse_port(opt, rest.substr(1), 0)};
-}
-
-std::pair<int, int> parse_nnodes(const std::string& v) {
-  auto colon = v.find(':');
-  if (colon == std::string::npos) {
-    int n = parse_int("--nnodes", v, 1);
-    return {n, n};
-  }
-  int lo = parse_int("--nnodes (MIN)", v.substr(0, colon), 1);
-  int hi = parse_int("--nnodes (MAX)", v.substr(colon + 1), 1);
-  if (lo > hi)
-    throw Error(fmt::format("--nnodes {}: MIN {} is greater than MAX {}; write MIN:MAX", v, lo, hi));
-  return {lo, hi};
-}
-
-std::set<int> parse_rank_filter(const std::string& v) {
-  std::set<int> out;
-  for (const auto& item : split_list(v)) {
-    auto dash = item.find('-');
-    if (dash == std::string::npos) {
-      out.insert(parse_int("--local-ranks-filter", item, 0));
-      continue;
-    }
-    int lo = parse_int("--local-ranks-filter", item.substr(0, dash), 0);
-    int hi = parse_int("--local-ranks-filter", item.substr(dash + 1), 0);
-    if (lo > hi) throw Error(fmt::format("--local-ranks-filter '{}': range {} is reversed", v, item));
-    for (int i = lo; i <= hi; ++i) out.insert(i);
-  }
-  if (out.empty()) throw Error(fmt::format("--local-ranks-filter '{}' names no ranks; e.g. 0 or 0,2-3", v));
-  return out;
-}
-
-CommandSpec command_spec(const Options& o) {
-  const LocalRankArg arg = parse_local_rank_arg(o.local_rank_arg);
-  // The argument would carry the real local rank while LOCAL_RANK says 0: the script would pick a GPU it
-  // cannot see.
-  if (o.virtual_local_rank && arg != LocalRankArg::none) {
-    throw Error(
-        fmt::format("--virtual-local-rank with --local-rank-arg {}: every worker's local rank is 0 "
-                    "then; drop --local-rank-arg and read LOCAL_RANK",
-                    o.local_rank_arg));
-  }
-  return CommandSpec{o.command, o.no_python, o.module, o.python, arg};
-}
 
 namespace {
 
@@ -200,6 +52,33 @@ struct Layout {
 
 namespace {
 
+// --health-check: a failed check is a node failure (exit 125, "fix the node"), which a site may drain
+// the node for: a typo must be a usage error instead.
+void check_health_check(const Options& o) {
+  const double t = o.health_check_timeout;
+  if (!(t >= kMinHealthCheckTimeout && t <= kMaxHealthCheckTimeout)) {
+    throw Error(fmt::format(
+        "{} must be a number of seconds from {:g} to {:g} (e.g. 60): a shorter one fails healthy nodes",
+        given_as(o, "--health-check-timeout", fmt::format("{:g}", t)), kMinHealthCheckTimeout,
+        kMaxHealthCheckTimeout));
+  }
+  if (!o.health_check) return;
+  const std::string& cmd = *o.health_check;
+  const auto first = cmd.find_first_not_of(" \t\n");
+  if (first == std::string::npos) {
+    throw Error(
+        fmt::format("{} is empty (an unset variable?): give the check's command, or leave "
+                    "--health-check out",
+                    given_as(o, "--health-check", fmt::format("'{}'", cmd))));
+  }
+  if (cmd[first] == '-') {
+    throw Error(fmt::format(
+        "{} looks like an option, not a command: --health-check takes the next word as its command; give "
+        "the command right after it, quoted when it has arguments (--health-check 'CMD ARGS')",
+        given_as(o, "--health-check", fmt::format("'{}'", cmd))));
+  }
+}
+
 void check_numbers(const Options& o) {
   if (o.max_restarts && *o.max_restarts < 0) {
     throw Error(fmt::format("--max-restarts {} is negative; give 0 or more", *o.max_restarts));
@@ -225,10 +104,7 @@ void check_numbers(const Options& o) {
   if (o.hang_timeout) {
     if (auto e = hang_timeout_error(*o.hang_timeout)) throw Error(*e);
   }
-  if (!(o.health_check_timeout > 0 && std::isfinite(o.health_check_timeout))) {
-    throw Error(fmt::format("--health-check-timeout {} must be a positive number of seconds (e.g. 60)",
-                            o.health_check_timeout));
-  }
+  check_health_check(o);
 }
 
 // The job's fixed settings from the options and the environment.
@@ -243,6 +119,8 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
   job.max_restarts = o.max_restarts.value_or(0);
   if (o.requeue_on) r.requeue_on = parse_exit_codes(*o.requeue_on);
   r.max_requeues = o.max_requeues;
+  r.health_check = o.health_check;
+  r.health_check_timeout = o.health_check_timeout;
   job.role = o.role;
   r.cpu_bind = parse_cpu_bind(o.cpu_bind);
   const auto ws = parse_worker_store(o.worker_store);
@@ -270,6 +148,14 @@ void set_counts(const NodeCounts& c, Resolved& r) {
   r.elastic = c.elastic;
 }
 
+// What to do about a node rank given under Slurm, where each node's is its SLURM_NODEID.
+std::string node_rank_fix(const Options& o) {
+  const auto var = o.from_variable.find("--node-rank");
+  if (var == o.from_variable.end()) return "drop --node-rank: Slurm numbers the nodes";
+  return fmt::format("unset {}{}: Slurm numbers the nodes", var->second,
+                     var->second.starts_with("PET_") ? " (left from a torchrun script?)" : "");
+}
+
 // Inside an srun step: agent mode with one task per node, else per-task mode.
 Layout resolve_step(const Options& o, const EnvSnapshot& env, const SlurmEnv& s, Resolved& r) {
   JobSpec& job = r.job;
@@ -291,7 +177,7 @@ Layout resolve_step(const Options& o, const EnvSnapshot& env, const SlurmEnv& s,
   }
   job.run_id = o.rdzv_id.value_or(step_run);
   // Concurrent steps given one --rdzv-id never share a store, even when one's port is another's fallback.
-  r.rdzv_run_id = job.run_id == step_run ? step_run : fmt::format("{} (step {})", job.run_id, step_run);
+  r.rdzv_run_id = store_run_id(job.run_id, step_run);
   if (layout.num_tasks > n) {
     // srun started more tasks than nodes: every ddprun of the step is exactly one worker.
     r.mode = Mode::per_task;
@@ -316,6 +202,15 @@ Layout resolve_step(const Options& o, const EnvSnapshot& env, const SlurmEnv& s,
   const NodeCounts c = r.mode == Mode::per_task ? step_counts(o.nnodes, n, 0, what)
                                                 : step_counts(o.nnodes, n, job.max_restarts, what);
   set_counts(c, r);
+  if (o.node_rank && s.node_id && *o.node_rank != *s.node_id) {
+    // This node's error (resolve_node throws it): told to the others as node rank SLURM_NODEID.
+    r.node_rank_error = fmt::format(
+        "{} disagrees with SLURM_NODEID={} of this node: under Slurm each node's rank is its SLURM_NODEID, "
+        "and a node rank set once for the job reaches every node's ddprun, which would all claim it; {}",
+        given_as(o, "--node-rank", std::to_string(*o.node_rank)), *s.node_id, node_rank_fix(o));
+    job.node_rank = *s.node_id;
+    return l;
+  }
   job.node_rank = o.node_rank.value_or(s.node_id.value_or(0));
   return l;
 }
@@ -328,6 +223,14 @@ Layout resolve_batch(const Options& o, const SlurmEnv& s, Resolved& r) {
   const NodeCounts c = batch_counts(o.nnodes, static_cast<int>(l.hosts.size()), job.max_restarts,
                                     fmt::format("{}='{}'", s.nodelist->var, s.nodelist->value));
   set_counts(c, r);
+  // Every node's agent gets this script's options and environment; its node rank is its SLURM_NODEID.
+  if (o.node_rank && (c.agents > 1 || *o.node_rank != 0)) {
+    throw Error(fmt::format(
+        "{} would reach the agent on every node this batch script starts ddprun on ({} node{}), and each "
+        "takes its node rank from its own SLURM_NODEID; {}",
+        given_as(o, "--node-rank", std::to_string(*o.node_rank)), c.agents, c.agents == 1 ? "" : "s",
+        node_rank_fix(o)));
+  }
   r.het_components = static_cast<int>(s.het_nodelists.size());
   if (r.het_components >= 2 && static_cast<std::size_t>(c.agents) < l.hosts.size()) {
     // One srun over the components starts an agent on each of their nodes; it cannot leave some out.
@@ -452,7 +355,9 @@ void resolve_local_addr(const Options& o, Resolved& r) {
   }
   if (o.rdzv_iface && o.rdzv_iface->empty())
     throw Error("--rdzv-iface is empty; name an interface, e.g. ib0");
+  if (o.rdzv_iface) r.addr_option = given_as(o, "--rdzv-iface", *o.rdzv_iface);
   if (!o.local_addr) return;
+  r.addr_option = given_as(o, "--local-addr", *o.local_addr);
   if (o.local_addr->empty()) throw Error("--local-addr is empty; give this node's address or host name");
   if (r.context == SlurmContext::batch) {
     throw Error(fmt::format(
@@ -571,6 +476,7 @@ Resolved resolve_job(const Options& o, const EnvSnapshot& env, const SystemInfo&
 }
 
 void resolve_node(const Options& o, const EnvSnapshot& env, const SystemInfo& sys, Resolved& r) {
+  if (r.node_rank_error) throw Error(*r.node_rank_error);
   const SlurmEnv s = read_slurm_env(env);
   const std::vector<std::string> gpus = visible_gpus(s, sys.probed_gpus);
   const JobSpec& job = r.job;

@@ -17,18 +17,20 @@ std::string lower(std::string s) {
   return s;
 }
 
-// The interface names in order of first appearance, each once.
-std::vector<std::string> names_of(const std::vector<IfaceEntry>& entries) {
-  std::vector<std::string> names;
-  for (const auto& e : entries) {
-    if (std::find(names.begin(), names.end(), e.name) == names.end()) names.push_back(e.name);
-  }
-  return names;
+// An address a peer on another node can reach: IPv4, or IPv6 without a scope.
+bool usable(const IfaceEntry& e) {
+  return (e.family == IfaceEntry::Family::v4 && !e.address.empty()) ||
+         (e.family == IfaceEntry::Family::v6 && is_global_v6(e.address));
 }
 
+// The interfaces --rdzv-iface would accept (up, with a usable address), in order of first appearance,
+// each once, without `except`: a suggestion that would fail the same way helps nobody.
 std::string others(const std::vector<IfaceEntry>& entries, const std::string& except) {
-  std::vector<std::string> names = names_of(entries);
-  names.erase(std::remove(names.begin(), names.end(), except), names.end());
+  std::vector<std::string> names;
+  for (const auto& e : entries) {
+    if (e.name == except || !e.up || !usable(e)) continue;
+    if (std::find(names.begin(), names.end(), e.name) == names.end()) names.push_back(e.name);
+  }
   return names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "));
 }
 
@@ -50,8 +52,8 @@ std::string choose_iface_address(const std::string& iface, const std::vector<Ifa
   }
   if (mine.empty()) {
     throw Error(fmt::format(
-        "--rdzv-iface {}: node {} has no interface {}; its interfaces: {}; name one of them (ip -brief "
-        "address) or drop --rdzv-iface",
+        "--rdzv-iface {}: node {} has no interface {}; its interfaces that are up with an address: {}; "
+        "name one of them (ip -brief address) or drop --rdzv-iface",
         iface, host, iface, others(entries, iface)));
   }
   if (std::none_of(mine.begin(), mine.end(), [](const IfaceEntry* e) { return e->up; })) {

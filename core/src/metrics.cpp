@@ -156,6 +156,25 @@ HttpVerdict classify_http_request(std::string_view head) {
   return v;
 }
 
+HeadScan scan_request_head(std::string_view in, std::size_t max) {
+  HeadScan out;
+  const auto crlf = in.find("\r\n\r\n");
+  const auto lflf = in.find("\n\n");
+  const bool by_crlf = crlf != std::string_view::npos && (lflf == std::string_view::npos || crlf < lflf);
+  const auto end = by_crlf ? crlf : lflf;
+  if (end == std::string_view::npos) {
+    out.state = in.size() >= max ? HeadScan::State::too_large : HeadScan::State::more;
+    return out;
+  }
+  if (end + (by_crlf ? 4 : 2) > max) {
+    out.state = HeadScan::State::too_large;
+    return out;
+  }
+  out.state = HeadScan::State::complete;
+  out.head = in.substr(0, end + (by_crlf ? 2 : 1));  // its last line's end kept, as a head's lines have
+  return out;
+}
+
 std::string http_response(int status, std::string_view content_type, std::string_view body, bool head_only) {
   const char* reason = status == 200   ? "OK"
                        : status == 404 ? "Not Found"

@@ -1,5 +1,6 @@
 #include "core/requeue.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -42,9 +43,60 @@ std::set<int> parse_exit_codes(std::string_view text) {
   return out;
 }
 
-RequeueVerdict requeue_verdict(int code, const std::set<int>& codes, int restart_count, int max_requeues) {
+std::string format_exit_codes(const std::set<int>& codes) {
+  std::string out;
+  for (auto it = codes.begin(); it != codes.end();) {
+    const int lo = *it;
+    int hi = lo;
+    while (++it != codes.end() && *it == hi + 1) ++hi;
+    if (!out.empty()) out += ',';
+    out += hi == lo       ? std::to_string(lo)
+           : hi == lo + 1 ? fmt::format("{},{}", lo, hi)
+                          : fmt::format("{}-{}", lo, hi);
+  }
+  return out;
+}
+
+RequeueVerdict requeue_verdict(int code, const std::set<int>& codes, int restart_count, int max_requeues,
+                               JobEnd end) {
   if (codes.count(code) == 0) return RequeueVerdict::not_listed;
+  if (end == JobEnd::cancelled) return RequeueVerdict::cancelled;
   return restart_count < max_requeues ? RequeueVerdict::requeue : RequeueVerdict::budget_spent;
+}
+
+namespace {
+
+// The value of `Key=` in scontrol's one-line output (fields separated by spaces); nullopt: absent.
+std::optional<std::string_view> field(std::string_view text, std::string_view key) {
+  for (std::size_t pos = 0; pos < text.size();) {
+    const std::size_t end = std::min(text.find_first_of(" \n", pos), text.size());
+    const std::string_view token = text.substr(pos, end - pos);
+    if (token.size() > key.size() && token.substr(0, key.size()) == key && token[key.size()] == '=') {
+      return token.substr(key.size() + 1);
+    }
+    pos = end + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+JobEnd job_end_from_scontrol(std::string_view show_job) {
+  const auto state = field(show_job, "JobState");
+  if (!state) return JobEnd::unknown;
+  const auto preempt = field(show_job, "PreemptTime");
+  if (preempt && *preempt != "None" && !preempt->empty()) return JobEnd::preempted;
+  if (field(show_job, "Reason") == std::string_view("TimeLimit") || *state == "TIMEOUT")
+    return JobEnd::time_limit;
+  if (*state == "PREEMPTED") return JobEnd::preempted;
+  if (*state == "RUNNING") return JobEnd::running;
+  const auto reason = field(show_job, "Reason").value_or("None");
+  if ((*state == "COMPLETING" || *state == "CANCELLED") && reason == "None") return JobEnd::cancelled;
+  return JobEnd::other;
+}
+
+std::string_view to_string(JobEnd e) {
+  return name_of(kJobEndNames, e, "unknown");
 }
 
 std::optional<std::string> requeue_target(const EnvSnapshot& env) {

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
+#include "cli_variables.hpp"
 #include "core/defaults.hpp"
 #include "launcher/version.hpp"
 
@@ -60,10 +61,6 @@ class HelpFormatter final : public CLI::Formatter {
     return name;
   }
 };
-
-std::string env(const char* name) {
-  return std::string("DDPRUN_") + name;
-}
 
 // torchrun's levels for -t/--tee and -r/--redirects: 0-3, or LOCAL_RANK:LEVEL,... as in 0:1,1:2.
 bool is_tee_level(const std::string& v) {
@@ -122,37 +119,31 @@ void add_job_options(CLI::App& app, core::Options& o) {
                  "Nodes: N or MIN:MAX (default: the Slurm step's, else 1). With --max-restarts, the job "
                  "goes on without a lost node while MIN remain, and agents beyond MAX are standbys "
                  "(docs/elastic.md)")
-      ->envname(env("NNODES"))
       ->group(g)
       ->type_name("N|MIN:MAX");
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
                  "Workers per node: N, gpu (GPUs / G), cpu, or auto (default: one per GPU group "
                  "when GPUs are visible, else 1)")
-      ->envname(env("NPROC_PER_NODE"))
       ->group(g)
       ->type_name("N|gpu|cpu|auto");
-  app.add_option("--node-rank,--node_rank", o.node_rank, "This node's rank (default: SLURM_NODEID, else 0)")
-      ->envname(env("NODE_RANK"))
+  app.add_option("--node-rank,--node_rank", o.node_rank,
+                 "This node's rank (default: SLURM_NODEID, else 0); under Slurm only its SLURM_NODEID")
       ->group(g);
   app.add_option("--gpus-per-proc,--gpus_per_proc", o.gpus_per_proc,
                  "G GPUs per worker: each gets a disjoint slice of the node's GPUs as "
                  "CUDA_VISIBLE_DEVICES (default: every worker sees all)")
-      ->envname(env("GPUS_PER_PROC"))
       ->group(g)
       ->type_name("G");
   app.add_flag("--virtual-local-rank,--virtual_local_rank", o.virtual_local_rank,
                "torchrun 2.x's: every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own "
                "GPUs (its --gpus-per-proc slice, else the node's GPU at its local rank), so it uses cuda:0")
-      ->envname(env("VIRTUAL_LOCAL_RANK"))
       ->group(g);
   app.add_option("--procs-per-replica,--procs_per_replica", o.procs_per_replica,
                  "P consecutive workers per model-parallel group; exports DDPRUN_MP_RANK/SIZE and "
                  "DDPRUN_DP_RANK/SIZE (default 1)")
-      ->envname(env("PROCS_PER_REPLICA"))
       ->group(g)
       ->type_name("P");
   app.add_flag("--standalone", o.standalone, "Single node, no Slurm; no rendezvous store is opened")
-      ->envname(env("STANDALONE"))
       ->group(g);
   app.add_option("--role", o.role, "Role name exported as ROLE_NAME (default: default)")->group(g);
   one_of(app.add_option(
@@ -161,7 +152,6 @@ void add_job_options(CLI::App& app, core::Options& o) {
              "(default), cores (an equal share of whole cores each), numa (NUMA nodes in blocks), gpu "
              "(the NUMA node of its first GPU, else as numa); OMP_NUM_THREADS follows unless set"),
          {"none", "cores", "numa", "gpu"})
-      ->envname(env("CPU_BIND"))
       ->group(g);
   one_of(
       app.add_option("--start-method,--start_method", o.start_method,
@@ -177,42 +167,35 @@ void add_store_options(CLI::App& app, core::Options& o) {
                  "with the first port srun --resv-ports reserved, else a port derived from JOBID.STEPID, a "
                  "self-launch's from the job id, or a fallback when busy; outside Slurm port 29400). HOST:0 "
                  "on node rank 0 outside Slurm: a free port, printed for the other agents")
-      ->envname(env("RDZV_ENDPOINT"))
       ->group(g);
   app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id,
                  "Run id shared by all agents (default: the Slurm step's JOBID.STEPID; for a self-launch "
                  "from a batch script or salloc shell, the job id; else none)")
-      ->envname(env("RDZV_ID"))
       ->group(g);
   app.add_option(
          "--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout,
          fmt::format("Seconds to wait for all nodes to join (default {})", core::kDefaultRdzvTimeout.count()))
-      ->envname(env("RDZV_TIMEOUT"))
       ->group(g);
   app.add_option(
          "--rdzv-last-call", o.last_call,
          fmt::format("With --nnodes MIN:MAX, seconds to wait for more nodes once MIN joined (default {})",
                      core::kDefaultLastCall.count()))
-      ->envname(env("RDZV_LAST_CALL"))
       ->group(g);
   app.add_option(
          "--master-addr,--master_addr", o.master_addr,
          "MASTER_ADDR for the workers (default: node 0's --rdzv-iface or --local-addr address, else the "
          "rendezvous host, else the first node)")
-      ->envname(env("MASTER_ADDR"))
       ->group(g);
   app.add_option("--rdzv-iface", o.rdzv_iface,
                  "Network interface (e.g. ib0) whose address each node advertises: the other agents and "
                  "the workers reach this node there, node 0's is MASTER_ADDR and the workers' store's "
                  "address (IPv4 first, else a global IPv6); each node looks up its own. The agents still "
                  "reach the rendezvous store at --rdzv-endpoint (under Slurm: the first node's host name)")
-      ->envname(env("RDZV_IFACE"))
       ->type_name("IFACE")
       ->group(g);
   app.add_option("--local-addr,--local_addr", o.local_addr,
                  "torchrun's: this node's address (or host name) to advertise, as --rdzv-iface's address "
                  "would be; not with --rdzv-iface, nor in a batch script (one address for every node)")
-      ->envname(env("LOCAL_ADDR"))
       ->type_name("ADDR")
       ->group(g);
   app.add_option("--master-port,--master_port", o.master_port,
@@ -220,7 +203,6 @@ void add_store_options(CLI::App& app, core::Options& o) {
                  "else derived from the Slurm step's JOBID.STEPID, a self-launch's from the job id, else "
                  "29500; a busy reserved or derived port is replaced by a free one; held against other "
                  "ddprun jobs on this machine)")
-      ->envname(env("MASTER_PORT"))
       ->group(g);
   one_of(
       app.add_option("--worker-store", o.worker_store,
@@ -229,7 +211,6 @@ void add_store_options(CLI::App& app, core::Options& o) {
                      "rank0 (worker rank 0 hosts torch's own), or relay (each other node's agent serves its "
                      "workers on 127.0.0.1 and forwards to node 0's: for the largest jobs)"),
       {"agent", "rank0", "relay"})
-      ->envname(env("WORKER_STORE"))
       ->group(g);
   one_of(
       app.add_option("--rank-order", o.rank_order,
@@ -239,7 +220,6 @@ void add_store_options(CLI::App& app, core::Options& o) {
                      "without one last; a lost node's standby comes from its switch or block when one is "
                      "free; node 0 prints the order; one agent per node only)"),
       {"slurm", "topology"})
-      ->envname(env("RANK_ORDER"))
       ->group(g);
   ignored<std::string>(app, "--rdzv-backend,--rdzv_backend", "Accepted for torchrun compatibility; ignored",
                        g);
@@ -255,35 +235,30 @@ void add_auth_options(CLI::App& app, core::Options& o) {
                      "error; outside Slurm none, with a warning), munge, token, or none; same on every node; "
                      "a standalone run opens no store and checks none (see docs/security.md)"),
       {"auto", "munge", "token", "none"})
-      ->envname(env("RDZV_AUTH"))
       ->group(g);
   app.add_option("--rdzv-token-file", o.rdzv_token_file,
                  "File (mode 0600, yours) holding the shared secret for --rdzv-auth token; "
                  "or set DDPRUN_TOKEN")
-      ->envname(env("TOKEN_FILE"))
       ->group(g)
       ->type_name("PATH");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
-                 "Restart the whole job up to N times after a failure (default 0); with --nnodes "
-                 "MIN:MAX or standbys, also after a lost node (elastic)")
-      ->envname(env("MAX_RESTARTS"))
+                 "Restart the whole job up to N times after a failure (default 0; never once a stopping "
+                 "signal came: scancel, a time limit, Ctrl-C); with --nnodes MIN:MAX or standbys, also "
+                 "after a lost node (elastic)")
       ->group(g);
   app.add_option("--max-restarts-without-progress", o.max_restarts_without_progress,
                  "Stop restarting after K restarts in a row whose workers reached no higher step (written "
                  "to DDPRUN_HEARTBEAT_FILE) than before; exit 123 (default off)")
-      ->envname(env("MAX_RESTARTS_WITHOUT_PROGRESS"))
       ->group(g)
       ->type_name("K");
   app.add_option("--requeue-on", o.requeue_on,
                  "In a batch script (plain ddprun, self-launch): when the job ends with one of these exit "
-                 "codes, run scontrol requeue for it, at most --max-requeues times (e.g. 140,143,200-210; "
-                 "default off)")
-      ->envname(env("REQUEUE_ON"))
+                 "codes, run scontrol requeue for it, at most --max-requeues times, never after a scancel "
+                 "(e.g. 140,143,200-210; default off)")
       ->group(g)
       ->type_name("CODES");
   app.add_option("--max-requeues", o.max_requeues,
                  "--requeue-on requeues only while SLURM_RESTART_COUNT (unset: 0) is below N (default 1)")
-      ->envname(env("MAX_REQUEUES"))
       ->group(g)
       ->type_name("N");
 }
@@ -298,14 +273,12 @@ void add_run_options(CLI::App& app, core::Options& o) {
                "fresh interpreter, as always)")
       ->group(g);
   app.add_option("--python", o.python, "Python interpreter for .py and -m (default python3 from PATH)")
-      ->envname(env("PYTHON"))
       ->group(g);
   one_of(app.add_option("--local-rank-arg,--local_rank_arg", o.local_rank_arg,
                         "For scripts written for torch.distributed.launch: pass each worker its local rank "
                         "as --local_rank=N (underscore) or --local-rank=N (dash), right after the script, "
                         "module or program (default none: LOCAL_RANK only)"),
          {"none", "underscore", "dash"})
-      ->envname(env("LOCAL_RANK_ARG"))
       ->group(g);
   app.add_flag_function(
          "--use-env,--use_env", [](std::int64_t) {},
@@ -331,37 +304,32 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
          "--term-timeout", o.term_timeout,
          fmt::format("Seconds between SIGTERM and SIGKILL at teardown (default {}; fits Slurm's KillWait)",
                      core::kDefaultTermTimeout.count()))
-      ->envname(env("TERM_TIMEOUT"))
       ->group(g);
   app.add_option("--hang-timeout", o.hang_timeout,
                  "Declare the job hung when a rank prints nothing and touches no DDPRUN_HEARTBEAT_FILE for "
                  "this many seconds: collect its stack, tear down, exit 124 (default off)")
-      ->envname(env("HANG_TIMEOUT"))
       ->group(g)
       ->type_name("SECONDS");
   app.add_option("--metrics-port", o.metrics_port,
                  "Serve every rank's status (state, RSS, CPU%, seconds since progress, restarts) in "
                  "Prometheus text format at http://NODE:PORT/metrics from node 0's agent (docs/observe.md)")
-      ->envname(env("METRICS_PORT"))
       ->check(CLI::Range(1, 65535))
       ->group(g)
       ->type_name("PORT");
   app.add_flag("--metrics-all-nodes", o.metrics_all_nodes,
                "With --metrics-port: every node's agent serves its own node's ranks on that port")
-      ->envname(env("METRICS_ALL_NODES"))
       ->group(g);
-  app.add_option("--health-check", o.health_check,
-                 "Shell command (sh -c) every agent (per-task mode: each node's local task 0) runs before "
-                 "it joins a rendezvous round; a node whose check fails or times out does not join and "
-                 "exits 125; a fail-fast job ends on every node, an elastic one goes on without the node "
-                 "(see examples/health/gpu_node_check.sh)")
-      ->envname(env("HEALTH_CHECK"))
+  app.add_option(
+         "--health-check", o.health_check,
+         "Shell command (sh -c) every agent (per-task mode: each node's local task 0) runs before "
+         "it joins a rendezvous round; a node whose check fails or times out does not join and "
+         "exits 125; a fail-fast job ends on every node, an elastic one goes on without the node "
+         "(see examples/health/gpu_node_check.sh); an empty CMD or one starting with - is a usage error")
       ->group(g)
       ->type_name("CMD");
   app.add_option("--health-check-timeout", o.health_check_timeout,
-                 "Seconds the --health-check command may run before it is killed and counts as failed "
-                 "(default 60)")
-      ->envname(env("HEALTH_CHECK_TIMEOUT"))
+                 "Seconds the --health-check command may run before it is killed and counts as failed: 1 "
+                 "to 86400 (default 60)")
       ->group(g)
       ->type_name("SECONDS");
   app.add_option("--prefix", o.prefix,
@@ -378,14 +346,11 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
   app.add_option("-r,--redirects", levels.redirects, "torchrun's redirects level: a level but 0 means --tee")
       ->group(g);
   app.add_option("--log-dir,--log_dir", o.log_dir, "Directory for per-rank log files and the report")
-      ->envname(env("LOG_DIR"))
       ->group(g);
   app.add_option("--local-ranks-filter,--local_ranks_filter", o.local_ranks_filter,
                  "Show only these local ranks on the console, e.g. 0 or 0,2-3")
       ->group(g);
-  app.add_option("--error-file", o.error_file, "Write the failure report as JSON to this file")
-      ->envname(env("ERROR_FILE"))
-      ->group(g);
+  app.add_option("--error-file", o.error_file, "Write the failure report as JSON to this file")->group(g);
   ignored<double>(app, "--monitor-interval,--monitor_interval",
                   "Accepted for torchrun compatibility; ignored (supervision is event driven)", g);
   app.add_flag("-q,--quiet", o.quiet,
@@ -395,13 +360,11 @@ void add_log_options(CLI::App& app, core::Options& o, TeeLevels& levels) {
   app.add_flag("--verbose", o.verbose,
                "Every node prints its own failure report and summary table (default with several nodes: "
                "node 0 prints the job-wide summary, the others one line each)")
-      ->envname(env("VERBOSE"))
       ->group(g);
   one_of(app.add_option("--log-format", o.log_format,
                         "ddprun's own messages: text, or json (one event per line on stderr; worker output "
                         "unchanged)"),
          {"text", "json"})
-      ->envname(env("LOG_FORMAT"))
       ->group(g);
 }
 
@@ -444,27 +407,8 @@ CLI::App* build_app(CLI::App& app, core::Options& o, TeeLevels& levels, std::vec
   add_log_options(app, o, levels);
   app.add_option("COMMAND", o.command, "The command and its arguments (after --, it may start with -)")
       ->type_name("ARGS");
+  give_variables(app);
   return add_hostlist(app, exprs);
-}
-
-bool env_set(const std::string& name) {
-  const char* v = name.empty() ? nullptr : std::getenv(name.c_str());
-  return v != nullptr && *v != '\0';  // CLI11 ignores an empty variable
-}
-
-// Points each option torchrun reads at the variable env_variable_for picks. Returns the options
-// switched to a PET_ variable, each with its own variable (for --help).
-std::vector<std::pair<CLI::Option*, std::string>> use_pet_variables(CLI::App& app) {
-  std::vector<std::pair<CLI::Option*, std::string>> switched;
-  for (const PetVariable& p : pet_variables()) {
-    CLI::Option* opt = app.get_option(p.option);
-    std::string own = opt->get_envname();
-    const std::string var = env_variable_for(own, env_set(own), p.variable, env_set(p.variable));
-    if (var == own) continue;
-    opt->envname(var);
-    switched.emplace_back(opt, std::move(own));
-  }
-  return switched;
 }
 
 // The variable whose value CLI11 rejected with `error`, if one did: each option that reads a set
@@ -493,39 +437,15 @@ std::optional<std::string> variable_error(const CLI::App& app, const std::string
 
 }  // namespace
 
-const std::vector<PetVariable>& pet_variables() {
-  // torchrun 2.x's env/check_env options that ddprun has; -t is torchrun's -t/--tee (dest tee).
-  static const std::vector<PetVariable> table = {
-      {"--nnodes", "PET_NNODES"},
-      {"--nproc-per-node", "PET_NPROC_PER_NODE"},
-      {"--node-rank", "PET_NODE_RANK"},
-      {"--standalone", "PET_STANDALONE"},
-      {"--role", "PET_ROLE"},
-      {"--start-method", "PET_START_METHOD"},
-      {"--rdzv-backend", "PET_RDZV_BACKEND"},
-      {"--rdzv-endpoint", "PET_RDZV_ENDPOINT"},
-      {"--rdzv-id", "PET_RDZV_ID"},
-      {"--rdzv-conf", "PET_RDZV_CONF"},
-      {"--master-addr", "PET_MASTER_ADDR"},
-      {"--master-port", "PET_MASTER_PORT"},
-      {"--local-addr", "PET_LOCAL_ADDR"},
-      {"--max-restarts", "PET_MAX_RESTARTS"},
-      {"--module", "PET_MODULE"},
-      {"--no-python", "PET_NO_PYTHON"},
-      {"--run-path", "PET_RUN_PATH"},
-      {"-t", "PET_TEE"},
-      {"--redirects", "PET_REDIRECTS"},
-      {"--log-dir", "PET_LOG_DIR"},
-      {"--local-ranks-filter", "PET_LOCAL_RANKS_FILTER"},
-      {"--monitor-interval", "PET_MONITOR_INTERVAL"},
-      {"--virtual-local-rank", "PET_VIRTUAL_LOCAL_RANK"},
-  };
-  return table;
-}
-
-std::string env_variable_for(const std::string& ddprun_var, bool ddprun_set, const std::string& pet_var,
-                             bool pet_set) {
-  return !ddprun_set && pet_set ? pet_var : ddprun_var;
+std::vector<std::pair<std::string, std::string>> option_variables() {
+  CLI::App app;
+  core::Options o;
+  TeeLevels levels;
+  std::vector<std::string> exprs;
+  build_app(app, o, levels, exprs);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const CLI::Option* opt : app.get_options()) out.emplace_back(opt->get_name(), opt->get_envname());
+  return out;
 }
 
 CliResult parse_cli(int argc, const char* const* argv) {
@@ -556,7 +476,13 @@ CliResult parse_cli(int argc, const char* const* argv) {
     throw core::Error(fmt::format("{}; see ddprun --help", e.what()));
   }
   reject_unknown_flags(app);
-  o.tee = tee_on("--tee", levels.tee) || tee_on("-t", levels.t) || tee_on("--redirects", levels.redirects);
+  o.from_variable = variable_sources(app);
+  const auto named = [&](const std::string& opt) {
+    const auto var = o.from_variable.find(opt);
+    return var == o.from_variable.end() ? opt : var->second;
+  };
+  o.tee = tee_on(named("--tee"), levels.tee) || tee_on(named("-t"), levels.t) ||
+          tee_on(named("--redirects"), levels.redirects);
   if (o.run_path) o.no_python = false;  // as torchrun: --run_path takes precedence over --no_python
   if (hostlist->parsed()) {             // a `--` ends the subcommand; CLI11 hands what follows to COMMAND
     exprs.insert(exprs.end(), o.command.begin(), o.command.end());

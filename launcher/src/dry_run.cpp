@@ -10,9 +10,11 @@
 #include "agent/log_paths.hpp"
 #include "agent/private_dir.hpp"
 #include "agent/python_error.hpp"
+#include "core/advertised.hpp"
 #include "core/command.hpp"
 #include "core/elastic.hpp"
 #include "core/rank_order.hpp"
+#include "core/requeue.hpp"
 #include "plan_writer.hpp"
 
 namespace ddprun::launcher {
@@ -118,6 +120,32 @@ std::string address_line(const core::Resolved& r) {
       r.master_addr_given ? master : "as node 0, it is MASTER_ADDR and the workers' store's address");
 }
 
+// --health-check and --requeue-on, which act before the first worker and after the last one: shown, so
+// that a typo in either is seen before the job runs.
+std::string health_requeue_lines(const core::Resolved& r) {
+  std::string out;
+  if (r.health_check) {
+    out += fmt::format(
+        "health check: {} runs sh -c '{}' before its first rendezvous round and before each restart's, for "
+        "at most {:g} s; a node whose check fails or times out exits 125 (--health-check)\n",
+        r.job.mode == core::Mode::per_task ? "each node's local task 0" : "each agent", *r.health_check,
+        r.health_check_timeout);
+  }
+  if (!r.requeue_on.empty()) {
+    const std::string codes = core::format_exit_codes(r.requeue_on);
+    out += r.context == core::SlurmContext::batch
+               ? fmt::format(
+                     "requeue: a job ending with exit code {} is requeued (scontrol requeue) while "
+                     "SLURM_RESTART_COUNT ({}) is below --max-requeues {} (--requeue-on)\n",
+                     codes, r.job.requeue_count, r.max_requeues)
+               : fmt::format(
+                     "requeue: --requeue-on {} has no effect here: only a batch script's ddprun, which "
+                     "re-launches itself, requeues the job\n",
+                     codes);
+  }
+  return out;
+}
+
 // The text header: mode, sizes, ports, the batch and store lines.
 std::string text_header(const core::Resolved& r, const core::JobConstants& job) {
   std::string out;
@@ -154,7 +182,8 @@ std::string text_header(const core::Resolved& r, const core::JobConstants& job) 
                              r.rdzv_host)
                : fmt::format("rendezvous store: {}:{} (served by node rank 0)\n", r.rdzv_host, r.rdzv_port);
   }
-  return out + address_line(r) + elastic_line(r) + cpu_bind_line(r) + rank_order_line(r);
+  return out + address_line(r) + elastic_line(r) + cpu_bind_line(r) + rank_order_line(r) +
+         health_requeue_lines(r);
 }
 
 std::string joined(const std::vector<std::string>& argv) {
@@ -203,6 +232,15 @@ const core::Worker& bound_or(const core::Worker& derived, const std::vector<core
     if (b.rank == derived.rank) return b;
   }
   return derived;
+}
+
+std::optional<std::string> dry_run_address_warning(const core::Resolved& r) {
+  if (r.local_addr.empty()) return std::nullopt;  // no address chosen here (or a batch script's shell)
+  std::vector<core::AdvertisedNode> nodes;
+  nodes.reserve(r.nodes.size());
+  for (const auto& n : r.nodes)
+    nodes.push_back({n.host.value_or(""), n.node_rank == r.job.node_rank ? r.local_addr : std::string()});
+  return core::advertised_address_warning(nodes, r.addr_option);
 }
 
 core::PlanTable dry_run_table(const core::Resolved& r) {

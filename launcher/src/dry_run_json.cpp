@@ -109,6 +109,15 @@ nlohmann::json skeleton(const core::Resolved& r, const core::PlanTable& t) {
     j["rdzv_iface"] = r.rdzv_iface ? nlohmann::json(*r.rdzv_iface) : nlohmann::json(nullptr);
     j["local_addr"] = r.local_addr.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.local_addr);
   }
+  // --health-check and --requeue-on only, likewise.
+  if (r.health_check)
+    j["health_check"] = {{"command", *r.health_check}, {"timeout_s", r.health_check_timeout}};
+  if (!r.requeue_on.empty()) {
+    j["requeue_on"] = {{"codes", r.requeue_on},
+                       {"max_requeues", r.max_requeues},
+                       {"restart_count", r.job.requeue_count},
+                       {"applies", r.context == core::SlurmContext::batch}};
+  }
   // Elastic mode only (issue 14), so that fail-fast plans keep their keys.
   if (r.elastic) j["elastic"] = true;
   // --rank-order topology only, likewise: this node's switch or block; node 0 makes the order at the join.

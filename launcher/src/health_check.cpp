@@ -1,22 +1,15 @@
-// --health-check: the verdict (pure) and the run (fork, exec sh -c, timeout, group kill, capture).
+// --health-check: the verdict (pure) and the run (sh -c through the one runner, agent/run_command.hpp).
 #include "launcher/health_check.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "agent/run_command.hpp"
+#include "agent/signals.hpp"
 #include "core/error.hpp"
 
 namespace ddprun::launcher {
@@ -78,104 +71,39 @@ std::optional<std::string> left_out_line(int nagents, const std::vector<int>& jo
       missing.size(), nagents, fmt::join(missing, ", "), nagents - static_cast<int>(missing.size()));
 }
 
-namespace {
-
-void keep_last(std::string& buf, const char* data, std::size_t n) {
-  buf.append(data, n);
-  if (buf.size() > kHealthCheckOutputCap) buf.erase(0, buf.size() - kHealthCheckOutputCap);
-}
-
-int status_code(int st) {
-  if (WIFEXITED(st)) return WEXITSTATUS(st);
-  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-  return 1;
-}
-
-}  // namespace
-
 HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    throw core::Error(fmt::format("--health-check: cannot make a pipe: {}", std::strerror(errno)), 1);
+  agent::CommandRequest req{agent::shell_command(command), std::chrono::ceil<std::chrono::milliseconds>(
+                                                               std::chrono::duration<double>(timeout_s))};
+  req.output_cap = kHealthCheckOutputCap;
+  req.keep_tail = true;            // the verdict is at the end
+  req.stop_on_held_signal = true;  // a stop (scancel, Ctrl-C) ends the check at once
+  // With the default dispositions the agent would die at once and leave the check's children behind.
+  agent::hold_stop_signals();
+  agent::CommandResult r;
+  try {
+    r = agent::run_command(req);
+  } catch (...) {
+    agent::release_stop_signals();
+    throw;
   }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    throw core::Error(fmt::format("--health-check: cannot fork: {}", std::strerror(err)), 1);
-  }
-  if (pid == 0) {
-    // Its own group, so that the timeout kills whatever it started too; the shell dies with an agent
-    // killed meanwhile.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int null_fd = ::open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) ::dup2(null_fd, 0);
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    // The agent may hold stopping signals; the check gets the default dispositions and mask.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here: no race with the kill below
-  ::close(fds[1]);
-  HealthCheckRun run;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  bool open = true;
-  bool exited = false;
-  int st = 0;
-  char buf[4096];
-  while (!exited || open) {
-    if (!exited) {
-      const pid_t w = ::waitpid(pid, &st, WNOHANG);
-      if (w == pid) exited = true;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
-    if (!open) {
-      // The output closed, the shell not gone yet: poll its end in short steps.
-      ::usleep(10000);
-      continue;
-    }
-    // Once the shell is gone, only what is already in the pipe is read: a background child that
-    // holds the pipe open does not keep the agent waiting.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    pollfd p{fds[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, exited ? 0 : static_cast<int>(std::min<long long>(left, 100)));
-    if (ready > 0) {
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n > 0) {
-        keep_last(run.output, buf, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n == 0 || errno != EINTR) open = false;
-    } else if (ready == 0 && exited) {
-      open = false;
-    }
-  }
-  ::close(fds[0]);
-  if (!exited) {
-    run.timed_out = true;
-    ::kill(-pid, SIGKILL);
-    ::waitpid(pid, &st, 0);
+  HealthCheckRun run{r.timed_out, r.status.exit_code, r.output};
+  run.stopped = agent::release_stop_signals();  // 0: released; else the stop, still held
+  if (run.stopped != 0) {
+    run.timed_out = false;
     return run;
   }
-  // Whatever the check left behind in its group ends with it.
-  ::kill(-pid, SIGKILL);
-  run.status = status_code(st);
+  if (r.not_started) throw core::Error(fmt::format("--health-check: {}", *r.not_started), 1);
   return run;
 }
 
-std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r) {
-  if (!o.health_check) return std::nullopt;
+NodeHealth check_node_health(const core::Options& o, const core::Resolved& r) {
+  if (!o.health_check) return {};
   // Per-task mode: the node's check is its relay's (local task 0), which tells the others.
-  if (r.mode == core::Mode::per_task && r.job.task_local_rank.value_or(0) != 0) return std::nullopt;
+  if (r.mode == core::Mode::per_task && r.job.task_local_rank.value_or(0) != 0) return {};
   const HealthCheckRun run = run_health_check(*o.health_check, o.health_check_timeout);
-  return judge_health_check(run, r.self.host.value_or("localhost"), r.job.node_rank, o.health_check_timeout);
+  if (run.stopped != 0) return {std::nullopt, run.stopped};
+  return {
+      judge_health_check(run, r.self.host.value_or("localhost"), r.job.node_rank, o.health_check_timeout)};
 }
 
 }  // namespace ddprun::launcher

@@ -224,11 +224,22 @@ void warn_replaced_master_env(agent::Events& ev, const core::JobConstants& plan)
 std::function<void()> announce(agent::Events& ev, const core::Options& o, const Round& round, int attempt) {
   if (attempt == 0 && !round.local.empty()) warn_replaced_master_env(ev, round.table->job);
   if (ev.json()) {
-    ev.emit("rendezvous_joined", plan_event(round.table->job, attempt));
+    auto e = plan_event(round.table->job, attempt);
+    if (!round.store_endpoint.empty()) e["rendezvous_endpoint"] = round.store_endpoint;
+    ev.emit("rendezvous_joined", e);
     return {};
   }
   if (!round.announce || o.quiet) return {};
-  return [table = round.table, attempt] { fmt::print(stderr, "{}", render_startup_table(*table, attempt)); };
+  // The store's place, where `ddprun top` and `ddprun stacks` read the job (docs/observe.md).
+  const std::string store =
+      round.store_endpoint.empty()
+          ? std::string()
+          : fmt::format(
+                "ddprun: rendezvous store {}, run id '{}': ddprun top and ddprun stacks read the job there\n",
+                round.store_endpoint, round.store_run_id);
+  return [table = round.table, attempt, store] {
+    fmt::print(stderr, "{}{}", render_startup_table(*table, attempt), store);
+  };
 }
 
 void restarting(agent::Events& ev, int attempt, int code, int max_restarts) {
@@ -258,9 +269,11 @@ int finished(agent::Events& ev, int code, const std::vector<AttemptRecord>& atte
   return code;
 }
 
-// The job's last line on the node that announces the rounds: every attempt, when there were several.
+// The job's last line on the node that announces the rounds: every attempt, when there were several. The
+// error file of this node's last run gets the job's own code.
 int finished_attempts(agent::Events& ev, const core::Options& o, const Round& round, int code,
-                      const std::vector<AttemptRecord>& attempts) {
+                      const std::vector<AttemptRecord>& attempts, const agent::AgentOptions& ao) {
+  if (!round.local.empty()) agent::record_job_exit(ao, round.local.front().node_rank, code);
   if (!ev.json() && round.announce && !o.quiet) fmt::print(stderr, "{}", attempts_line(attempts));
   return finished(ev, code, attempts);
 }
@@ -284,6 +297,7 @@ void fail_line(agent::Events& ev, const std::string& what, int code) {
 struct AttemptEnd {
   agent::AttemptDecision decision;
   std::optional<Failure> root;
+  int stop = 0;  // a stopping signal the run got (after another root cause: after_stop weighs it)
 };
 
 // The restart rule after a run, with the run's step recorded in `progress` (its root cause's: the same
@@ -291,7 +305,22 @@ struct AttemptEnd {
 AttemptEnd decide(const agent::RunResult& res, int attempt, int max_restarts, agent::ProgressRule& progress) {
   progress.history =
       agent::record_step(progress.history, res.root_cause ? res.root_cause->step : std::nullopt, attempt);
-  return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause};
+  return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause,
+          res.stopped_by_signal ? res.signal : 0};
+}
+
+// A stop that cancelled a restart (scancel, a time limit, Ctrl-C while a failed attempt ends): one line
+// on every node, since each exits with it.
+void restart_cancelled(agent::Events& ev, int sig, int attempt, int attempt_code) {
+  if (ev.json()) {
+    ev.emit("signal_received", {{"signal", core::signal_name(sig)},
+                                {"action", "stop"},
+                                {"restart_cancelled", true},
+                                {"exit_code", 128 + sig}});
+  } else {
+    fmt::print(stderr, "ddprun: {} received: attempt {} (exit {}) is not restarted; exit code {}\n",
+               core::signal_name(sig), attempt, attempt_code, 128 + sig);
+  }
 }
 
 // A standby (elastic): no workers; it waits for the active nodes to finish or for the root cause.
@@ -321,7 +350,12 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // A restart's round: the check again; a node that fails it leaves without joining, and a fail-fast
     // job's other nodes leave with its line at once (docs/agent.md, "Health check").
     if (attempt > 0) {
-      if (const auto bad = check_node_health(o, r)) {
+      const NodeHealth health = check_node_health(o, r);
+      if (health.stopped != 0) {  // the restart was due: a stop ends the job as it would have ended the run
+        restart_cancelled(ev, health.stopped, attempt - 1, attempts.back().exit_code);
+        return finished(ev, 128 + health.stopped, attempts);
+      }
+      if (const auto& bad = health.failure) {
         fail_line(ev, *bad, kHealthCheckExitCode);
         session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
         return kHealthCheckExitCode;
@@ -346,12 +380,15 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     // a fail-fast job says so, restarts left or not.
     if (const auto why = session.prepare_restart(end.root, d.restart)) {
       fail_line(ev, *why, d.exit_code);
-      return finished_attempts(ev, o, round, d.exit_code, attempts);
+      return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     }
-    // The next rendezvous runs without the hold, unless a stop was caught: then there is none.
-    if (d.restart) d = agent::after_held_signal(d, agent::release_stop_signals());
+    // A stop during the run or since (the hold) ends a job that would restart, with 128 + signal; the
+    // next rendezvous runs without the hold (a stop then ends the agent at once, as before the first).
+    const int stop = end.stop != 0 || !d.restart ? end.stop : agent::release_stop_signals();
+    if (stop != 0 && d.restart) restart_cancelled(ev, stop, attempt, d.exit_code);
+    d = agent::after_stop(d, stop);
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
-    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts);
+    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt(end.root);
   }
@@ -373,7 +410,12 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
       if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) ev.warn(*none);
     }
     std::unique_ptr<Session> session;
-    if (o.metrics_port && r.mode != core::Mode::agent) {
+    if (o.metrics_port && r.mode == core::Mode::per_task) {
+      ev.warn(
+          "--metrics-port: per-task mode (srun started several ddpruns per node, each one worker) publishes "
+          "no status, so no metrics are served; run one ddprun per node (srun --ntasks-per-node=1) with "
+          "--nproc-per-node for them");
+    } else if (o.metrics_port && r.mode != core::Mode::agent) {
       ev.warn(
           "--metrics-port is served by agents that meet at a rendezvous store (one agent per node); "
           "this launch has none, so no metrics are served: give --rdzv-endpoint");

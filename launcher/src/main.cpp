@@ -60,11 +60,15 @@ std::optional<int> validate_or_dry_run(const ddprun::core::Options& o, const ddp
   // the agreed plan.
   launcher::BoundNode bound;
   if (resolved.cpu_bind != core::CpuBind::none && resolved.context != core::SlurmContext::batch) {
-    bound = launcher::bind_this_node(resolved, table, agent::read_topology(), agent::own_affinity());
+    bound = launcher::bind_this_node(resolved, table,
+                                     agent::read_topology(resolved.cpu_bind == core::CpuBind::gpu),
+                                     agent::own_affinity());
     if (bound.warning && o.dry_run) fmt::print(stderr, "ddprun: warning: {}\n", *bound.warning);
   }
   agent_opts = launcher::agent_options(o, resolved);
   if (!o.dry_run) return std::nullopt;
+  if (const auto w = launcher::dry_run_address_warning(resolved))
+    fmt::print(stderr, "ddprun: warning: {}\n", *w);
   if (o.format == "json") {
     const auto exports = launcher::run_exports(agent_opts, agent::current_environment());
     launcher::write_plan_json(std::cout, resolved, table, bound.workers, &exports);
@@ -112,7 +116,10 @@ int main(int argc, char** argv) {
       // job every node learns of it as of a start-up error; an elastic job goes on without this node,
       // unless it is node rank 0, whose store the others need: then they end at once too.
       if (resolved.context != core::SlurmContext::batch) {
-        if (const auto bad = launcher::check_node_health(o, resolved)) {
+        const auto health = launcher::check_node_health(o, resolved);
+        // Stopped meanwhile (scancel): as a stop before the first round, 128 + signal, nothing left.
+        if (health.stopped != 0) return 128 + health.stopped;
+        if (const auto& bad = health.failure) {
           if (resolved.elastic && resolved.job.node_rank != 0)
             return fail(*bad, launcher::kHealthCheckExitCode);
           return start_error(*bad, launcher::kHealthCheckExitCode);

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/per_task.hpp"
+#include "core/status.hpp"
 #include "launcher/system.hpp"
 #include "node_relay.hpp"
 #include "store/client.hpp"
@@ -198,6 +199,14 @@ Round PerTaskSession::join(int attempt) {
       throw;
     }
     from = up_->endpoint();
+    // No status is published in this mode: `ddprun top` and `stacks` say so rather than "still joining".
+    if (up_->serving()) {
+      up_->write_shared(
+          core::kNoStatusKey,
+          "per-task mode (srun started several ddpruns per node, each one worker) publishes no "
+          "status and answers no stacks; run one ddprun per node (srun --ntasks-per-node=1) with "
+          "--nproc-per-node for them");
+    }
   }
   if (down_) {
     // The relay publishes the job's plan to its node as it is; a member reads it here.

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "agent/signals.hpp"
+#include "core/advertised.hpp"
 #include "core/elastic.hpp"
 #include "core/error.hpp"
 #include "core/node_count.hpp"
@@ -94,6 +95,14 @@ class RendezvousSession final : public Session {
     }
   }
 
+  ~RendezvousSession() override {
+    // The job ends here, its store with it: a `ddprun top` watching learns it finished, not that node 0
+    // was lost (docs/observe.md).
+    if (rz_.serving()) rz_.write_shared(core::kJobEndKey, "1");
+  }
+  RendezvousSession(const RendezvousSession&) = delete;
+  RendezvousSession& operator=(const RendezvousSession&) = delete;
+
   Round join(int attempt) override {
     // Node 0 publishes the constants and the node table (O(nodes) bytes, docs/protocol.md);
     // every agent derives its own node's workers from them.
@@ -114,6 +123,8 @@ class RendezvousSession final : public Session {
     round.local = core::derive_workers(*round.table, joined.node_rank);
     round.announce = joined.node_rank == 0;
     round.standby = round.table->nodes.at(static_cast<std::size_t>(joined.node_rank)).standby;
+    round.store_endpoint = rz_.endpoint();
+    round.store_run_id = r_.rdzv_run_id.empty() ? r_.job.run_id : r_.rdzv_run_id;
     // --worker-store relay: this node's workers reach node 0's store through a relay of this attempt.
     store_.relay(round.table->job, joined.node_rank, round.local);
     // An elastic job's first round may close without a node of the step (one that failed its health
@@ -123,6 +134,7 @@ class RendezvousSession final : public Session {
       for (const auto& m : joined.members) in.push_back(m.orig_rank);
       if (const auto line = left_out_line(r_.nagents, in, rz_.expected_hosts())) ev_.warn(*line);
     }
+    if (round.announce) warn_addresses(*round.table);
     if (attempt > 0 && round.announce) {
       report_membership(ev_, quiet_, attempt, rz_.previous_members(), rz_.members(),
                         last_table_->job.world_size, round.table->job.world_size);
@@ -166,8 +178,9 @@ class RendezvousSession final : public Session {
     if (!host) return;
     const auto& row = last_table_->nodes.at(static_cast<std::size_t>(*host));
     const int port = core::failover_port(r_.rdzv_port, rz_.failovers() + 1, last_table_->job.master_port);
-    rz_.fail_over(*host, row.addr.empty() ? row.host.value_or("localhost") : row.addr,
-                  static_cast<std::uint16_t>(port));
+    const std::string addr = row.addr.empty() ? row.host.value_or("localhost") : row.addr;
+    rz_.fail_over(*host, addr, static_cast<std::uint16_t>(port));
+    announce_moved_store(addr, port);
   }
 
  private:
@@ -192,6 +205,21 @@ class RendezvousSession final : public Session {
     const int nnodes = out.empty() ? 0 : out.front().nnodes;
     for (int n = 1; n < nnodes; ++n) read(n);
     return out;
+  }
+
+  // After a node-0 failover, every survivor says where the store went: `ddprun top` and `stacks` look
+  // there (docs/observe.md), and a user who gave --rdzv-endpoint needs the new one.
+  void announce_moved_store(const std::string& addr, int port) {
+    const std::string endpoint = addr.find(':') != std::string::npos ? fmt::format("[{}]:{}", addr, port)
+                                                                     : fmt::format("{}:{}", addr, port);
+    const std::string message = fmt::format(
+        "node 0 was lost: the rendezvous store moved to {} (where ddprun top and ddprun stacks find it)",
+        endpoint);
+    if (ev_.json()) {
+      ev_.emit("store_moved", {{"endpoint", endpoint}, {"message", message}});
+    } else {
+      fmt::print(stderr, "ddprun: {}\n", message);
+    }
   }
 
   // --rdzv-endpoint HOST:0 (only node 0, core::resolve): the port the store got, which the other
@@ -236,6 +264,20 @@ class RendezvousSession final : public Session {
     return table;
   }
 
+  // Nodes of different host names that advertise one address, or a loopback one: node 0 says so, once
+  // for each different line (a later round may change the nodes).
+  void warn_addresses(const core::PlanTable& table) {
+    std::vector<core::AdvertisedNode> nodes;
+    nodes.reserve(table.nodes.size());
+    for (const auto& row : table.nodes) nodes.push_back({row.host.value_or(""), row.addr});
+    auto line = core::advertised_address_warning(
+        nodes,
+        r_.addr_option.empty() ? std::string("the nodes' --rdzv-iface or --local-addr") : r_.addr_option);
+    if (!line || *line == address_warning_) return;
+    address_warning_ = std::move(*line);
+    ev_.warn(address_warning_);
+  }
+
   // --rank-order topology: node 0 says which node ranks share which switch or block, and why a node is
   // where it is (no address, a malformed one), once per round.
   void report_order(const std::vector<rdzv::JoinInfo>& nodes, int attempt) {
@@ -273,6 +315,7 @@ class RendezvousSession final : public Session {
   WorkerStoreHost store_;           // the workers' store, while this agent is node 0
   PortHold master_hold_;            // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
   std::atomic<int> node_rank_{-1};  // this agent's in the last round (the metrics thread reads it)
+  std::string address_warning_;     // the last warn_addresses line
   std::unique_ptr<MetricsServer> metrics_;  // --metrics-port; declared last: stopped first
 };
 

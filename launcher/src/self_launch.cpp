@@ -1,5 +1,6 @@
 #include "launcher/self_launch.hpp"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,14 +16,20 @@
 
 #include <fmt/format.h>
 
+#include "agent/command.hpp"
 #include "agent/io.hpp"
+#include "agent/policy.hpp"
+#include "agent/run_command.hpp"
 #include "agent/signals.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
 #include "core/requeue.hpp"
 #include "launcher/auth_setup.hpp"
+#include "launcher/health_check.hpp"
 #include "launcher/system.hpp"
 #include "store/auth.hpp"
+
+extern char** environ;
 
 namespace ddprun::launcher {
 
@@ -112,6 +119,9 @@ void record_self_launch_result(int code) {
 
 namespace {
 
+// scontrol answers within its own MessageTimeout; this only bounds a slurmctld that never does.
+constexpr std::chrono::milliseconds kScontrolTimeout{60000};
+
 volatile std::sig_atomic_t g_srun_pid = 0;
 constexpr int kPassedOn[] = {SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
@@ -119,8 +129,20 @@ void pass_on(int sig) {
   if (g_srun_pid > 0) ::kill(static_cast<pid_t>(g_srun_pid), sig);
 }
 
-// srun as a child of this process; its exit code as a shell gives it (128+S for a signal).
+std::string srun_error(int err) {
+  return fmt::format(
+      "cannot run srun to start ddprun on the allocation's nodes: {}; is Slurm's srun on PATH?",
+      std::strerror(err));
+}
+
+// srun as a child of this process; its exit code as a shell gives it (128+S for a signal). Between fork
+// and exec only async-signal-safe calls: an exec error comes back through a close-on-exec pipe.
 int run_srun(std::vector<char*>& cargv) {
+  const char* path_env = std::getenv("PATH");
+  const auto program = agent::find_in_path(cargv[0], path_env != nullptr ? path_env : "/usr/bin:/bin");
+  if (!program) throw core::Error(srun_error(ENOENT), 1);
+  int sync[2];
+  if (::pipe2(sync, O_CLOEXEC) != 0) throw core::Error(srun_error(errno), 1);
   agent::AllSignalsBlocked blocked;  // no signal between fork and knowing srun's pid
   struct sigaction sa {};
   sa.sa_handler = pass_on;
@@ -133,20 +155,29 @@ int run_srun(std::vector<char*>& cargv) {
     for (const int sig : kPassedOn) std::signal(sig, SIG_DFL);
     std::signal(SIGINT, SIG_DFL);
     sigprocmask(SIG_SETMASK, &blocked.old(), nullptr);
-    ::execvp(cargv[0], cargv.data());
-    fmt::print(stderr,
-               "ddprun: error: cannot run srun to start ddprun on the allocation's nodes: {}; is Slurm's "
-               "srun on PATH?\n",
-               std::strerror(errno));
-    ::_exit(1);
+    ::execve(program->c_str(), cargv.data(), environ);
+    const int err = errno;
+    [[maybe_unused]] const ssize_t w = ::write(sync[1], &err, sizeof err);
+    ::_exit(127);
   }
-  if (pid < 0) throw core::Error(fmt::format("cannot start srun: {}", std::strerror(errno)), 1);
+  const int fork_errno = errno;
+  ::close(sync[1]);
+  if (pid < 0) {
+    ::close(sync[0]);
+    throw core::Error(fmt::format("cannot start srun: {}", std::strerror(fork_errno)), 1);
+  }
   g_srun_pid = pid;
   blocked.restore();
+  int err = 0;
+  ssize_t n = 0;
+  while ((n = ::read(sync[0], &err, sizeof err)) < 0 && errno == EINTR) {
+  }
+  ::close(sync[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (n == static_cast<ssize_t>(sizeof err)) throw core::Error(srun_error(err), 1);
+  return agent::decode_wait_status(status).exit_code;
 }
 
 // Elastic mode: srun as a child, then the job's code from the agent on this host.
@@ -174,29 +205,69 @@ int run_elastic(std::vector<char*>& cargv) {
   return elastic_exit_code(srun_code, agent_code);
 }
 
-// `scontrol requeue TARGET`; its exit status, or why it could not run.
+// `scontrol requeue TARGET`: nullopt when Slurm accepted it, else why not (scontrol's own words
+// included). It keeps TERM and HUP ignored, as this process does: the requeue it asks for stops the
+// batch script, and scontrol must live to say whether slurmctld accepted it.
 std::optional<std::string> run_scontrol_requeue(const std::string& target) {
+  agent::CommandRequest req{{"scontrol", "requeue", target}, kScontrolTimeout};
+  req.output_cap = 2048;
+  req.keep_tail = true;
+  req.ignored_signals = {SIGTERM, SIGHUP};
+  const agent::CommandResult r = agent::run_command(req);
+  if (r.succeeded()) return std::nullopt;
+  std::string why = r.not_started ? *r.not_started : "scontrol " + agent::describe_run(r, req.timeout);
+  if (const std::string said = output_tail(r.output, 1); !said.empty()) why += ": " + said;
+  return why;
+}
+
+// `scontrol show job -o TARGET`: what Slurm says of the job now (the first 64 KiB); empty when it
+// cannot say (not on PATH, no answer).
+std::string show_job(const std::string& target) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
   const pid_t pid = ::fork();
   if (pid == 0) {
-    ::execlp("scontrol", "scontrol", "requeue", target.c_str(), static_cast<char*>(nullptr));
+    ::dup2(fds[1], 1);
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    if (null_fd >= 0) ::dup2(null_fd, 2);
+    ::execlp("scontrol", "scontrol", "show", "job", "-o", target.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  if (pid < 0) return fmt::format("cannot start scontrol: {}", std::strerror(errno));
+  ::close(fds[1]);
+  if (pid < 0) {
+    ::close(fds[0]);
+    return {};
+  }
+  std::string out;
+  char buf[4096];
+  while (out.size() < 65536) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);  // a longer answer: scontrol gets EPIPE and ends
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) return "scontrol not found on PATH";
-  return WIFEXITED(status) ? fmt::format("scontrol exited with code {}", WEXITSTATUS(status))
-                           : fmt::format("scontrol killed by signal {}", WTERMSIG(status));
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? out : std::string();
 }
 
 }  // namespace
 
 int requeue_if_asked(const core::Resolved& r, int code) {
-  if (r.requeue_on.empty()) return code;
-  switch (core::requeue_verdict(code, r.requeue_on, r.job.requeue_count, r.max_requeues)) {
+  if (r.requeue_on.empty() || r.requeue_on.count(code) == 0) return code;
+  const auto target = core::requeue_target(snapshot_environ());
+  // A listed code: was the job cancelled (scancel), or is it ending for a reason a requeue is for?
+  const core::JobEnd end = target ? core::job_end_from_scontrol(show_job(*target)) : core::JobEnd::unknown;
+  switch (core::requeue_verdict(code, r.requeue_on, r.job.requeue_count, r.max_requeues, end)) {
     case core::RequeueVerdict::not_listed:
+      return code;
+    case core::RequeueVerdict::cancelled:
+      fmt::print(
+          stderr,
+          "ddprun: exit code {} is in --requeue-on, but job {} was cancelled (scancel): not requeued\n", code,
+          target.value_or("?"));
       return code;
     case core::RequeueVerdict::budget_spent:
       fmt::print(stderr,
@@ -207,7 +278,6 @@ int requeue_if_asked(const core::Resolved& r, int code) {
     case core::RequeueVerdict::requeue:
       break;
   }
-  const auto target = core::requeue_target(snapshot_environ());
   if (!target) {
     fmt::print(stderr, "ddprun: error: --requeue-on: no SLURM_JOB_ID to requeue; exit code {} kept\n", code);
     return code;
@@ -225,8 +295,6 @@ int requeue_if_asked(const core::Resolved& r, int code) {
              code, *target, r.job.requeue_count + 1, r.max_requeues);
   return code;
 }
-
-namespace {}  // namespace
 
 void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv) {
   std::error_code ec;
@@ -271,10 +339,7 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   if (r.elastic || !r.requeue_on.empty())
     std::exit(requeue_if_asked(r, r.elastic ? run_elastic(cargv) : run_srun(cargv)));
   ::execvp(cargv[0], cargv.data());
-  throw core::Error(
-      fmt::format("cannot run srun to start ddprun on the allocation's nodes: {}; is Slurm's srun on PATH?",
-                  std::strerror(errno)),
-      1);
+  throw core::Error(srun_error(errno), 1);
 }
 
 }  // namespace ddprun::launcher

@@ -24,6 +24,10 @@ struct Round {
   std::vector<core::Worker> local;
   bool announce = false;  // this node prints the startup table
   bool standby = false;   // elastic: this node is a standby and runs no workers
+  // The job's rendezvous store, "HOST:PORT" and the run id it serves, named in the startup lines
+  // (where `ddprun top` and `stacks` read the job); empty where they cannot (standalone, per-task mode).
+  std::string store_endpoint;
+  std::string store_run_id;
 };
 
 class Session {

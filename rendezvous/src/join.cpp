@@ -343,19 +343,31 @@ void Rendezvous::Impl::wait_for_arrivals(PrefixStore& s) {
     }
     if (slice >= left || Clock::now() >= deadline) break;
     const auto ranks = joined_ranks(s);
-    opts_.on_progress(fmt::format("rendezvous {} waiting {:.0f} s: {} of {} node(s) joined; missing: {}",
+    const std::string refused = refusals();
+    opts_.on_progress(fmt::format("rendezvous {} waiting {:.0f} s: {} of {} node(s) joined; missing: {}{}",
                                   endpoint(), std::chrono::duration<double>(Clock::now() - start).count(),
                                   ranks.size(), opts_.nnodes_max,
-                                  describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts)));
+                                  describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts),
+                                  refused.empty() ? refused : "; " + refused));
   }
   const auto ranks = joined_ranks(s);
-  fail_join(
-      fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: {} of {} node(s) joined{}; never "
-                  "arrived: {}. Check that ddprun started on those nodes and can reach {} (--rdzv-timeout)",
-                  endpoint(), opts_.run_id, seconds(opts_.join_timeout), ranks.size(), opts_.nnodes_max,
-                  opts_.nnodes_min < opts_.nnodes_max ? fmt::format(" (need at least {})", opts_.nnodes_min)
-                                                      : std::string{},
-                  describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts), endpoint()));
+  // A node that reached the store and was refused (a wrong token, another run id) is named with why; the
+  // advice to check that ddprun started is for the nodes never heard of.
+  const std::string refused = refusals();
+  fail_join(fmt::format(
+      "rendezvous {} (run {}) timed out after {:.1f} s: {} of {} node(s) joined{}; never arrived: {}. {}",
+      endpoint(), opts_.run_id, seconds(opts_.join_timeout), ranks.size(), opts_.nnodes_max,
+      opts_.nnodes_min < opts_.nnodes_max ? fmt::format(" (need at least {})", opts_.nnodes_min)
+                                          : std::string{},
+      describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts),
+      refused.empty()
+          ? fmt::format("Check that ddprun started on those nodes and can reach {} (--rdzv-timeout)",
+                        endpoint())
+          : fmt::format("Meanwhile {} (--rdzv-timeout)", refused)));
+}
+
+std::string Rendezvous::Impl::refusals() const {
+  return server_ ? describe_refusals(server_->refusals()) : std::string();
 }
 
 // The join records of the nodes that joined, sorted by node rank.

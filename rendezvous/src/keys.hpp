@@ -119,6 +119,10 @@ inline std::optional<int> agent_node_rank(const std::string& label, int attempt)
 inline std::string result(int node_rank) {
   return fmt::format("result/{}", node_rank);
 }
+// The short connection an agent answers `ddprun stacks` on while its exit barrier holds the main one.
+inline std::string reply(int node_rank) {
+  return fmt::format("reply/{}", node_rank);
+}
 // The short connection an agent publishes its root cause on while its exit barrier holds the main one.
 inline std::string abort(int node_rank) {
   return fmt::format("abort/{}", node_rank);

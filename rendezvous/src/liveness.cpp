@@ -302,12 +302,16 @@ void Rendezvous::Impl::publish_lost(PrefixStore& s, int orig, const std::string&
     std::lock_guard lk(lost_mu_);
     dropped_.insert(orig);  // the next round does not wait for it (elastic)
   }
-  // A lost standby is dropped, nothing more; a node that reached a barrier is leaving, and its
-  // goodbye is not a failure.
-  if (standby || s.check({keys::left(orig)})) return;
+  // A lost standby is dropped, nothing more. A node that reached a barrier leaves once it passed, and
+  // that goodbye is not a failure; one lost while it waited there is (srun --kill-on-bad-exit then
+  // TERMs the other agents, whose stop must not be named first).
+  if (standby) return;
+  const bool at_barrier = s.check({keys::left(orig)});
+  if (at_barrier && s.check({keys::barrier_done("exit")})) return;
   core::Failure info;
-  info.reason = fmt::format("lost the agent on {} (node rank {}): {}",
-                            host.empty() ? std::string("an unknown host") : host, plan_rank, reason);
+  info.reason = fmt::format("lost the agent on {} (node rank {}){}: {}",
+                            host.empty() ? std::string("an unknown host") : host, plan_rank,
+                            at_barrier ? " at the exit barrier, its ranks done" : "", reason);
   info.host = host;
   info.node_rank = plan_rank;
   info.exit_code = 1;

@@ -26,26 +26,6 @@ namespace ddprun::rdzv {
 using detail::Clock;
 using nlohmann::json;
 
-// ---- pure helpers
-
-std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_max,
-                             const std::vector<std::string>& expected_hosts) {
-  const std::set<int> joined(joined_ranks.begin(), joined_ranks.end());
-  std::vector<std::string> parts;
-  for (int r = 0; r < nnodes_max; ++r) {
-    if (joined.contains(r)) continue;
-    const auto i = static_cast<std::size_t>(r);
-    if (i < expected_hosts.size() && !expected_hosts[i].empty()) {
-      parts.push_back(fmt::format("{} (node rank {})", expected_hosts[i], r));
-    } else {
-      parts.push_back(fmt::format("node rank {}", r));
-    }
-  }
-  return fmt::format("{}", fmt::join(parts, ", "));
-}
-
-// ---- Rendezvous
-
 Rendezvous::Impl::Impl(RendezvousOptions o) : opts_(std::move(o)) {
   if (opts_.nnodes_min < 1 || opts_.nnodes_max < opts_.nnodes_min) {
     throw store::Error(store::Error::Kind::usage,

@@ -82,6 +82,7 @@ class Rendezvous::Impl {
   bool wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start);
   void run_node0_round(const PlanFn& make_plan);
   void wait_for_arrivals(PrefixStore& s);
+  std::string refusals() const;  // node 0: describe_refusals of its store's refusals, "" elsewhere
   std::vector<int> wait_for_survivors(PrefixStore& s);  // the node ranks that joined
   bool elastic_round() const;
   bool start_errors_end_round() const;

@@ -122,10 +122,19 @@ bool Rendezvous::Impl::write_shared(const std::string& key, const std::string& v
       return true;
     }
     std::shared_ptr<TcpStore> conn;
+    bool beside = false;
     {
       std::unique_lock lk(barrier_mu_, std::try_to_lock);
-      if (!lk.owns_lock() || barrier_waiting_ || node0_lost_) return false;
+      if (!lk.owns_lock() || node0_lost_) return false;
+      beside = barrier_waiting_;
       conn = client_;
+    }
+    if (beside) {
+      // The exit barrier holds the connection for as long as the job runs elsewhere: a short one of its
+      // own (a `ddprun stacks` reply, rare), so that a node done with its work still answers.
+      auto side = connect_client(labels::reply(opts_.node_rank), Millis{0}, kPublishTimeout, kPublishTimeout);
+      side->set(key, value);
+      return true;
     }
     if (!conn || !conn->connected()) return false;
     return conn->try_set(key, value);

@@ -240,10 +240,14 @@ void C10dRelay::Impl::upstream_failed(const std::string& why) {
   const auto now = Clock::now();
   if (up_ready || (failing_since && now - *failing_since > opts.connect_timeout) || retry_fd < 0) {
     // Lost after it was up (node 0's store is gone: the attempt is over), or never reached in time.
+    // Lost with no worker connected, it is no news: this node's workers have ended, and node 0 closed its
+    // store for the next attempt's round or at the job's end.
     up_dead = true;
     a_connected = false;
-    log_line(fmt::format("worker store relay: {} node 0's store at {}:{}: {}",
-                         up_ready ? "lost" : "cannot reach", opts.upstream_host, opts.upstream_port, why));
+    if (!up_ready || !workers.empty()) {
+      log_line(fmt::format("worker store relay: {} node 0's store at {}:{}: {}",
+                           up_ready ? "lost" : "cannot reach", opts.upstream_host, opts.upstream_port, why));
+    }
     up_ready = false;
     while (!workers.empty()) close_worker(*workers.begin()->second, "node 0's store is gone", false);
     return;

@@ -202,8 +202,12 @@ bool TcpStore::heartbeat(bool want_pong) {
 
 std::vector<TcpStore::Event> TcpStore::poll_events(Millis timeout, int wake_fd) {
   const int f = impl_->fd.load();
-  if (f < 0)
+  if (f < 0) {
+    // Events a call set aside before the connection closed are still the peer's last word.
+    std::lock_guard elk(impl_->ev_mu);
+    if (!impl_->events.empty()) return std::exchange(impl_->events, {});
     throw Error(Error::Kind::io, fmt::format("store watch at {}: not connected", impl_->where), "watch");
+  }
   pollfd p[2] = {{f, POLLIN, 0}, {wake_fd, POLLIN, 0}};
   const int r = ::poll(p, wake_fd >= 0 ? 2 : 1,
                        static_cast<int>(std::min<Millis>(clamp_timeout(timeout), Millis{1 << 30}).count()));

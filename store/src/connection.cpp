@@ -124,8 +124,9 @@ asio::awaitable<void> StoreServer::Impl::session(ConnPtr c) {
     }
   } catch (const std::exception& e) {
     // Garbage, absurd lengths, HTTP, a request behind a blocked one: this peer goes, nobody else
-    // notices.
+    // notices. One that never said a valid hello is named like a refused one (rate-limited).
     ++n_dropped;
+    if (!c->hello_done) log_rejection(*c, {}, fmt::format("not the ddprun protocol ({})", e.what()));
     close(c, e.what());
   }
 }

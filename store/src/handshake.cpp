@@ -41,6 +41,7 @@ void StoreServer::Impl::handshake(const ConnPtr& c, const std::string& payload) 
   if (!why) why = refusal(h, opts.run_id, verifier);
   if (why) {
     ++n_refused;
+    record_refusal(*c, h.label, *why);
     log_rejection(*c, h.label, *why);
     c->close_after_write = true;
     c->close_reason = *why;
@@ -55,6 +56,22 @@ void StoreServer::Impl::handshake(const ConnPtr& c, const std::string& payload) 
   touch(*c);
   c->watchdog.cancel();  // its handler re-arms at the new deadline, if there is one
   send(c, proto::encode_response({proto::Status::ok, proto::kVersion, {}}));
+}
+
+void StoreServer::Impl::record_refusal(const Conn& c, const std::string& label, const std::string& why) {
+  std::string kept = label.substr(0, kMaxRefusalLabel);
+  for (char& ch : kept) {
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  }
+  const std::string peer = numeric_host_of(c.peer_addr);
+  std::lock_guard lk(refusals_mu);
+  for (auto& r : refusals) {
+    if (r.peer == peer && r.why == why && r.label == kept) {
+      ++r.count;
+      return;
+    }
+  }
+  if (refusals.size() < kMaxRefusalsKept) refusals.push_back({peer, std::move(kept), why, 1});
 }
 
 void StoreServer::Impl::log_rejection(const Conn& c, const std::string& label, const std::string& why) {

@@ -240,6 +240,11 @@ proto::Response StoreServer::apply(proto::Request q) const {
   throw Error(Error::Kind::io, "store apply: the store server has stopped", "apply");
 }
 
+std::vector<Refusal> StoreServer::refusals() const {
+  std::lock_guard lk(impl_->refusals_mu);
+  return impl_->refusals;
+}
+
 std::size_t StoreServer::labelled_count(const std::string& prefix) const {
   return labels(prefix).size();
 }

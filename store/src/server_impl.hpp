@@ -9,6 +9,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -105,6 +106,8 @@ struct StoreServer::Impl {
   std::atomic<std::size_t> n_conns{0};
   std::atomic<std::uint64_t> n_dropped{0};
   std::atomic<std::uint64_t> n_refused{0};
+  mutable std::mutex refusals_mu;
+  std::vector<Refusal> refusals;  // guarded by refusals_mu: written here, read by any thread
   auth::Verifier verifier;
   // A port scan or a misconfigured job must not flood node 0's stderr.
   auth::LogLimiter log_limit{5, std::chrono::seconds(10)};
@@ -154,6 +157,7 @@ struct StoreServer::Impl {
 
   // handshake.cpp
   void handshake(const ConnPtr& c, const std::string& payload);
+  void record_refusal(const Conn& c, const std::string& label, const std::string& why);
   void log_rejection(const Conn& c, const std::string& label, const std::string& why);
   void log_rejection_line(const std::string& why);
   void emit_log(const std::string& line);

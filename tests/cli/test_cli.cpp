@@ -4,11 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -261,6 +263,147 @@ TEST_CASE("help says which options read a DDPRUN_* variable", "[cli]") {
   auto h = run_process(cmdline({"--help"}));
   CHECK_THAT(h.out, !Catch::Contains("Every option also reads") && Catch::Contains("(Env:DDPRUN_<NAME>)") &&
                         Catch::Contains("DDPRUN_NPROC_PER_NODE"));
+  // Those that had none before issue 35 (docs/cli.md, "Precedence").
+  for (const char* var :
+       {"DDPRUN_ROLE", "DDPRUN_START_METHOD", "DDPRUN_MODULE", "DDPRUN_NO_PYTHON", "DDPRUN_RUN_PATH",
+        "DDPRUN_DRY_RUN", "DDPRUN_FORMAT", "DDPRUN_PREFIX", "DDPRUN_NO_PREFIX", "DDPRUN_TEE",
+        "DDPRUN_REDIRECTS", "DDPRUN_LOCAL_RANKS_FILTER", "DDPRUN_QUIET", "DDPRUN_RDZV_BACKEND",
+        "DDPRUN_RDZV_CONF", "DDPRUN_MONITOR_INTERVAL", "DDPRUN_USE_ENV"}) {
+    CHECK_THAT(h.out, Catch::Contains(std::string("(Env:") + var + ")"));
+  }
+}
+
+TEST_CASE("every option reads DDPRUN_<NAME>: a site's defaults in the environment reach the plan",
+          "[cli][precedence]") {
+  const std::map<std::string, std::string> site = {{"DDPRUN_ROLE", "trainer"},
+                                                   {"DDPRUN_PREFIX", "<{rank}> "},
+                                                   {"DDPRUN_FORMAT", "json"},
+                                                   {"DDPRUN_NO_PYTHON", "1"},
+                                                   {"DDPRUN_LOCAL_RANKS_FILTER", "0"}};
+  auto r = run_process(cmdline({"--dry-run", "--nproc-per-node", "2", "train.py"}), site);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);             // DDPRUN_FORMAT=json
+  CHECK(j.at("command") == nlohmann::json({"train.py"}));  // DDPRUN_NO_PYTHON: not python3 -u
+  CHECK(j.at("workers")[0].at("env").at("ROLE_NAME") == "trainer");
+  // A run: the prefix and the filter from the environment, the flag above them.
+  r = run_process(cmdline({"--nproc-per-node", "2", "--no-python", "--", "sh", "-c", "echo hi"}), site);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("<0> hi") && !Catch::Contains("<1> hi"));
+  r = run_process(
+      cmdline({"--nproc-per-node", "2", "--prefix", "[{rank}] ", "--no-python", "--", "sh", "-c", "echo hi"}),
+      site);
+  CHECK_THAT(r.out, Catch::Contains("[0] hi") && !Catch::Contains("<0>"));
+  // DDPRUN_QUIET: no startup table.
+  r = run_process(cmdline({"--no-python", "--", "true"}), {{"DDPRUN_QUIET", "1"}});
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("a node rank set once for the job under Slurm is refused at once, naming where it came from",
+          "[cli][slurm][error]") {
+  // An srun step: each node's rank is its SLURM_NODEID; one value for every node would be claimed twice.
+  auto env = slurm_step(1);
+  env["DDPRUN_NODE_RANK"] = "0";
+  check_bad({"--dry-run", "true"}, "DDPRUN_NODE_RANK=0 disagrees with SLURM_NODEID=1", env);
+  env = slurm_step(0);
+  env["PET_NODE_RANK"] = "1";  // left over from a torchrun script
+  check_bad({"--dry-run", "true"}, "PET_NODE_RANK=1 disagrees with SLURM_NODEID=0", env);
+  check_bad({"--dry-run", "--node-rank", "1", "true"}, "--node-rank 1 disagrees with SLURM_NODEID=0",
+            slurm_step(0));
+  // The same value as SLURM_NODEID (a per-node script) is fine.
+  env = slurm_step(1);
+  env["PET_NODE_RANK"] = "1";
+  auto r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), env);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  // A batch script: its options and environment reach every node's agent; refused before srun runs.
+  const std::map<std::string, std::string> batch = {
+      {"SLURM_JOB_ID", "77"},       {"SLURM_JOB_NODELIST", "node[1-2]"},
+      {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_NODEID", "0"},
+      {"SLURM_NTASKS", "2"},        {"SLURM_TASKS_PER_NODE", "1(x2)"},
+      {"DDPRUN_NODE_RANK", "1"}};
+  for (const auto& dry : {std::vector<std::string>{"--dry-run", "true"}, std::vector<std::string>{"true"}})
+    check_bad(dry, "DDPRUN_NODE_RANK=1 would reach the agent on every node this batch script starts", batch);
+}
+
+TEST_CASE("health check typos are usage errors (exit 2), never a node failure (exit 125)",
+          "[cli][health][error]") {
+  // --health-check takes the next word as its command: here a flag.
+  check_bad({"--health-check", "--nproc-per-node", "2", "true"},
+            "--health-check '--nproc-per-node' looks like an option, not a command");
+  check_bad({"--dry-run", "--health-check", "--nproc-per-node", "2", "true"}, "looks like an option");
+  check_bad({"--health-check", "", "true"}, "--health-check '' is empty (an unset variable?)");
+  check_bad({"--health-check", "true", "--health-check-timeout", "1e-7", "true"},
+            "--health-check-timeout 1e-07 must be a number of seconds from 1 to 86400");
+  check_bad({"--health-check", "true", "true"}, "DDPRUN_HEALTH_CHECK_TIMEOUT=0.0001 must be",
+            {{"DDPRUN_HEALTH_CHECK_TIMEOUT", "0.0001"}});
+  // What a good one still does: a failing check is the node's (125).
+  auto r = run_process(cmdline({"--health-check", "exit 3", "--no-python", "--", "true"}));
+  CHECK(r.code == 125);
+}
+
+TEST_CASE("the dry run shows --health-check and --requeue-on", "[cli][dryrun][health]") {
+  auto r = run_process(cmdline({"--dry-run", "--health-check", "/opt/check.sh gpu", "--health-check-timeout",
+                                "30", "--requeue-on", "143,200-203", "true"}),
+                       slurm_step(0));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("health check: each agent runs sh -c '/opt/check.sh gpu' before its first "
+                             "rendezvous round and before each restart's, for at most 30 s; a node whose "
+                             "check fails or times out exits 125 (--health-check)\n"));
+  CHECK_THAT(r.out,
+             Catch::Contains("requeue: --requeue-on 143,200-203 has no effect here: only a batch script's "
+                             "ddprun, which re-launches itself, requeues the job\n"));
+  r = run_process(cmdline({"--dry-run", "--format", "json", "--health-check", "true", "true"}));
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("health_check") == nlohmann::json({{"command", "true"}, {"timeout_s", 60.0}}));
+  CHECK_FALSE(j.contains("requeue_on"));
+  // In a batch script, where it applies.
+  const std::map<std::string, std::string> batch = {
+      {"SLURM_JOB_ID", "77"},      {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_JOB_NUM_NODES", "2"},
+      {"SLURM_NODEID", "0"},       {"SLURM_RESTART_COUNT", "1"},        {"DDPRUN_REQUEUE_ON", "143"},
+      {"DDPRUN_MAX_REQUEUES", "3"}};
+  r = run_process(cmdline({"--dry-run", "true"}), batch);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("requeue: a job ending with exit code 143 is requeued (scontrol requeue) "
+                             "while SLURM_RESTART_COUNT (1) is below --max-requeues 3 (--requeue-on)\n"));
+  r = run_process(cmdline({"--dry-run", "--format", "json", "true"}), batch);
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j.at("requeue_on") ==
+        nlohmann::json({{"codes", {143}}, {"max_requeues", 3}, {"restart_count", 1}, {"applies", true}}));
+  CHECK_FALSE(j.contains("health_check"));
+}
+
+TEST_CASE("a dry run whose node advertises a loopback address to nodes of other names warns",
+          "[cli][iface]") {
+  auto r = run_process(cmdline({"--dry-run", "--local-addr", "127.0.0.1", "true"}), slurm_step(0));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(
+      r.err ==
+      "ddprun: warning: gpu07 advertises 127.0.0.1, a loopback address (--local-addr 127.0.0.1), in a job of "
+      "2 "
+      "host names: the other nodes and the workers there would reach their own machine; choose the interface "
+      "of the network between the nodes (e.g. --rdzv-iface ib0)\n");
+  auto env = slurm_step(1);
+  env["DDPRUN_RDZV_IFACE"] = "lo";
+  r = run_process(cmdline({"--dry-run", "true"}), env);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: warning: gpu08 advertises 127.0.0.1, a loopback address "
+                                      "(DDPRUN_RDZV_IFACE=lo)"));
+  // Its own address, or several agents of one machine on loopback: nothing to say.
+  r = run_process(cmdline({"--dry-run", "--local-addr", "10.1.0.7", "true"}), slurm_step(0));
+  CHECK(r.err.empty());
+  r = run_process(cmdline({"--dry-run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint",
+                           "127.0.0.1:29400", "--local-addr", "127.0.0.1", "true"}));
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
 }
 
 TEST_CASE("standalone startup line names no run id", "[cli]") {
@@ -410,7 +553,7 @@ TEST_CASE("bad input table", "[cli][error]") {
     check_bad(with({"-m", "--no-python", "pkg"}), "-m and --no-python");
     // An interface this machine lacks: one line naming it and the interfaces it has (lo always).
     check_bad(with({"--rdzv-iface", "nosuchif0", "true"}), "--rdzv-iface nosuchif0: node ");
-    check_bad(with({"true"}), "no interface nosuchif0; its interfaces: lo",
+    check_bad(with({"true"}), "no interface nosuchif0; its interfaces that are up with an address: lo",
               {{"DDPRUN_RDZV_IFACE", "nosuchif0"}});
     check_bad(with({"--rdzv-iface", "lo", "--local-addr", "127.0.0.1", "true"}), "give one");
   }
@@ -825,4 +968,32 @@ TEST_CASE("rdzv endpoint HOST:0: the master serves on a free port, says which, a
   CHECK_THAT(
       plan.out,
       Catch::Contains("rendezvous store: 127.0.0.1, on a free port that node rank 0 prints when it starts"));
+}
+
+// Issue 37 §2: the Slurm queries ran through popen, so a squeue that could not run read as empty output:
+// "Slurm job 123 has no running step ... has the job finished", about a job that may well be running.
+TEST_CASE("top and stacks --job: squeue not on PATH is said as it is, in one line", "[cli][observe]") {
+  for (const std::string cmd : {"top", "stacks"}) {
+    std::vector<std::string> argv = {DDPRUN_EXE, cmd, "--job", "123"};
+    if (cmd == "top") argv.push_back("--once");
+    const auto r = run_process(argv, {{"PATH", "/nonexistent"}});
+    INFO(cmd << ": " << r.err);
+    CHECK(r.code == 1);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, Catch::StartsWith("ddprun " + cmd + ": error: squeue not found on PATH"));
+    CHECK_THAT(r.err, !Catch::Contains("has no running step"));
+  }
+}
+
+// Issue 37 §2: the health check was a bare fork and exec: it got the /dev/null its child opened and every
+// descriptor ddprun inherited from whatever started it, where a worker gets stdin, stdout and stderr only.
+TEST_CASE("health check: it runs with stdin, stdout and stderr alone, as a worker does", "[cli][health]") {
+  const int inherited = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC: ddprun inherits it
+  REQUIRE(inherited > 2);
+  const auto r = run_process({DDPRUN_EXE, "--standalone", "--nproc-per-node", "1", "--health-check",
+                              "ls /proc/$$/fd; exit 1", "--", "true"});
+  ::close(inherited);
+  INFO(r.err);
+  CHECK(r.code == 125);
+  CHECK_THAT(r.err, Catch::Contains("exited with code 1; output: 0 | 1 | 2; fix the node"));
 }

@@ -156,8 +156,9 @@ TEST_CASE("agents reading the token through a symbolic link meet", "[e2e][auth]"
 
 TEST_CASE("an agent with another token is refused and the master names it", "[e2e][auth]") {
   AuthJob job;
-  job.start_agent(0, "right-secret", "true", "8");
-  job.start_agent(1, "wrong-secret", "true", "8");
+  // 12 s: one "waiting" line (every 10 s) before the timeout's.
+  job.start_agent(0, "right-secret", "true", "12");
+  job.start_agent(1, "wrong-secret", "true", "12");
   CHECK(wait_for(job.agents[1], 120s));
   CHECK(wait_for(job.agents[0], 120s));
   INFO(job.agents[1].err());
@@ -175,6 +176,26 @@ TEST_CASE("an agent with another token is refused and the master names it", "[e2
     ++lines;
   }
   CHECK(lines == 1);
+  // Node 0's waiting line and its last line say who was refused and why, not only that node 1 never came.
+  const auto line_with = [&](const std::string& what) {
+    const auto at = master_err.find(what);
+    if (at == std::string::npos) return std::string();
+    const auto begin = master_err.rfind('\n', at);
+    return master_err.substr(begin == std::string::npos ? 0 : begin + 1,
+                             master_err.find('\n', at) - (begin == std::string::npos ? 0 : begin + 1));
+  };
+  const std::string refused =
+      "this store refused 1 connection from 127.0.0.1 as node rank 1: authentication failed: wrong token";
+  CHECK_THAT(line_with(" waiting 10 s: "),
+             Catch::StartsWith("ddprun: rendezvous 127.0.0.1:") &&
+                 Catch::EndsWith("1 of 2 node(s) joined; missing: node rank 1; " + refused +
+                                 " (DDPRUN_TOKEN / token file differs from node 0's)"));
+  CHECK_THAT(line_with(" timed out after "),
+             Catch::Contains(
+                 "timed out after 12.0 s: 1 of 2 node(s) joined; never arrived: node rank 1. Meanwhile " +
+                 refused) &&
+                 Catch::EndsWith("(--rdzv-timeout)"));
+  CHECK_THAT(master_err, !Catch::Contains("Check that ddprun started"));
   CHECK(leftovers_after(job.tag, 5s).empty());
 }
 

@@ -6,7 +6,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -194,6 +196,69 @@ TEST_CASE("chaos: a SIGKILLed agent leaves nothing of its workers' process group
   ::kill(agent.pid, SIGKILL);
   REQUIRE(wait_for(agent, 10s));
   CHECK(leftovers_after(token, 5s).empty());
+}
+
+// Issue 35 #17: the directories ddprun makes in TMPDIR without --log-dir (error files, heartbeat files,
+// the stacks hook) went with a normal end only; a SIGKILLed agent left all three behind.
+TEST_CASE("chaos: a SIGKILLed agent's private directories in TMPDIR go with it", "[e2e][chaos]") {
+  TempDir dir;
+  const std::string tmp = dir / "tmp";
+  std::filesystem::create_directories(tmp);
+  const std::string token = "ddprun-chaos-tmpdir-" + std::to_string(::getpid());
+  Proc agent = start(
+      agent_argv(1, 0, free_port(), {"/bin/sh", "-c", "touch \"$DIR/ready_$LOCAL_RANK\"; exec sleep 300"},
+                 {"--nproc-per-node", "2", "--hang-timeout", "600"}),
+      {{"DIR", dir.path()}, {"TOKEN", token}, {"TMPDIR", tmp}}, dir.path(), "agent");
+  REQUIRE(wait_file(dir / "ready_0"));
+  REQUIRE(wait_file(dir / "ready_1"));
+  const auto ddprun_dirs = [&tmp] {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(tmp)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ddprun-", 0) == 0) out.push_back(name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto made = ddprun_dirs();
+  INFO("made: " << made.size());
+  REQUIRE(made.size() == 3);  // ddprun-errors-*, ddprun-heartbeat-*, ddprun-stacks-*
+  ::kill(agent.pid, SIGKILL);
+  REQUIRE(wait_for(agent, 10s));
+  CHECK(leftovers_after(token, 10s).empty());
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (!ddprun_dirs().empty() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(20ms);
+  const auto left = ddprun_dirs();
+  INFO("left: " << (left.empty() ? std::string() : left.front()));
+  CHECK(left.empty());
+}
+
+// Issue 35 #25: the reaper, forked from the agent, showed the agent's whole command line and ignores
+// TERM: `kill $(pgrep -n -f 'ddprun ...')` hit the reaper and the job ran on.
+TEST_CASE(
+    "chaos: pgrep -f finds the agent by its command line, never its reaper, and that TERM stops the job",
+    "[e2e][chaos]") {
+  TempDir dir;
+  const std::string token = "ddprun-chaos-pgrep-" + std::to_string(::getpid());
+  const int port = free_port();
+  Proc agent = start(agent_argv(1, 0, port, {"/bin/sh", "-c", "touch \"$DIR/ready\"; exec sleep 300"}),
+                     {{"DIR", dir.path()}, {"TOKEN", token}}, dir.path(), "agent");
+  REQUIRE(wait_file(dir / "ready"));
+  const std::string pattern =
+      "ddprun --nnodes 1 --node-rank 0 --rdzv-endpoint 127.0.0.1:" + std::to_string(port);
+  // pgrep itself, not through a shell: a shell's command line would hold the pattern too.
+  Proc all = start({"/usr/bin/pgrep", "-f", "--", pattern}, {}, dir.path(), "pgrep_all");
+  REQUIRE(wait_for(all, 30s));
+  INFO("pgrep -f: " << all.out());
+  CHECK(all.out() == std::to_string(agent.pid) + "\n");
+  // What a user types to stop the job: kill $(pgrep -n -f 'ddprun ...').
+  Proc newest = start({"/usr/bin/pgrep", "-n", "-f", "--", pattern}, {}, dir.path(), "pgrep_newest");
+  REQUIRE(wait_for(newest, 30s));
+  REQUIRE_FALSE(newest.out().empty());
+  ::kill(static_cast<pid_t>(std::stoi(newest.out())), SIGTERM);
+  CHECK(wait_for(agent, 60s));
+  CHECK(agent.code == 143);
+  CHECK(leftovers_after(token, 10s).empty());
 }
 
 namespace {

@@ -112,6 +112,15 @@ TEST_CASE("metrics port: node 0 serves every rank's series in Prometheus text fo
   CHECK(http(port, "POST /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405 ", 0) == 0);
   CHECK(http(port, "\x16\x03\x01 garbage\r\n\r\n").rfind("HTTP/1.1 400 ", 0) == 0);
   CHECK(http(port, std::string(20000, 'A')).rfind("HTTP/1.1 400 ", 0) == 0);
+  // The head limit is 8 KiB, blank line included: a scrape whose head is one byte longer is 400.
+  const auto padded = [](std::size_t total) {
+    const std::string start = "GET /metrics HTTP/1.1\r\nX-Pad: ";
+    return start + std::string(total - start.size() - 4, 'p') + "\r\n\r\n";
+  };
+  CHECK(padded(8192).size() == 8192);
+  CHECK(http(port, padded(8192)).rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(http(port, padded(8193)).rfind("HTTP/1.1 400 ", 0) == 0);
+  CHECK(http(port, padded(10 * 1024)).rfind("HTTP/1.1 400 ", 0) == 0);
   // Still serving after those.
   CHECK(get_metrics(port).rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
   // Looking changed nothing: the job ends as it would have.

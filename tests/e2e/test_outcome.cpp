@@ -143,3 +143,44 @@ TEST_CASE("after SIGUSR1 every rank stops on its own: node 0's job summary says 
   CHECK(std::regex_search(lead, kRow1));
   CHECK(leftovers_after(job.token, 5s).empty());
 }
+
+TEST_CASE("srun's TERM during a hang's teardown is not reported as the cause: the hang is",
+          "[e2e][outcome][signals][hang]") {
+  // srun --kill-on-bad-exit TERMs node 0 once another node has exited 124; node 0's rank is still
+  // stopping (it takes 3 s).
+  Job job;
+  job.start(2, 1,
+            sh("trap 'touch \"$DIR/stopping.$RANK\"; sleep 3; exit 0' TERM; while :; do sleep 0.1; done"),
+            {"--hang-timeout", "2"});
+  REQUIRE(wait_file(job.dir / "stopping.0", 60s));
+  ::kill(job.agents[0].pid, SIGTERM);
+  job.wait_all();
+  const std::string lead = job.agents[0].err();
+  INFO(lead);
+  CHECK(job.agents[0].code == 124);
+  CHECK_THAT(lead, Catch::Contains("job hung with exit code 124"));
+  CHECK_THAT(lead, !Catch::Contains("received by ddprun") && !Catch::Contains("ddprun got SIGTERM"));
+  CHECK(leftovers_after(job.token, 5s).empty());
+}
+
+TEST_CASE("a node lost while it waits at the exit barrier is the root cause, not the TERM that follows",
+          "[e2e][outcome][signals]") {
+  // Node 2's rank is done; its agent dies at the exit barrier; srun --kill-on-bad-exit then TERMs the
+  // other agents, whose ranks still run.
+  Job job;
+  job.start(3, 1, sh("if [ \"$RANK\" = 2 ]; then touch \"$DIR/done\"; exit 0; fi; exec " + kFake + " hang"));
+  REQUIRE(wait_file(job.dir / "done"));
+  std::this_thread::sleep_for(1s);  // node 2's agent reaches its exit barrier
+  ::kill(job.agents[2].pid, SIGKILL);
+  std::this_thread::sleep_for(1s);  // srun notices the task's end
+  ::kill(job.agents[0].pid, SIGTERM);
+  ::kill(job.agents[1].pid, SIGTERM);
+  job.wait_all();
+  for (std::size_t n : {0u, 1u}) {
+    INFO("agent " << n << ":\n" << job.agents[n].err());
+    CHECK(job.agents[n].code == 1);
+    CHECK_THAT(job.agents[n].err(), Catch::Contains("(node rank 2) at the exit barrier, its ranks done"));
+    CHECK_THAT(job.agents[n].err(), !Catch::Contains("received SIGTERM"));
+  }
+  CHECK(leftovers_after(job.token, 5s).empty());
+}

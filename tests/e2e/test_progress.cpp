@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "e2e/job.hpp"
 
 using namespace ddprun::test;
@@ -48,6 +50,25 @@ TEST_CASE("no progress: a job failing at the same step stops after K restarts wi
   }
   // The first attempt and two restarts, not the ten --max-restarts allows.
   CHECK(attempts_started(job.dir.path()) == 3);
+}
+
+TEST_CASE("no progress: the error file holds the last attempt's report and the job's own exit code 123",
+          "[e2e][progress]") {
+  Job job;
+  start_two(
+      job, "1200",
+      {"--max-restarts", "10", "--max-restarts-without-progress", "1", "--error-file", job.dir / "err.json"});
+  for (auto& a : job.agents) REQUIRE(wait_for(a, 240s));
+  for (int node = 0; node < 2; ++node) {
+    INFO("node " << node << ": " << job.agents[static_cast<std::size_t>(node)].err());
+    CHECK(job.agents[static_cast<std::size_t>(node)].code == 123);
+    const std::string path = job.dir / ("err.node" + std::to_string(node) + ".json");
+    REQUIRE(std::filesystem::exists(path));
+    const auto report = nlohmann::json::parse(read_file(path));
+    CHECK(report["exit_code"] == 3);  // the last attempt's: rank 1 exited 3
+    CHECK(report["attempt"] == 1);
+    CHECK(report["job_exit_code"] == 123);  // what ddprun exited with
+  }
 }
 
 TEST_CASE("no progress: a job that gets further on every attempt keeps restarting to --max-restarts",

@@ -2,6 +2,7 @@
 // over another's), and one job-wide summary on node 0 instead of a report on every node.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -238,4 +239,27 @@ TEST_CASE("the summary table stars every worker ddprun stopped, one that exited 
   static const std::regex kRow0(R"(\n +0 +0  \S+ +0 \* +\d+\.\d\ds\n)");
   CHECK(std::regex_search(err, kRow0));
   CHECK_THAT(err, Catch::Contains("  * stopped by ddprun during teardown"));
+}
+
+TEST_CASE(
+    "a command that cannot start on one node: every node exits 127, the others' workers stopped, no pid",
+    "[e2e][summary][command]") {
+  // Node 0 runs its workers; node 1 cannot start the interpreter, which it finds only after the rendezvous.
+  Job job;
+  const std::string script = job.dir / "train.py";
+  std::ofstream(script) << "import time\nopen(__import__('os').environ['DIR'] + '/started', 'w').close()\n"
+                           "time.sleep(300)\n";
+  job.extra_of[1] = {"--python", "/nonexistent/python"};
+  job.start(2, 1, {script}, {"--rdzv-auth", "none", "--python", "/usr/bin/python3"});
+  job.wait_all();
+  const std::string lead = job.agents[0].err();
+  INFO(lead);
+  INFO(job.agents[1].err());
+  CHECK(job.agents[0].code == 127);
+  CHECK(job.agents[1].code == 127);
+  CHECK_THAT(lead, Catch::Contains("python interpreter '/nonexistent/python' not found"));
+  // The root cause names no pid for a command that never ran.
+  CHECK_THAT(lead, Catch::Contains("  pid       : none (the command never started)\n") &&
+                       !Catch::Contains("  pid       : 0\n"));
+  CHECK(leftovers_after(job.token, 5s).empty());
 }

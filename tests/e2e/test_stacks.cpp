@@ -180,3 +180,98 @@ TEST_CASE(
   CHECK_THAT(err, Catch::Contains("in stuck_here_abc"));
   CHECK(std::filesystem::exists(job.dir / "term"));
 }
+
+// Issue 35 #22: Python started with -I or -E ignores PYTHONFAULTHANDLER (and PYTHONPATH, so the stacks
+// hook): SIGABRT only killed the worker, and the report blamed an unset PYTHONFAULTHANDLER.
+TEST_CASE(
+    "hang: a Python rank run with -I or -E gets its native stack and a line naming the flag, "
+    "with -X faulthandler its Python stack",
+    "[e2e][stacks][hang]") {
+  const std::vector<std::vector<std::string>> flag_sets = {{"-I"}, {"-E"}, {"-I", "-X", "faulthandler"}};
+  for (const auto& flags : flag_sets) {
+    Job job;
+    std::ofstream(job.dir / "hung.py") << "import os, signal, sys, time\n"
+                                          "def on_term(signum, frame):\n"
+                                          "    open(os.path.join(os.environ['DIR'], 'term'), 'w').close()\n"
+                                          "    sys.exit(0)\n"
+                                          "signal.signal(signal.SIGTERM, on_term)\n"
+                                          "def stuck_here_abc():\n"
+                                          "    print('started', flush=True)\n"
+                                          "    while True:\n"
+                                          "        time.sleep(0.05)\n"
+                                          "stuck_here_abc()\n";
+    std::vector<std::string> cmd = {"python3"};
+    cmd.insert(cmd.end(), flags.begin(), flags.end());
+    cmd.push_back(job.dir / "hung.py");
+    job.start(1, 1, cmd, {"--hang-timeout", "2"});
+    job.wait_all();
+    const std::string err = job.agents[0].err();
+    INFO(flags.front() << " " << flags.size() << "\n" << err);
+    CHECK(job.agents[0].code == 124);
+    CHECK_THAT(err, !Catch::Contains("PYTHONFAULTHANDLER unset"));
+    if (flags.size() == 1) {
+      CHECK_THAT(err, Catch::Contains("this Python runs with " + flags.front() +
+                                      ", which ignores PYTHONFAULTHANDLER"));
+      CHECK_THAT(err, Catch::Contains("native stack (eu-stack)"));
+      CHECK_THAT(err, Catch::Contains("#0 ") || Catch::Contains("eu-stack not installed"));
+      CHECK(std::filesystem::exists(job.dir / "term"));  // not aborted: its SIGTERM handler ran
+    } else {
+      CHECK_THAT(err, Catch::Contains("in stuck_here_abc"));
+    }
+  }
+}
+
+TEST_CASE(
+    "ddprun stacks: a node whose ranks ended answers from its exit barrier, and a node that does not answer "
+    "is exit 1",
+    "[e2e][stacks]") {
+  // The usual hang: one node's ranks are done and its agent waits at the exit barrier while a rank
+  // elsewhere is stuck. Node 0 done first, then node 1 (whose barrier holds its store connection).
+  for (const int done : {0, 1}) {
+    CAPTURE(done);
+    Job job;
+    job.env["DDPRUN_TOKEN"] = kSecret;
+    job.start(2, 1,
+              sh("echo ready; if [ \"$RANK\" = " + std::to_string(done) + " ]; then exit 0; fi; exec " +
+                 kFake + " wait-file \"$DIR/go\""),
+              {"--rdzv-id", "barrierjob", "--rdzv-auth", "token"});
+    // Until top shows the done rank ended and the other one running.
+    bool seen = false;
+    for (int i = 0; i < 240 && !seen; ++i) {
+      auto args = target(job, "barrierjob");
+      args.insert(args.end(), {"--once", "--format", "json"});
+      const Run r = run_cmd(job, "top", args);
+      if (r.code == 0) {
+        const auto j = nlohmann::json::parse(r.out);
+        const auto ended = static_cast<std::size_t>(done);
+        seen = j["ranks"].size() == 2 && j["ranks"][ended]["state"] == "exited" &&
+               j["ranks"][1 - ended]["state"] == "running";
+      }
+      if (!seen) std::this_thread::sleep_for(250ms);
+    }
+    REQUIRE(seen);
+    const Run all = run_cmd(job, "stacks", target(job, "barrierjob"));
+    INFO(all.out << all.err);
+    CHECK(all.code == 0);
+    CHECK(all.err.empty());
+    CHECK_THAT(all.out, Catch::Contains("rank " + std::to_string(done) +
+                                        ":\n  (no stack: the worker has ended, exit code 0)") &&
+                            Catch::Contains("nanosleep"));
+    if (done == 0) {
+      // The node whose rank is live stops answering (its agent stopped): the stacks that came are
+      // printed, and the command fails naming the silent node.
+      ::kill(job.agents[1].pid, SIGSTOP);
+      auto args = target(job, "barrierjob");
+      args.insert(args.end(), {"--timeout", "2"});
+      const Run partial = run_cmd(job, "stacks", args);
+      ::kill(job.agents[1].pid, SIGCONT);
+      INFO(partial.out << partial.err);
+      CHECK(partial.code == 1);
+      CHECK_THAT(partial.out, Catch::Contains("(no stack: the worker has ended, exit code 0)"));
+      CHECK_THAT(partial.err, Catch::Contains("node ranks 1 did not answer within 2 s"));
+      CHECK(line_count(partial.err) == 1);
+    }
+    std::ofstream(job.dir / "go").put('\n');
+    job.wait_all();
+  }
+}

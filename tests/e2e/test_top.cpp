@@ -8,6 +8,11 @@
 #include <pty.h>
 #include <termios.h>
 
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
 #include <nlohmann/json.hpp>
 
 #include "e2e/job.hpp"
@@ -35,12 +40,14 @@ struct TopRun {
   std::string out, err;
 };
 
-TopRun run_top(Job& job, const std::vector<std::string>& args, const std::string& token = kSecret) {
+// `ddprun top` (or `sub`) with DDPRUN_TOKEN set to `token` (unset when empty) and `env` added.
+TopRun run_top(Job& job, const std::vector<std::string>& args, const std::string& token = kSecret,
+               std::map<std::string, std::string> env = {}, const std::string& sub = "top") {
   static int n = 0;
-  std::vector<std::string> argv = {DDPRUN_EXE, "top"};
+  std::vector<std::string> argv = {DDPRUN_EXE, sub};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::map<std::string, std::string> env = {{"DDPRUN_TOKEN", token}};
-  auto p = start(argv, env, job.dir.path(), "top" + std::to_string(n++));
+  if (!token.empty()) env["DDPRUN_TOKEN"] = token;
+  auto p = start(argv, env, job.dir.path(), sub + std::to_string(n++));
   TopRun r;
   CHECK(wait_for(p, 60s));  // every step of top is bounded: a hang fails here
   r.code = p.code;
@@ -55,19 +62,23 @@ std::vector<std::string> target(const Job& job, const std::string& id) {
 
 // Snapshots until `ok` holds for one (the agents publish about once a second).
 nlohmann::json snapshot_until(Job& job, const std::string& id,
-                              const std::function<bool(const nlohmann::json&)>& ok) {
+                              const std::function<bool(const nlohmann::json&)>& ok,
+                              const std::string& token = kSecret,
+                              const std::map<std::string, std::string>& env = {}) {
   nlohmann::json last;
+  std::string err;
   for (int i = 0; i < 120; ++i) {
     auto args = target(job, id);
     args.insert(args.end(), {"--once", "--format", "json"});
-    const TopRun r = run_top(job, args);
+    const TopRun r = run_top(job, args, token, env);
+    err = r.err;
     if (r.code == 0) {
       last = nlohmann::json::parse(r.out);
       if (ok(last)) return last;
     }
     std::this_thread::sleep_for(250ms);
   }
-  FAIL("no snapshot matched; last: " << last.dump());
+  FAIL("no snapshot matched; last: " << last.dump() << " " << err);
   return last;
 }
 
@@ -139,6 +150,10 @@ TEST_CASE("ddprun top --once --format json lists every rank with pid and last li
     INFO(a.err());
     CHECK(a.code == 0);
   }
+  // Node 0's startup lines named where top reads the job.
+  CHECK_THAT(job.agents[0].err(),
+             Catch::Contains("ddprun: rendezvous store 127.0.0.1:" + std::to_string(job.port) +
+                             ", run id 'topjob': ddprun top and ddprun stacks read the job"));
 }
 
 TEST_CASE("ddprun top shows the step a rank wrote to its heartbeat file", "[e2e][top]") {
@@ -173,7 +188,8 @@ TEST_CASE("ddprun top: a wrong id, a wrong token and a finished job are one line
   CHECK(a.code == 1);
   CHECK(a.out.empty());
   CHECK(line_count(a.err) == 1);
-  CHECK_THAT(a.err, Catch::Contains("no job with --rdzv-id wrongid"));
+  CHECK_THAT(a.err, Catch::Contains("no job with --rdzv-id wrongid") &&
+                        Catch::Contains("the store there serves another run ('rightid')"));
 
   auto right = target(job, "rightid");
   right.push_back("--once");
@@ -204,7 +220,8 @@ struct PtyRun {
   bool sane = false;
 };
 
-PtyRun run_top_in_pty(Job& job, const std::string& id, const std::string& keys) {
+PtyRun run_top_in_pty(Job& job, const std::string& id, const std::string& keys,
+                      const std::function<void()>& once_drawn = {}) {
   PtyRun res;
   int master = -1, slave = -1;
   winsize ws{};
@@ -253,6 +270,7 @@ PtyRun run_top_in_pty(Job& job, const std::string& id, const std::string& keys) 
     return n;
   };
   CHECK(read_until([&] { return frames() >= 2 && res.screen.find("hello from 3") != std::string::npos; }));
+  if (once_drawn) once_drawn();
   for (char k : keys) {
     if (k == 'n') {
       REQUIRE(::write(master, "n", 1) == 1);
@@ -318,4 +336,82 @@ TEST_CASE(
   std::ofstream(job.dir / "go").put('\n');
   job.wait_all();
   for (auto& a : job.agents) CHECK(a.code == 0);
+}
+
+TEST_CASE("ddprun top's live view says the job finished when it ends under it, exit 0, the terminal sane",
+          "[e2e][top]") {
+  Job job;
+  start_job(job, "endjob");
+  snapshot_until(job, "endjob", [](const nlohmann::json& j) { return j["ranks"].size() == 4; });
+  // The job ends while the view is up: node 0's store closes after saying so.
+  const PtyRun r = run_top_in_pty(job, "endjob", "", [&job] { std::ofstream(job.dir / "go").put('\n'); });
+  INFO(r.screen.substr(r.screen.size() > 2000 ? r.screen.size() - 2000 : 0));
+  CHECK(r.code == 0);
+  CHECK(r.sane);
+  CHECK_THAT(r.screen, Catch::Contains("\x1b[?25h\x1b[?1049l") &&
+                           Catch::EndsWith("ddprun top: the job at 127.0.0.1:" + std::to_string(job.port) +
+                                           " (--rdzv-id endjob) has finished\r\n"));
+  CHECK_THAT(r.screen, !Catch::Contains("stopped answering") && !Catch::Contains("error"));
+  job.wait_all();
+  for (auto& a : job.agents) CHECK(a.code == 0);
+}
+
+TEST_CASE("ddprun top and stacks read the token file from DDPRUN_TOKEN_FILE, as the agents do",
+          "[e2e][top]") {
+  Job job;
+  const std::string file = job.dir / "token";
+  std::ofstream(file) << kSecret;
+  std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace);
+  // The agents take the secret from the file; so must top and stacks, with no DDPRUN_TOKEN in sight.
+  job.env["DDPRUN_TOKEN_FILE"] = file;
+  job.start(2, 1, sh("echo \"hello from $RANK\"; while [ ! -e \"$DIR/go\" ]; do sleep 0.1; done"),
+            {"--rdzv-id", "filejob", "--rdzv-auth", "token"});
+  const std::map<std::string, std::string> env = {{"DDPRUN_TOKEN_FILE", file}};
+  const auto snap = snapshot_until(
+      job, "filejob", [](const nlohmann::json& j) { return j["ranks"].size() == 2; }, "", env);
+  CHECK(snap["job"]["run_id"] == "filejob");
+  const TopRun stacks = run_top(job, target(job, "filejob"), "", env, "stacks");
+  INFO(stacks.err);
+  CHECK(stacks.code == 0);
+  CHECK_THAT(stacks.out, Catch::Contains("TID"));  // both ranks' stacks, no node missing
+  CHECK(stacks.err.empty());
+  std::ofstream(job.dir / "go").put('\n');
+  job.wait_all();
+  for (auto& a : job.agents) CHECK(a.code == 0);
+}
+
+TEST_CASE(
+    "ddprun top and stacks find the store where node 0's failover moved it, and the survivors say where",
+    "[e2e][top][elastic]") {
+  // Three agents of an elastic job on one host: node 0 is SIGKILLed, the first survivor serves a fresh
+  // store one port up and the job goes on at world size 2.
+  Job job;
+  job.env["DDPRUN_TOKEN"] = kSecret;
+  job.start(
+      3, 1,
+      sh("echo \"attempt $TORCHELASTIC_RESTART_COUNT rank $RANK\"; while [ ! -e \"$DIR/go\" ]; do sleep "
+         "0.1; done"),
+      {"--rdzv-id", "movejob", "--rdzv-auth", "token", "--nnodes", "2:3", "--max-restarts", "1"});
+  snapshot_until(job, "movejob", [](const nlohmann::json& j) { return j["ranks"].size() == 3; });
+  ::kill(job.agents[0].pid, SIGKILL);
+  // The view from where the job started: the new store, attempt 1, two ranks.
+  const auto moved = snapshot_until(job, "movejob", [](const nlohmann::json& j) {
+    return j["job"]["attempt"] == 1 && j["ranks"].size() == 2 && j["ranks"][1]["state"] == "running";
+  });
+  CHECK(moved["job"]["world_size"] == 2);
+  CHECK(moved["job"]["endpoint"] != "127.0.0.1:" + std::to_string(job.port));
+  const TopRun stacks = run_top(job, target(job, "movejob"), kSecret, {}, "stacks");
+  INFO(stacks.out << stacks.err);
+  CHECK(stacks.code == 0);
+  CHECK_THAT(stacks.out, Catch::Contains("TID"));  // both ranks' stacks, no node missing
+  CHECK(stacks.err.empty());
+  std::ofstream(job.dir / "go").put('\n');
+  for (std::size_t n : {1u, 2u}) {
+    REQUIRE(wait_for(job.agents[n], 120s));
+    INFO(job.agents[n].err());
+    CHECK(job.agents[n].code == 0);
+    CHECK_THAT(job.agents[n].err(), Catch::Contains("node 0 was lost: the rendezvous store moved to ") &&
+                                        Catch::Contains(":" + std::to_string(job.port + 1) + " "));
+  }
 }

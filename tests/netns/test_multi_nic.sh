@@ -126,7 +126,7 @@ grep -qF "master [fd77:6::1]:" "$WORK/v6/agent0.err" || fail "v6: the startup ta
 # 3. A wrong interface on node 1: one line there naming it and the interfaces that exist; node 0 ends with it.
 run wrong fab0 ib9 gloo
 [[ $RC1 == 2 ]] || fail "wrong: node 1 exited $RC1, expected 2"
-want="ddprun: error: --rdzv-iface ib9: node nodeb has no interface ib9; its interfaces: lo, mgmt0, fab0, fab6;"
+want="ddprun: error: --rdzv-iface ib9: node nodeb has no interface ib9; its interfaces that are up with an address: lo, mgmt0, fab0, fab6;"
 grep -qF "$want" "$WORK/wrong/agent1.err" || fail "wrong: node 1 did not say '$want'"
 [[ $(grep -c . "$WORK/wrong/agent1.err") == 1 ]] || fail "wrong: node 1 said more than one line"
 [[ $RC0 == 2 ]] || fail "wrong: node 0 exited $RC0, expected node 1's 2"

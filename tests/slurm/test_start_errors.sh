@@ -3,7 +3,8 @@
 # too few cores for --cpu-bind cores) reaches every node: the failing agent still reaches the store and
 # publishes it, so every agent ends with its exit code and names the node, instead of waiting --rdzv-timeout
 # and blaming the node that failed to come (or, under srun --kill-on-bad-exit as self-launch runs it, being
-# killed by SIGTERM: 143).
+# killed by SIGTERM: 143). A node rank set for the whole job (DDPRUN_NODE_RANK, PET_NODE_RANK) is such an
+# error on every node whose SLURM_NODEID it is not.
 source "$(dirname "$0")/lib.sh"
 setup
 need_ddprun
@@ -52,4 +53,28 @@ timeout 200 srun -N2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --whole
 rc=$?
 check cores 1 'cpu-bind cores: 2 workers but only 1 core'
 expect_eq "srun exit code (--kill-on-bad-exit)" 2 "$rc"
+
+# A node rank set once for the whole step (issue 35): each node's is its SLURM_NODEID, so node id 1 refuses
+# DDPRUN_NODE_RANK=0 at once and node id 0 ends with its line, instead of both claiming node rank 0.
+note "srun ddprun with DDPRUN_NODE_RANK=0 on every node"
+DDPRUN_NODE_RANK=0 timeout 200 srun -N2 --ntasks-per-node=1 -l "$DDPRUN" --rdzv-timeout 60 --no-python -- true \
+  > noderank.out 2> noderank.err
+rc=$?
+check noderank 1 'DDPRUN_NODE_RANK=0 disagrees with SLURM_NODEID=1 of this node'
+expect_eq "srun exit code (DDPRUN_NODE_RANK=0)" 2 "$rc"
+
+# In a batch script the refusal comes before srun: every node's agent would get the same node rank.
+note "a batch script with PET_NODE_RANK=1 left from a torchrun script"
+cat > noderank.sh <<EOS
+#!/bin/bash
+export PET_NODE_RANK=1
+"$DDPRUN" --rdzv-timeout 60 --no-python -- true
+EOS
+j=$(submit -N2 -o noderank_job.out noderank.sh)
+st=$(wait_job "$j" 120) || fail "job $j did not finish (state $st)"
+sed 's/^/   /' noderank_job.out
+expect_job "$j" FAILED 2:0
+grep -q '^ddprun: error: PET_NODE_RANK=1 would reach the agent on every node this batch script starts ddprun on (2 nodes)' \
+  noderank_job.out || fail "the batch script's ddprun did not refuse PET_NODE_RANK"
+note "ok: a job-wide node rank is refused in a step and in a batch script"
 pass

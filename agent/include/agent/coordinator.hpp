@@ -82,7 +82,8 @@ class Coordinator {
   }
   // `ddprun stacks` (docs/observe.md), from the status thread: the latest request the store pushed
   // to this agent (nullopt: none), and the write of this node's answer under `key`. Neither waits
-  // on the store or the other nodes; false: not written this time.
+  // on the other nodes (the write, beside a waiting exit barrier, takes a short connection of its own,
+  // bounded); false: not written this time.
   virtual std::optional<std::string> stacks_request() { return std::nullopt; }
   virtual bool write_shared(const std::string& key, const std::string& value) {
     (void)key;

@@ -46,6 +46,16 @@ std::chrono::milliseconds hang_poll_interval(std::chrono::milliseconds timeout);
 // whose program is named python* (e.g. `python3 train.py` with --no-python).
 bool python_worker(const CommandSpec& spec);
 
+// What a Python process's own command line (/proc/PID/cmdline: the interpreter, its options, then
+// the script, -m or -c) says about its stack on SIGABRT. -I and -E make Python ignore every PYTHON*
+// variable: PYTHONFAULTHANDLER, and PYTHONPATH, so ddprun's stacks hook too; -X faulthandler turns
+// faulthandler on whatever the environment. Pure; options after the script are the script's.
+struct PythonFlags {
+  char ignores_env = 0;       // 'I' or 'E' (the first given), 0 without either
+  bool faulthandler = false;  // -X faulthandler
+};
+PythonFlags python_flags(const std::vector<std::string>& argv);
+
 // A worker's variables with --hang-timeout: DDPRUN_HEARTBEAT_FILE, and for Python
 // PYTHONFAULTHANDLER=1 unless the user set it (in `base`, the agent's environment, or `env`), so
 // that SIGABRT makes faulthandler dump every thread.

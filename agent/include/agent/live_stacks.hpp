@@ -44,6 +44,8 @@ class PythonStackHook {
                                          const std::vector<std::string>& base, int rank);
   // The stacks file handed to rank `rank`; "" without the hook.
   std::string file(int rank) const;
+  // The hook's private directory; "" until made.
+  const std::string& private_dir() const { return dir_.path(); }
 
  private:
   bool prepare();

@@ -49,6 +49,8 @@ class ErrorFiles {
   // The rank's path, with any file left there by an earlier run removed (its directory must exist:
   // the log relay makes the rank's log directory).
   std::string prepare(int rank) const;
+  // The private directory the files are in; "" with --log-dir.
+  const std::string& private_dir() const { return temp_dir_.path(); }
 
  private:
   std::optional<std::string> log_dir_;

@@ -41,7 +41,7 @@ struct RunResult {
   bool success = false;               // every local worker exited 0, no abort, no signal
   std::optional<Failure> root_cause;  // the job's root cause (maybe from another node)
   std::vector<WorkerExit> exits;      // local workers in local-rank order (empty if none started)
-  bool stopped_by_signal = false;     // TERM/INT/HUP/QUIT reached the agent: do not restart
+  bool stopped_by_signal = false;     // TERM/INT/HUP/QUIT reached the agent: no restart (after_stop)
   int signal = 0;                     // that signal
   bool spawn_failed = false;          // the command could not be started: restarting cannot help
   bool remote_abort = false;          // the root cause is another node's failure
@@ -86,21 +86,34 @@ struct ProgressRule {
 
 // The one restart rule, for every mode, standbys included. The run's root cause is the job's, as
 // every node names it (choose_root_cause), and its exit code is that cause's. A failed attempt
-// restarts while restarts are left, unless the agent was stopped by a signal or the root cause
-// ends the job (core::ends_job). A failure that could be restarted, after `progress.limit` restarts
-// in a row without progress, ends the job with kNoProgressExitCode instead, restarts left or not.
+// restarts while restarts are left, unless the root cause ends the job (core::ends_job: the agent's
+// own stop among them). A failure that could be restarted, after `progress.limit` restarts in a row
+// without progress, ends the job with kNoProgressExitCode instead, restarts left or not. A stop that
+// came after another root cause is not weighed here but by after_stop.
 AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
                               const ProgressRule& progress = {});
 
 // The one line that says why the job stopped without progress.
 std::string no_progress_line(const ProgressRule& progress);
 
+// Whether the stopping signal this node's agent got (stopped_by_signal) is what ended the run, so the
+// report and the job summary name it: the root cause is an agent's stop (this one's, or another node's:
+// scancel signals every agent), or there is none. A signal that came
+// once another cause was tearing the job down (srun --kill-on-bad-exit's TERM after a hang or a lost
+// node, a cancel during a failed attempt's teardown) is not: the first cause is the one reported.
+bool stop_is_cause(const RunResult& r);
+
 // A standby's attempt (elastic) as a run: it ended with the job's root cause (nullopt: the active
 // nodes finished), or with a stopping signal the agent got meanwhile (`held_signal`, 0 if none).
 RunResult standby_result(const std::optional<Failure>& root, int held_signal);
 
-// A stopping signal that came after the run (held: see hold_stop_signals) never changes the decided
-// exit code; it only cancels a restart, since the agent was asked to stop.
-AttemptDecision after_held_signal(AttemptDecision d, int held_signal);
+// What a stopping signal makes of the attempt's decision (`stop`: the signal, 0 if none). It came
+// during the run after another root cause (RunResult::signal, stopped_by_signal), or after the run
+// (held: see hold_stop_signals), or during the health check before a restart. A restart that was
+// due is cancelled, and the job exits 128 + signal as a job stopped while it runs: the user's cancel,
+// a time limit or a preemption stops a job that would have gone on. An outcome already decided (a
+// success, the last attempt's code, a cause that ends the job) keeps its code: srun
+// --kill-on-bad-exit TERMs the other agents as soon as one exits with it.
+AttemptDecision after_stop(AttemptDecision d, int stop);
 
 }  // namespace ddprun::agent

@@ -42,8 +42,9 @@ class SignalWatcher {
   // Installs handlers for `sigs` and ignores SIGPIPE (a closed console must not kill the agent).
   // The previous dispositions come back in the destructor, so the agent can run workers again
   // (restarts); while the stopping signals are held, that is the hold. A signal the hold recorded
-  // before this watcher existed is read from fd() as if it came now. Only one watcher may exist at
-  // a time; throws Error otherwise.
+  // before this watcher existed is read from fd() as if it came now, and a stopping signal still
+  // unread in fd() when the watcher ends goes back to the hold (keep_stop_signal). Only one watcher
+  // may exist at a time; throws Error otherwise.
   explicit SignalWatcher(const std::vector<int>& sigs);
   ~SignalWatcher();
   SignalWatcher(const SignalWatcher&) = delete;
@@ -95,6 +96,10 @@ class StopDuringWait {
 void hold_stop_signals();
 // The first stopping signal caught by the hold and not taken by a watcher; 0 if none.
 int held_stop_signal();
+// Records `sig` as caught by the hold, unless one was caught already or nothing holds: a stop that
+// reached the agent but was handled by nobody (a run's watcher hands back what its loop never read,
+// a health check hands back what ended it), so that no restart follows it.
+void keep_stop_signal(int sig);
 // Ends the hold (before a restart's rendezvous, where a stop must end the agent at once) unless a
 // signal was caught: then the hold stays and that signal is returned. 0: released, the dispositions
 // from before hold_stop_signals() are back. One atomic step, so no signal falls between the two.

@@ -45,13 +45,17 @@ struct SpawnRequest {
   std::function<void(pid_t)> forked;
   // CPUs the worker is bound to with sched_setaffinity before exec (--cpu-bind); empty: inherited.
   std::vector<int> cpus;
+  // stderr into the stdout pipe, in the order written (Spawned::stderr_fd is then not open).
+  bool stderr_to_stdout = false;
+  // Signals the program starts with ignored; every other disposition is reset to the default.
+  std::vector<int> ignored_signals;
 };
 
 struct Spawned {
   pid_t pid = -1;      // also the worker's process group id
   UniqueFd pidfd;      // readable when the worker exits
   UniqueFd stdout_fd;  // read ends of the worker's stdout/stderr pipes
-  UniqueFd stderr_fd;
+  UniqueFd stderr_fd;  // not open with SpawnRequest::stderr_to_stdout
 };
 
 // Starts the process. Returns once the program was exec'd. Throws Error with a message like

@@ -73,4 +73,9 @@ core::CommandSpec command_spec(const AgentOptions& opts);
 RunResult run_workers(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
                       Coordinator& coordinator);
 
+// When the launch ends: the job's own exit code (`job_exit_code`) added to the error file this node's
+// last run wrote, if any, which holds that run's code (3, say, where the job exits 123 after restarts
+// without progress). `opts` as for the last run, `node_rank` this node's in it.
+void record_job_exit(const AgentOptions& opts, int node_rank, int job_exit_code);
+
 }  // namespace ddprun::agent

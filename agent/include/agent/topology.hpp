@@ -12,11 +12,12 @@
 
 namespace ddprun::agent {
 
-// This machine, GPUs included: NVIDIA GPUs keyed by their NVML/CUDA index (and NVML UUID) when
-// hwloc has those OS devices, else by their order on the PCI bus, which is how nvidia-smi and Slurm
-// number them. Throws Error when hwloc cannot load the topology, or is missing (exit 2, hwloc_library()'s
-// line).
-core::Topology read_topology();
+// This machine. With `with_gpus` (only --cpu-bind gpu needs them), its NVIDIA GPUs too, keyed by their
+// NVML/CUDA index (and NVML UUID) when hwloc has those OS devices, else by their order on the PCI bus,
+// which is how nvidia-smi and Slurm number them; without, hwloc reads no I/O device at all (no PCI
+// scan). Throws Error when hwloc cannot load the topology,
+// or is missing (exit 2, hwloc_library()'s line).
+core::Topology read_topology(bool with_gpus);
 // The same from a synthetic description ("pack:2 numa:2 core:8 pu:2") or an exported XML topology;
 // for tests, and for looking at another machine's topology.
 core::Topology topology_from_synthetic(const std::string& description);

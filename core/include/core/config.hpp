@@ -2,6 +2,7 @@
 // Config resolution: flags beat DDPRUN_* variables (both arrive in Options), which beat Slurm, which
 // beats defaults. Pure: the environment and the machine facts come in as values.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -77,7 +78,17 @@ struct Options {
   // Modes of the CLI itself.
   bool dry_run = false;
   std::string format = "text";  // dry-run output: text or json
+
+  // The options whose value came from an environment variable rather than the command line: the
+  // option's first long name ("--node-rank") -> that variable ("DDPRUN_NODE_RANK", "PET_NODE_RANK").
+  // Messages name what the user set (given_as).
+  std::map<std::string, std::string> from_variable;
+
+  bool operator==(const Options&) const = default;
 };
+
+// How `option` got `value`, for messages: "DDPRUN_NODE_RANK=1" from a variable, else "--node-rank 1".
+std::string given_as(const Options& o, const std::string& option, const std::string& value);
 
 // Facts about this machine that resolution needs (probed by the caller).
 struct SystemInfo {
@@ -117,6 +128,13 @@ struct Resolved {
   // The address this node advertises (set_local_addr); empty: its host name, as without the flags.
   std::string local_addr;
   std::optional<std::string> rdzv_iface;  // where local_addr comes from, for the plan's text
+  // What chose this node's address, as the user gave it ("--rdzv-iface lo", "DDPRUN_RDZV_IFACE=lo",
+  // "--local-addr 10.0.0.7"); empty without either.
+  std::string addr_option;
+  // A step's node rank given (--node-rank, DDPRUN_NODE_RANK, PET_NODE_RANK) that is not this node's
+  // SLURM_NODEID: resolve_job keeps SLURM_NODEID and this line, resolve_node throws it, so that the other
+  // agents learn of it as of any error of this node's instead of waiting for a node rank nobody claims.
+  std::optional<std::string> node_rank_error;
   double rdzv_timeout = static_cast<double>(kDefaultRdzvTimeout.count());
   double last_call = static_cast<double>(kDefaultLastCall.count());
   std::string rdzv_auth = "auto";  // auto | munge | token | none (the store's auth::parse_policy reads it)
@@ -125,6 +143,9 @@ struct Resolved {
   // --requeue-on (core/requeue.hpp), parsed; empty: off. --max-requeues.
   std::set<int> requeue_on;
   int max_requeues = 1;
+  // --health-check and its timeout (run by the launcher; here for the plan's text).
+  std::optional<std::string> health_check;
+  double health_check_timeout = 60.0;
   int het_components = 0;      // batch context of a heterogeneous job: self-launch runs on every component
   bool gpus_on_nodes = false;  // batch context without GPU variables: GPU counts come from the nodes
   CommandSpec command_spec;    // command_spec(options)
@@ -161,10 +182,19 @@ struct ReservedPorts {
 // nullopt for an empty value (no ports reserved); throws Error naming `var` on a malformed one. Pure.
 std::optional<ReservedPorts> parse_reserved_ports(const std::string& var, const std::string& value);
 
+// The run id a Slurm step's store checks: the step's own (JOBID.STEPID, or JOBID when self-launched), or
+// "ID (step STEP_RUN)" for a job started with --rdzv-id ID, so that two steps given one id never meet.
+std::string store_run_id(const std::string& run_id, const std::string& step_run);
+
 // Set by a self-launch in srun's environment to the job id: the step then plans with the job id as its run
 // id and the source of its ports, as the batch script's dry run did, instead of JOBID.STEPID. Each agent
 // removes it from its environment before any worker starts.
 inline constexpr const char* kSelfLaunchJobVar = "DDPRUN_SELF_LAUNCH_JOB";
+
+// --health-check-timeout's bounds, in seconds: a check is a shell command, which a busy node may take
+// a while to start, and its failure is reported as the node's.
+inline constexpr double kMinHealthCheckTimeout = 1;
+inline constexpr double kMaxHealthCheckTimeout = 86400;
 
 inline constexpr std::uint16_t kDefaultStorePort = 29400;
 inline constexpr std::uint16_t kDefaultMasterPort = 29500;

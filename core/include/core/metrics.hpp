@@ -27,6 +27,16 @@ struct HttpVerdict {
 };
 HttpVerdict classify_http_request(std::string_view head);
 
+// What the bytes a client sent so far say: read more, a complete head (the bytes up to and with its
+// blank line, CRLF CRLF or LF LF), or too large: `max` bytes without a head's end, or a head whose end
+// comes past `max` bytes (a head, blank line included, is at most `max` bytes).
+struct HeadScan {
+  enum class State { more, complete, too_large };
+  State state = State::more;
+  std::string_view head;  // complete: the head, without its blank line
+};
+HeadScan scan_request_head(std::string_view in, std::size_t max);
+
 // The whole response for `status` with `body` (Connection: close).
 std::string http_response(int status, std::string_view content_type, std::string_view body, bool head_only);
 

@@ -82,5 +82,11 @@ std::int64_t status_interval_ms(int nnodes);
 
 // The store key of a node's record (outside the attempts' namespaces: `top` needs no attempt).
 std::string status_key(int node_rank);
+// Written instead of any record by a job that publishes none (per-task mode), its value the reason, so
+// that `top` and `stacks` say so rather than "still joining".
+inline constexpr const char* kNoStatusKey = "/status/none";
+// Written by node 0's agent as its job ends, just before its store closes: `top` watching it then tells
+// a job that finished from a node 0 that was lost.
+inline constexpr const char* kJobEndKey = "/status/end";
 
 }  // namespace ddprun::core

@@ -2,6 +2,7 @@
 // The ddprun command line (CLI11). Parsing only: resolution happens in config.hpp.
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -32,5 +33,20 @@ const std::vector<PetVariable>& pet_variables();
 // its DDPRUN_ variable (what --help names; may be empty when it has none).
 std::string env_variable_for(const std::string& ddprun_var, bool ddprun_set, const std::string& pet_var,
                              bool pet_set);
+
+// Every option reads an environment variable (docs/cli.md, "Precedence"): DDPRUN_ and its first long
+// name upper-cased with '-' as '_' ("--nproc-per-node": DDPRUN_NPROC_PER_NODE), unless a row here gives
+// another one, or none (variable ""), and says why.
+struct VariableException {
+  const char* option;    // as --help names it first: "--rdzv-token-file", "-t", "COMMAND"
+  const char* variable;  // "" for none
+  const char* why;
+};
+const std::vector<VariableException>& option_variable_exceptions();
+std::string variable_by_rule(const std::string& long_name);
+
+// Every option of the command line, by the name --help gives it first, with the DDPRUN_ variable it
+// reads ("" for none).
+std::vector<std::pair<std::string, std::string>> option_variables();
 
 }  // namespace ddprun::launcher

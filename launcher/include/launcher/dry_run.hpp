@@ -56,6 +56,10 @@ std::string render_startup_table(const core::PlanTable& table, int attempt, std:
 // --gpus-per-proc 2); "-" when no worker has a GPU.
 std::string gpus_seen(const std::vector<core::Worker>& node_workers);
 
+// A dry run with --rdzv-iface or --local-addr: this node's address checked against the plan's hosts
+// (core::advertised_address_warning); a run's node 0 checks every node's once they joined.
+std::optional<std::string> dry_run_address_warning(const core::Resolved& r);
+
 // The plan this node would run before the rendezvous replaces assumptions with facts. Building it
 // checks every node's layout (O(nodes), no worker environments), in every mode.
 core::PlanTable dry_run_table(const core::Resolved& r);

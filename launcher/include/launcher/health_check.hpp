@@ -25,6 +25,7 @@ struct HealthCheckRun {
   bool timed_out = false;
   int status = 0;
   std::string output;
+  int stopped = 0;  // a stopping signal reached the agent meanwhile: the check was killed, no verdict
 };
 
 // nullopt: the node is healthy. Else the one line naming the node, the check's code or its timeout,
@@ -35,9 +36,12 @@ std::optional<std::string> judge_health_check(const HealthCheckRun& run, const s
 // The last `lines` non-empty lines of `output`, each made printable (a non-printable byte as \xNN).
 std::string output_tail(std::string_view output, std::size_t lines);
 
-// Runs `/bin/sh -c command` in this process's environment, in a process group of its own, stdin
-// /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the timeout the
-// whole group is killed (SIGKILL). Throws core::Error when the command cannot be started at all.
+// Runs `/bin/sh -c command` through agent::run_command: this process's environment, a process group of
+// its own, stdin /dev/null, stdout and stderr captured (the last kHealthCheckOutputCap bytes). At the
+// timeout the whole group is killed (SIGKILL). The stopping signals are held meanwhile
+// (agent::hold_stop_signals): one that comes kills the group at once and is returned in `stopped`, still
+// held, so that nothing the check started outlives the agent; otherwise the hold is released as it was.
+// Throws core::Error when the command cannot be started.
 HealthCheckRun run_health_check(const std::string& command, double timeout_s);
 
 // On node rank 0 of an elastic job's first round under Slurm, where the step says which nodes should
@@ -46,8 +50,11 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s);
 std::optional<std::string> left_out_line(int nagents, const std::vector<int>& joined_ranks,
                                          const std::vector<std::string>& hosts);
 
-// The check of this node under `o` (--health-check, its timeout): nullopt when healthy or when there
-// is no check; else judge_health_check's line.
-std::optional<std::string> check_node_health(const core::Options& o, const core::Resolved& r);
+// The check of this node under `o` (--health-check, its timeout).
+struct NodeHealth {
+  std::optional<std::string> failure;  // judge_health_check's line; nullopt: healthy, or no check
+  int stopped = 0;                     // a stopping signal ended the check: the agent exits 128 + it
+};
+NodeHealth check_node_health(const core::Options& o, const core::Resolved& r);
 
 }  // namespace ddprun::launcher

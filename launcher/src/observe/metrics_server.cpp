@@ -31,13 +31,6 @@ struct Client {
   Clock::time_point deadline;
 };
 
-// The end of a request head (a blank line), or npos.
-std::size_t head_end(const std::string& s) {
-  const auto crlf = s.find("\r\n\r\n");
-  if (crlf != std::string::npos) return crlf;
-  return s.find("\n\n");
-}
-
 }  // namespace
 
 MetricsServer::MetricsServer(const std::string& host, std::uint16_t port, Source source)
@@ -128,10 +121,11 @@ void MetricsServer::run() {
         const ssize_t got = ::recv(c.fd, buf, sizeof buf, 0);
         if (got > 0) {
           c.in.append(buf, static_cast<std::size_t>(got));
-          const auto end = head_end(c.in);
-          if (end != std::string::npos || c.in.size() > kMaxHead) {
+          const auto scan = core::scan_request_head(c.in, kMaxHead);
+          if (scan.state != core::HeadScan::State::more) {
             // An oversized head is answered 400 like any other bad request.
-            c.out = end != std::string::npos ? answer(c.in.substr(0, end + 2)) : answer("");
+            c.out = answer(scan.state == core::HeadScan::State::complete ? std::string(scan.head)
+                                                                         : std::string());
             c.answered = true;
           }
         } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {

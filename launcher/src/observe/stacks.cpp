@@ -26,12 +26,13 @@ namespace {
 
 constexpr std::chrono::milliseconds kObserveTimeout{3000};
 // The agents look for a request about once a second and bound each rank's collection: every node
-// that can answer has answered well within this.
-constexpr std::chrono::milliseconds kReplyWait{15000};
+// that can answer has answered well within this (--timeout's default).
+constexpr double kReplyWaitSeconds = 15;
 
 struct StacksOptions {
   JobQuery query;
   std::optional<std::string> ranks;
+  double timeout_s = kReplyWaitSeconds;  // for every node's answer
   std::string format = "text";
   bool help = false;
 };
@@ -43,22 +44,12 @@ StacksOptions parse_stacks(int argc, const char* const* argv) {
       "through faulthandler, native ones through eu-stack), ranks in the same frames grouped.",
       "ddprun stacks"};
   app.set_help_flag("-h,--help", "Print this help and exit");
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.query.rdzv_endpoint,
-                 "The job's store, HOST:PORT, as the job was started with")
-      ->envname("DDPRUN_RDZV_ENDPOINT");
-  app.add_option("--rdzv-id,--rdzv_id", o.query.rdzv_id, "The job's --rdzv-id")->envname("DDPRUN_RDZV_ID");
-  app.add_option("--rdzv-auth", o.query.rdzv_auth, "As the job's agents: auto, munge, token or none")
-      ->check(CLI::IsMember({"auto", "munge", "token", "none"}))
-      ->envname("DDPRUN_RDZV_AUTH");
-  app.add_option("--rdzv-token-file", o.query.rdzv_token_file,
-                 "File holding the job's shared secret (else DDPRUN_TOKEN)")
-      ->envname("DDPRUN_RDZV_TOKEN_FILE");
-  app.add_option(
-      "--job", o.query.slurm_job,
-      "A Slurm job (JOBID or JOBID.STEPID) instead of --rdzv-endpoint; default inside an allocation: "
-      "SLURM_JOB_ID");
-  app.add_option("--step", o.query.slurm_step, "With --job: the step (default: the newest ddprun step)");
+  add_job_options(app, o.query);
   app.add_option("--rank", o.ranks, "Only these ranks: 3,7-9");
+  app.add_option("--timeout", o.timeout_s,
+                 "Seconds to wait for every node's answer (default 15); a node that does not answer in time "
+                 "is an error (exit 1)")
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--format", o.format, "text or json")->check(CLI::IsMember({"text", "json"}));
   std::vector<const char*> args(argv + 1, argv + argc);  // "stacks" stands for the program's name
   try {
@@ -103,7 +94,9 @@ int run_stacks(const StacksOptions& o, const JobTarget& t, store::TcpStore& stor
   std::vector<int> silent_nodes;
   try {
     store.set(core::kStacksRequestKey, core::encode_stacks_request(req));
-    const auto deadline = std::chrono::steady_clock::now() + kReplyWait;
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.timeout_s));
     std::vector<bool> have(keys.size(), false);
     for (;;) {
       for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -138,7 +131,7 @@ int run_stacks(const StacksOptions& o, const JobTarget& t, store::TcpStore& stor
   if (stacks.empty() && !silent_nodes.empty()) {
     throw core::Error(fmt::format("no node of the job at {} answered within {} s: its agents are busy or "
                                   "stopping, or predate `ddprun stacks`",
-                                  t.describe(), kReplyWait.count() / 1000),
+                                  t.describe(), o.timeout_s),
                       kObserveExit);
   }
   std::sort(stacks.begin(), stacks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
@@ -149,13 +142,15 @@ int run_stacks(const StacksOptions& o, const JobTarget& t, store::TcpStore& stor
     std::cout << core::dump_json({{"groups", g}, {"nodes_not_answering", silent_nodes}}) << "\n";
   } else {
     std::cout << core::format_stack_groups(groups);
-    if (!silent_nodes.empty()) {
-      std::cout << fmt::format("nodes {} did not answer within {} s\n", core::format_rank_list(silent_nodes),
-                               kReplyWait.count() / 1000);
-    }
   }
   std::cout.flush();
-  return 0;
+  if (silent_nodes.empty()) return 0;
+  // Stacks missing for a whole node are no complete answer, as a script asking must learn.
+  fmt::print(stderr,
+             "ddprun stacks: error: node ranks {} did not answer within {} s (their agents are stopped, "
+             "stuck or gone): their ranks' stacks are missing\n",
+             core::format_rank_list(silent_nodes), o.timeout_s);
+  return kObserveExit;
 }
 
 }  // namespace
@@ -167,11 +162,10 @@ int stacks_main(int argc, const char* const* argv) {
     if (o.ranks) core::parse_rank_selection(*o.ranks);  // a bad selection before any connection
     const auto env = snapshot_environ();
     const bool slurm = !o.query.rdzv_endpoint && (o.query.slurm_job || env.count("SLURM_JOB_ID") != 0);
-    JobTarget t;
-    if (!slurm) t = locate_job(o.query);
+    if (!slurm) locate_job(o.query);  // a usage error before anything else
     const auto auth = observer_auth(o.query, env);
-    const auto store = slurm ? connect_slurm_job(o.query, env, auth, t, kObserveTimeout)
-                             : connect_job(t, auth, kObserveTimeout);
+    JobTarget t;
+    const auto store = connect_to_job(o.query, env, auth, t, kObserveTimeout);
     return run_stacks(o, t, *store);
   } catch (const core::Error& e) {
     fmt::print(stderr, "ddprun stacks: error: {}\n", e.what());

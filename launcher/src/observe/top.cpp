@@ -9,7 +9,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
@@ -20,6 +22,7 @@
 #include "launcher/observe/top_view.hpp"
 #include "launcher/system.hpp"
 #include "store/client.hpp"
+#include "store/error.hpp"
 
 namespace ddprun::launcher {
 
@@ -28,6 +31,9 @@ namespace {
 // Every connect and read of `top` is bounded by this: a stopped node 0 is one line, not a wait.
 constexpr std::chrono::milliseconds kObserveTimeout{3000};
 constexpr int kRefreshMs = 1000;
+// How long the live view looks for a store that closed without the job's end: a failover takes the
+// survivors' teardown (--term-timeout) and the node-0 timeout.
+constexpr std::chrono::seconds kFailoverWait{60};
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) {
@@ -104,6 +110,9 @@ class StopSignals {
   struct sigaction old_winch_ {};
 };
 
+// Looks for the job again after its store closed the connection; nullptr when it is nowhere.
+using Refind = std::function<std::shared_ptr<store::TcpStore>(JobTarget& found)>;
+
 struct TopOptions {
   JobQuery query;
   bool once = false;
@@ -124,8 +133,7 @@ int run_once(const TopOptions& o, const JobTarget& t, store::TcpStore& store) {
   const auto nodes = read_job_status(store, t);
   const auto now = unix_ms_now();
   if (o.format == "json") {
-    std::cout << core::dump_json(top_json(nodes, fmt::format("{}:{}", t.host, t.port), t.run_id, now))
-              << "\n";
+    std::cout << core::dump_json(top_json(nodes, t.endpoint(), t.run_id, now)) << "\n";
   } else {
     std::cout << top_text(nodes, t.describe(), now, o.by_node);
   }
@@ -133,53 +141,118 @@ int run_once(const TopOptions& o, const JobTarget& t, store::TcpStore& store) {
   return 0;
 }
 
-// Draws every second until q, Ctrl-C or a stopping signal; n toggles per node / per rank.
-int run_live(const TopOptions& o, const JobTarget& t, store::TcpStore& store) {
-  StopSignals signals;
-  TerminalSession term;
-  bool by_node = o.by_node;
-  g_stop_signal = 0;
+// What one wait between two frames ended with.
+enum class Wake { redraw, toggle, quit };
+
+// Waits up to a refresh for a key, a resize or a stopping signal.
+Wake wait_for_key() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kRefreshMs);
   for (;;) {
-    const auto nodes = read_job_status(store, t);  // throws: the terminal is restored on the way out
-    const auto [cols, rows] = terminal_size();
-    std::string frame = "\x1b[H";
-    const std::string text = top_text(nodes, t.describe(), unix_ms_now(), by_node, cols, rows, true);
-    std::size_t start = 0;
-    while (start < text.size()) {
-      const auto nl = text.find('\n', start);
-      frame += text.substr(start, nl - start) + "\x1b[K";
-      start = nl + 1;
-      if (start < text.size()) frame += "\n";  // the terminal's output processing adds the \r
+    if (g_stop_signal != 0) return Wake::quit;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Wake::redraw;
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0) {
+      if (errno != EINTR) return Wake::quit;
+      return g_stop_signal != 0 ? Wake::quit : Wake::redraw;  // a resize: redraw now
     }
-    frame += "\x1b[J";
-    write_all_out(frame);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kRefreshMs);
+    if (r == 0) return Wake::redraw;
+    char c = 0;
+    const ssize_t n = ::read(STDIN_FILENO, &c, 1);
+    if (n == 0 || (p.revents & (POLLHUP | POLLERR)) != 0) return Wake::quit;  // the terminal went away
+    if (n < 0) continue;
+    if (c == 'q' || c == 'Q' || c == 3) return Wake::quit;  // 3: Ctrl-C (ISIG is off)
+    if (c == 'n' || c == 'N' || c == '\t') return Wake::toggle;
+  }
+}
+
+// One frame: each line cleared to its end, the rest of the screen cleared.
+void draw_text(const std::string& text) {
+  std::string frame = "\x1b[H";
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const auto nl = text.find('\n', start);
+    frame += text.substr(start, nl - start) + "\x1b[K";
+    start = nl + 1;
+    if (start < text.size()) frame += "\n";  // the terminal's output processing adds the \r
+  }
+  frame += "\x1b[J";
+  write_all_out(frame);
+}
+
+// The job's end, pushed by node 0 just before its store closed (core::kJobEndKey, watched).
+bool end_pushed(store::TcpStore& s) {
+  try {
+    return !s.poll_events(std::chrono::milliseconds{0}).empty();
+  } catch (const store::Error&) {
+    return false;
+  }
+}
+
+// The live view's connection: subscribed to the job's end, so that a store closing is told apart.
+std::shared_ptr<store::TcpStore> watching_end(std::shared_ptr<store::TcpStore> s) {
+  s->watch("observe", std::chrono::milliseconds{0}, {core::kJobEndKey});
+  return s;
+}
+
+// Draws every second until q, Ctrl-C or a stopping signal; n toggles per node / per rank. A store that
+// closes after pushing the job's end: the job finished (said once the terminal is back, exit 0). One
+// that closes without: node 0 was lost; the job is looked for where a failover moves its store, for
+// up to kFailoverWait, then exit 1.
+int run_live(const TopOptions& o, JobTarget t, std::shared_ptr<store::TcpStore> store, const Refind& refind) {
+  StopSignals signals;
+  std::string last_word;
+  int code = 0;
+  {
+    TerminalSession term;
+    bool by_node = o.by_node;
+    g_stop_signal = 0;
+    auto lost_since = std::chrono::steady_clock::now();
     for (;;) {
-      if (g_stop_signal != 0) return 0;
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      pollfd p{STDIN_FILENO, POLLIN, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(left.count()));
-      if (r < 0) {
-        if (errno == EINTR) {
-          if (g_stop_signal != 0) return 0;
-          break;  // a resize: redraw now
+      std::vector<core::NodeStatus> nodes;
+      try {
+        if (store) nodes = read_job_status(*store, t);  // throws: the terminal is restored on the way out
+      } catch (const StoreGone& e) {
+        if (!e.closed()) throw;
+        if (end_pushed(*store)) {
+          last_word = fmt::format("the job at {} has finished", t.describe());
+          break;
         }
-        return 0;
+        store.reset();
+        lost_since = std::chrono::steady_clock::now();
       }
-      if (r == 0) break;
-      char c = 0;
-      const ssize_t n = ::read(STDIN_FILENO, &c, 1);
-      if (n == 0 || (p.revents & (POLLHUP | POLLERR)) != 0) return 0;  // the terminal went away
-      if (n < 0) continue;
-      if (c == 'q' || c == 'Q' || c == 3) return 0;  // 3: Ctrl-C (ISIG is off)
-      if (c == 'n' || c == 'N' || c == '\t') {
-        by_node = !by_node;
-        break;
+      if (!store) {
+        JobTarget moved;
+        if (auto next = refind(moved)) {
+          store = watching_end(std::move(next));
+          t = std::move(moved);
+          continue;
+        }
+        if (std::chrono::steady_clock::now() - lost_since > kFailoverWait) {
+          last_word = fmt::format(
+              "the job's store at {} closed without the job ending (node 0 lost), and no "
+              "store of the job answered where a node-0 failover moves it within {} s",
+              t.describe(), kFailoverWait.count());
+          code = kObserveExit;
+          break;
+        }
+        draw_text(
+            fmt::format("ddprun top  {}\nthe store closed without the job ending (node 0 lost?): looking "
+                        "for where a node-0 failover moves it ...\n",
+                        t.describe()));
+      } else {
+        draw_text(top_text(nodes, t.describe(), unix_ms_now(), by_node, terminal_size().first,
+                           terminal_size().second, true));
       }
+      const Wake w = wait_for_key();
+      if (w == Wake::quit) break;
+      if (w == Wake::toggle) by_node = !by_node;
     }
   }
+  if (!last_word.empty()) fmt::print(stderr, "ddprun top: {}{}\n", code != 0 ? "error: " : "", last_word);
+  return code;
 }
 
 TopOptions parse_top(int argc, const char* const* argv) {
@@ -189,21 +262,7 @@ TopOptions parse_top(int argc, const char* const* argv) {
       "CPU%; live like top (q or Ctrl-C quits, n toggles per node / per rank), or once.",
       "ddprun top"};
   app.set_help_flag("-h,--help", "Print this help and exit");
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.query.rdzv_endpoint,
-                 "The job's store, HOST:PORT, as the job was started with")
-      ->envname("DDPRUN_RDZV_ENDPOINT");
-  app.add_option("--rdzv-id,--rdzv_id", o.query.rdzv_id, "The job's --rdzv-id")->envname("DDPRUN_RDZV_ID");
-  app.add_option("--rdzv-auth", o.query.rdzv_auth, "As the job's agents: auto, munge, token or none")
-      ->check(CLI::IsMember({"auto", "munge", "token", "none"}))
-      ->envname("DDPRUN_RDZV_AUTH");
-  app.add_option("--rdzv-token-file", o.query.rdzv_token_file,
-                 "File holding the job's shared secret (else DDPRUN_TOKEN)")
-      ->envname("DDPRUN_RDZV_TOKEN_FILE");
-  app.add_option(
-      "--job", o.query.slurm_job,
-      "A Slurm job (JOBID or JOBID.STEPID) instead of --rdzv-endpoint; default inside an allocation: "
-      "SLURM_JOB_ID");
-  app.add_option("--step", o.query.slurm_step, "With --job: the step (default: the newest ddprun step)");
+  add_job_options(app, o.query);
   app.add_flag("--once", o.once, "Print one snapshot and exit");
   app.add_option("--format", o.format, "text or json (json prints one snapshot)")
       ->check(CLI::IsMember({"text", "json"}));
@@ -229,15 +288,25 @@ int top_main(int argc, const char* const* argv) {
     if (o.help) return 0;
     const auto env = snapshot_environ();
     const bool slurm = !o.query.rdzv_endpoint && (o.query.slurm_job || env.count("SLURM_JOB_ID") != 0);
-    JobTarget t;
-    if (!slurm) t = locate_job(o.query);
+    if (!slurm) locate_job(o.query);  // a usage error before anything else
     const auto auth = observer_auth(o.query, env);
     if (!o.once && ::isatty(STDOUT_FILENO) == 0) {
       throw core::Error("the live view needs a terminal; use --once (or --format json) for a snapshot");
     }
-    const auto store = slurm ? connect_slurm_job(o.query, env, auth, t, kObserveTimeout)
-                             : connect_job(t, auth, kObserveTimeout);
-    return o.once ? run_once(o, t, *store) : run_live(o, t, *store);
+    JobTarget t;
+    auto store = connect_to_job(o.query, env, auth, t, kObserveTimeout);
+    if (o.once) return run_once(o, t, *store);
+    // The same job again: the Slurm step found, or the endpoint given.
+    JobQuery again = o.query;
+    if (!t.slurm_step.empty()) again.slurm_job = t.slurm_step;
+    const Refind refind = [again, env, auth](JobTarget& found) -> std::shared_ptr<store::TcpStore> {
+      try {
+        return connect_to_job(again, env, auth, found, kObserveTimeout);
+      } catch (const core::Error&) {
+        return nullptr;
+      }
+    };
+    return run_live(o, t, watching_end(std::move(store)), refind);
   } catch (const core::Error& e) {
     fmt::print(stderr, "ddprun top: error: {}\n", e.what());
     return e.exit_code();

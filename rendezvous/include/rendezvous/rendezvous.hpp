@@ -25,6 +25,7 @@
 #include "rendezvous/error.hpp"
 #include "store/auth.hpp"
 #include "store/error.hpp"
+#include "store/server.hpp"
 
 namespace ddprun::rdzv {
 
@@ -263,7 +264,9 @@ class Rendezvous {
   // (core::kStacksRequestKey, watched beside the abort while the workers run); nullopt before one.
   // Never waits, never reads the store. Safe from any thread.
   std::optional<std::string> stacks_request();
-  // Writes such a key as publish_status does (never waits; false: not written), without keeping it.
+  // Writes such a key as publish_status does (never waits; false: not written), without keeping it;
+  // beside a waiting exit barrier on a short connection of its own (bounded by 2 s for the connect and
+  // 2 s for the answer), so that a node at the barrier still answers `ddprun stacks`.
   bool write_shared(const std::string& key, const std::string& value);
 
   // Node 0: after an abort, keeps serving until the other agents have disconnected (at most
@@ -293,6 +296,10 @@ std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max
 
 LivenessTiming liveness_timing(std::chrono::milliseconds heartbeat_interval,
                                std::chrono::milliseconds heartbeat_timeout, int nnodes);
+
+// The hellos node 0's store refused, for its waiting and timeout lines: "refused 3 connections from
+// 10.0.0.8 as node rank 1: authentication failed: wrong token (...)"; "" when none.
+std::string describe_refusals(const std::vector<store::Refusal>& refusals);
 
 // Describes the nodes of 0..nnodes_max-1 that did not join: "host-b (node rank 1), node rank 3".
 std::string describe_missing(const std::vector<int>& joined_ranks, int nnodes_max,

@@ -97,7 +97,8 @@ class TcpStore final : public Store {
   };
   // For the thread that watches: waits up to `timeout` (or until `wake_fd` is readable) for frames,
   // reads them unless a call is reading them itself, and returns the events that came (also those a
-  // call set aside). Never holds up a call for long. Throws Error(io) once the connection is lost.
+  // call set aside). Never holds up a call for long. Throws Error(io) once the connection is lost and
+  // every event that came before is returned.
   std::vector<Event> poll_events(Millis timeout, int wake_fd = -1);
   // Bytes read from the server on this connection so far (the issue-16 traffic budget).
   std::uint64_t bytes_received() const;

@@ -39,6 +39,19 @@ struct ServerOptions {
   std::function<void(const std::string& label, const std::string& reason)> on_lost;
 };
 
+// Hellos the store refused, as a waiting node 0 names them (a node with a wrong token, another run's id):
+// the peer's address and claimed label, the reason, and how many times. The label comes from an
+// unauthenticated peer: cut to kMaxRefusalLabel bytes, control characters as '?'.
+struct Refusal {
+  std::string peer;   // numeric address, no port
+  std::string label;  // the hello's connection label ("main/1"), as sent
+  std::string why;
+  std::uint64_t count = 0;
+};
+// Distinct (peer, reason, label) kept; later ones only count in refused_count().
+inline constexpr std::size_t kMaxRefusalsKept = 8;
+inline constexpr std::size_t kMaxRefusalLabel = 64;
+
 class StoreServer {
  public:
   // Binds and starts serving on a background thread; throws store::Error when it cannot listen.
@@ -55,6 +68,8 @@ class StoreServer {
   std::size_t connection_count() const;  // open connections now
   std::uint64_t dropped_count() const;   // connections dropped for protocol errors or timeouts
   std::uint64_t refused_count() const;   // connections refused: cap reached, run id, version, auth
+  // The refused hellos, first kMaxRefusalsKept distinct ones (any thread).
+  std::vector<Refusal> refusals() const;
   // Open connections whose handshake label starts with `prefix` (asks the server thread).
   std::size_t labelled_count(const std::string& prefix) const;
   // Their labels, so a caller can tell which peers are still connected.

@@ -2,6 +2,8 @@
 // the worker variables, the stack cap, and how a hang shows in the report and the restart rule.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "agent/hang_watch.hpp"
 #include "agent/result.hpp"
@@ -72,6 +74,45 @@ TEST_CASE("hang: Python workers get faulthandler stacks, the others eu-stack", "
   for (const auto& row : table) {
     INFO(row.command.front());
     CHECK(python_worker(CommandSpec{row.command, row.no_python, row.module, "python3"}) == row.python);
+  }
+}
+
+TEST_CASE("hang: -I and -E make Python ignore PYTHONFAULTHANDLER, -X faulthandler does not need it",
+          "[hang]") {
+  struct Row {
+    std::vector<std::string> argv;
+    char ignores_env;
+    bool faulthandler;
+  };
+  const std::vector<Row> rows = {
+      {{"python3", "train.py"}, 0, false},
+      {{"python3", "-u", "train.py", "-I"}, 0, false},  // the script's own option
+      {{"python3", "-I", "train.py"}, 'I', false},
+      {{"/usr/bin/python3.11", "-E", "-u", "train.py"}, 'E', false},
+      {{"python3", "-uI", "train.py"}, 'I', false},
+      {{"python3", "-EI", "train.py"}, 'E', false},
+      {{"python3", "-I", "-X", "faulthandler", "train.py"}, 'I', true},
+      {{"python3", "-IXfaulthandler", "train.py"}, 'I', true},
+      {{"python3", "-X", "faulthandler=1", "-E", "-m", "pkg"}, 'E', true},
+      {{"python3", "-X", "dev", "-I", "x.py"}, 'I', false},
+      {{"python3", "-W", "ignore", "-I", "x.py"}, 'I', false},
+      {{"python3", "-WI", "x.py"}, 0, false},  // -W's value "I"
+      {{"python3", "-m", "pkg", "-I"}, 0, false},
+      {{"python3", "-c", "import x", "-I"}, 0, false},
+      {{"python3", "-cI"}, 0, false},  // -c's command "I"
+      {{"python3", "--check-hash-based-pycs", "always", "-I", "x.py"}, 'I', false},
+      {{"python3", "--", "-I"}, 0, false},
+      {{"python3", "-", "-I"}, 0, false},
+      {{"python3"}, 0, false},
+      {{}, 0, false},
+  };
+  for (const auto& r : rows) {
+    std::string joined;
+    for (const auto& a : r.argv) joined += a + " ";
+    INFO(joined);
+    const PythonFlags f = python_flags(r.argv);
+    CHECK(f.ignores_env == r.ignores_env);
+    CHECK(f.faulthandler == r.faulthandler);
   }
 }
 

@@ -92,10 +92,18 @@ TEST_CASE("node record: what one node's run ended with, and its codec", "[summar
   CHECK(cannot.failed_rank == 0);
   CHECK(cannot.first_rank == -1);
 
-  RunResult stopped = failed_node(2);
+  RunResult stopped = failed_node(2);  // stopped by SIGTERM: the job's root cause
+  stopped.root_cause = cause(2, -1, 143, "host-c");
+  stopped.root_cause->signal = 15;
   stopped.stopped_by_signal = true;
   stopped.signal = 15;
   CHECK(node_record(stopped).agent_signal == 15);
+  // The same TERM once a worker had failed (srun --kill-on-bad-exit, a cancel during the teardown): the
+  // first cause is reported, the node's row says "stopped *".
+  RunResult late = failed_node(2);
+  late.stopped_by_signal = true;
+  late.signal = 15;
+  CHECK(node_record(late).agent_signal == 0);
 
   for (const auto& n : {ok, root, segv, cannot}) {
     const auto back = decode_node_record(encode_node_record(n));
@@ -229,14 +237,15 @@ TEST_CASE("job summary: a missing or lost node, a stopped agent", "[summary]") {
   CHECK_THAT(t, Catch::Contains("      2  host-c  ?      no report <- root cause "));
   CHECK_THAT(t, Catch::Contains("  no report: that agent was lost, hung, or still stopping"));
 
-  RunResult stopped = failed_node(1);
-  stopped.exits[1] = exit_of(3, 143, true, 15);
-  stopped.stopped_by_signal = true;
-  stopped.signal = 15;
   RunResult by_signal = failed_node(0);
   by_signal.exit_code = 143;
   by_signal.root_cause = cause(1, -1, 143, "host-b");
   by_signal.root_cause->signal = 15;
+  RunResult stopped = failed_node(1);
+  stopped.exits[1] = exit_of(3, 143, true, 15);
+  stopped.root_cause = by_signal.root_cause;  // every node's run names the job's root cause
+  stopped.stopped_by_signal = true;
+  stopped.signal = 15;
   const std::string s = format_job_summary(by_signal, {peer(failed_node(0)), peer(stopped)}, false);
   CHECK_THAT(s, Catch::Contains("ddprun got SIGTERM <- root cause"));
 }

@@ -177,10 +177,18 @@ TEST_CASE("after_attempt: what ends the job anyway keeps its own code, progress 
   RunResult ok;
   ok.success = true;
   CHECK(after_attempt(ok, 3, 5, p).exit_code == 0);
-  RunResult sig = failed_at(1, 143);
+  RunResult sig = failed_at(1, 143);  // the agent stopped by SIGTERM is the root cause
+  sig.root_cause->rank = -1;
+  sig.root_cause->signal = 15;
   sig.stopped_by_signal = true;
+  sig.signal = 15;
   CHECK(after_attempt(sig, 3, 5, p).exit_code == 143);
   CHECK_FALSE(after_attempt(sig, 3, 5, p).no_progress);
+  // A stop after a worker's failure: the failure decides (123 here), and a decided code stands.
+  RunResult late = failed_at(1, 3);
+  late.stopped_by_signal = true;
+  late.signal = 15;
+  CHECK(after_stop(after_attempt(late, 3, 5, p), late.signal).exit_code == kNoProgressExitCode);
   RunResult ckpt = failed_at(1, 140);
   ckpt.root_cause->after_signal = 12;
   CHECK(after_attempt(ckpt, 3, 5, p).exit_code == 140);

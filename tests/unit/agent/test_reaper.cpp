@@ -4,6 +4,9 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 
 #include "agent_test_util.hpp"
 #include "reaper.hpp"
@@ -63,8 +66,9 @@ struct Agent {
   pid_t reaper = -1;
 };
 
-// Forks a stand-in agent that starts a reaper and records one of two groups, then waits.
-Agent start_agent() {
+// Forks a stand-in agent that starts a reaper and records one of two groups (and whatever `more`
+// records), then waits.
+Agent start_agent(const std::function<void(Reaper&)>& more = {}) {
   int p[2];
   REQUIRE(::pipe(p) == 0);
   Agent a;
@@ -75,6 +79,7 @@ Agent start_agent() {
     Reaper r;
     r.start();
     r.watch(ids[0]);
+    if (more) more(r);
     const pid_t out[3] = {ids[0], ids[1], r.pid()};
     [[maybe_unused]] const ssize_t w = ::write(p[1], out, sizeof out);
     for (;;) ::pause();
@@ -120,4 +125,95 @@ TEST_CASE("reaper: after a goodbye it exits and kills nothing") {
   CHECK(live_in_group(g) == 2);
   ::kill(-g, SIGKILL);
   ::waitpid(g, nullptr, 0);
+}
+
+TEST_CASE("reaper: records on the agent's socket, and only ddprun's own directories") {
+  using ddprun::agent::parse_reaper_record;
+  using Kind = ddprun::agent::ReaperRecord::Kind;
+  const auto g = parse_reaper_record(ddprun::agent::reaper_group_record(4242));
+  CHECK(g.kind == Kind::group);
+  CHECK(g.group == 4242);
+  CHECK(parse_reaper_record(ddprun::agent::reaper_goodbye_record()).kind == Kind::goodbye);
+  const std::string dir_record = ddprun::agent::reaper_dir_record("/tmp/ddprun-errors-a1B2c3");
+  const auto d = parse_reaper_record(dir_record);  // its dir points into the record
+  CHECK(d.kind == Kind::dir);
+  CHECK(d.dir == "/tmp/ddprun-errors-a1B2c3");
+  struct Row {
+    std::string message;
+    Kind kind;
+  };
+  const std::vector<Row> rows = {
+      {"", Kind::invalid},
+      {"x", Kind::invalid},
+      {"b!", Kind::invalid},
+      {ddprun::agent::reaper_group_record(1), Kind::invalid},   // never init
+      {ddprun::agent::reaper_group_record(0), Kind::invalid},   // never the agent's own group
+      {ddprun::agent::reaper_group_record(-1), Kind::invalid},  // never every process
+      {"g12", Kind::invalid},                                   // short
+      {"d/", Kind::invalid},
+      {"drelative/ddprun-errors-x", Kind::invalid},
+      {"d/tmp", Kind::invalid},
+      {"d/tmp/ddprun-", Kind::invalid},
+      {"d/tmp/other-dir", Kind::invalid},
+      {"d/tmp/ddprun-x/", Kind::invalid},
+      {"d/tmp/../etc/ddprun-x", Kind::invalid},
+      {"d/tmp/./ddprun-x", Kind::invalid},
+      {"d//ddprun-x", Kind::invalid},
+      {"d/tmp/ddprun-x/..", Kind::invalid},
+      {std::string("d/tmp/ddprun-x\0y", 16), Kind::invalid},
+      {"d/scratch/user/ddprun-heartbeat-Ab12Cd", Kind::dir},
+  };
+  for (const auto& r : rows) {
+    INFO(r.message);
+    CHECK(parse_reaper_record(r.message).kind == r.kind);
+  }
+}
+
+namespace {
+
+std::string cmdline_of(pid_t pid) {
+  return read_file("/proc/" + std::to_string(pid) + "/cmdline");
+}
+
+}  // namespace
+
+TEST_CASE("reaper: its command line is its own, never the agent's") {
+  Reaper r;
+  r.start();
+  REQUIRE(r.pid() > 0);
+  // The fork execs itself as ddprun-reaper: until then it shows this program's command line.
+  const bool own = wait_until([&] { return cmdline_of(r.pid()) == std::string("ddprun-reaper") + '\0'; });
+  INFO(cmdline_of(r.pid()));
+  CHECK(own);
+  // Its name in ps and top, set as it starts.
+  CHECK(wait_until(
+      [&] { return read_file("/proc/" + std::to_string(r.pid()) + "/comm") == "ddprun-reaper\n"; }));
+  r.disarm();
+}
+
+TEST_CASE("reaper: a SIGKILLed agent's private directories are removed, after a goodbye they stay") {
+  TempDir tmp;
+  const std::string dir = tmp / "ddprun-errors-Ab12Cd";
+  const std::string other = tmp / "not-ddprun";
+  std::filesystem::create_directories(dir + "/sub");
+  std::filesystem::create_directories(other);
+  std::ofstream(dir + "/sub/rank_0.json") << "{}";
+  {
+    const Agent a = start_agent([&](Reaper& r) {
+      r.remove_on_death(dir);
+      r.remove_on_death(other);  // refused: not one of ddprun's directories
+    });
+    ::kill(a.pid, SIGKILL);
+    ::waitpid(a.pid, nullptr, 0);
+    CHECK(wait_until([&] { return !std::filesystem::exists(dir); }));
+    CHECK(std::filesystem::exists(other));
+    ::kill(-a.unwatched, SIGKILL);
+    ::kill(-a.watched, SIGKILL);
+  }
+  std::filesystem::create_directories(dir);
+  Reaper r;
+  r.start();
+  r.remove_on_death(dir);
+  r.disarm();
+  CHECK(std::filesystem::exists(dir));
 }

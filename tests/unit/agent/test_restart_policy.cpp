@@ -69,11 +69,13 @@ TEST_CASE("after_attempt: an agent stopped by a signal ends the job with its roo
   const auto d = after_attempt(r, 0, 5);
   CHECK_FALSE(d.restart);
   CHECK(d.exit_code == 143);
-  // A worker that failed first somewhere is the job's root cause: its code, on this node too.
+  // A worker that failed first somewhere is the job's root cause: the rule weighs that failure, and
+  // after_stop the signal that came after it.
   r.root_cause = worker_failure(2, 9);
   r.exit_code = job_exit_code(r.root_cause, SIGTERM, {});
   CHECK(after_attempt(r, 0, 5).exit_code == 9);
-  CHECK_FALSE(after_attempt(r, 0, 5).restart);
+  CHECK(after_attempt(r, 0, 5).restart);
+  CHECK_FALSE(after_stop(after_attempt(r, 0, 5), r.signal).restart);
   // A remote agent's stop ends this node's job too.
   Failure stopped_elsewhere;
   stopped_elsewhere.rank = -1;
@@ -132,23 +134,63 @@ TEST_CASE("after_attempt: a standby follows the same rule") {
   }
 }
 
-TEST_CASE("after_held_signal: a stop after the run cancels a restart and keeps the decided code") {
+TEST_CASE("after_stop: a stop cancels a due restart with 128 + signal and keeps a decided code") {
   struct Row {
     bool restart;
     int code;
-    int held;
+    int stop;
     bool want_restart;
+    int want_code;
   };
   const Row rows[] = {
-      {true, 7, 0, true},          // nothing came: restart
-      {true, 7, SIGTERM, false},   // scancel between the attempts: stop, with the attempt's code
-      {false, 7, SIGTERM, false},  // srun's TERM after the last attempt: the code stands
-      {false, 0, SIGINT, false},   // a success stays a success
+      {true, 7, 0, true, 7},              // nothing came: restart
+      {true, 7, SIGTERM, false, 143},     // scancel while the failed attempt ends or before its restart
+      {true, 7, SIGINT, false, 130},      // Ctrl-C alike
+      {false, 7, SIGTERM, false, 7},      // srun's TERM after the last attempt: the code stands
+      {false, 123, SIGTERM, false, 123},  // stopped without progress: decided
+      {false, 0, SIGINT, false, 0},       // a success stays a success
   };
   for (const auto& r : rows) {
-    INFO("restart " << r.restart << " code " << r.code << " held " << r.held);
-    const auto d = after_held_signal(AttemptDecision{r.restart, r.code}, r.held);
+    INFO("restart " << r.restart << " code " << r.code << " stop " << r.stop);
+    const auto d = after_stop(AttemptDecision{r.restart, r.code}, r.stop);
     CHECK(d.restart == r.want_restart);
-    CHECK(d.exit_code == r.code);
+    CHECK(d.exit_code == r.want_code);
+  }
+}
+
+TEST_CASE("stop_is_cause: a signal is reported as the cause only when no other cause came first") {
+  Failure stop;  // an agent stopped by SIGTERM (here, or on another node: scancel signals them all)
+  stop.signal = SIGTERM;
+  stop.exit_code = 143;
+  Failure hang = worker_failure(3, ddprun::core::kHangExitCode);
+  hang.hang = true;
+  Failure lost;
+  lost.lost = true;
+  lost.exit_code = 1;
+  Failure start;  // a node that could not start: no signal
+  start.fatal = true;
+  start.exit_code = 125;
+  struct Row {
+    bool stopped;
+    std::optional<Failure> root;
+    bool want;
+  };
+  const Row rows[] = {
+      {false, std::nullopt, false},
+      {true, std::nullopt, true},
+      {true, stop, true},
+      {true, worker_failure(1, 3), false},  // a cancel during a failed attempt's teardown
+      {true, hang, false},                  // srun's TERM while a hang is torn down
+      {true, lost, false},                  // srun's TERM after a node was lost
+      {true, start, false},
+      {false, stop, false},
+  };
+  for (const auto& row : rows) {
+    RunResult r;
+    r.stopped_by_signal = row.stopped;
+    r.signal = row.stopped ? SIGTERM : 0;
+    r.root_cause = row.root;
+    INFO("stopped " << row.stopped << " root exit " << (row.root ? row.root->exit_code : -1));
+    CHECK(stop_is_cause(r) == row.want);
   }
 }

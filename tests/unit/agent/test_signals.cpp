@@ -352,6 +352,25 @@ TEST_CASE("a run's watcher takes over from the hold and gives it back when the r
   CHECK(WEXITSTATUS(st) == 0);
 }
 
+TEST_CASE("a stop the run's loop never read goes back to the hold with the watcher") {
+  // Node 0 gathers a failed attempt's records after its loop stopped: a TERM then must still cancel
+  // the restart, not vanish with the watcher's pipe.
+  using namespace ddprun::agent;
+  const int st = in_child([] {
+    hold_stop_signals();
+    {
+      SignalWatcher w(forwarded_signals());
+      ::raise(SIGUSR1);  // not a stop: dropped
+      ::raise(SIGTERM);
+      ::raise(SIGINT);
+    }
+    if (held_stop_signal() != SIGTERM) return 1;
+    return release_stop_signals() == SIGTERM ? 0 : 2;
+  });
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+}
+
 TEST_CASE("a stop caught by the hold just before the run stops the run") {
   TempDir dir;
   const auto r = run_agent_in_child(dir, make_workers({"hang"}), 1, fake_options(), {}, [] {

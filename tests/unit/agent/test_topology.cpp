@@ -2,7 +2,14 @@
 // PCI and OS devices for GPU locality (synthetic descriptions cannot hold I/O devices).
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
+#include <hwloc.h>
 #include <sched.h>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -195,15 +202,51 @@ TEST_CASE("binding within a restricted affinity on an XML machine with GPUs", "[
   CHECK(format_cpu_list(cores.cpus[2]) == "4-5");
 }
 
+namespace {
+
+// Every hwloc plugin (and so the libraries each pulls in), loaded for the life of this process. hwloc
+// loads its plugins at the start of discovery and dlcloses them at the end; what a plugin's library
+// keeps in its globals then points nowhere. libpciaccess, which the pci plugin drives, keeps about
+// 1 KB in 9 blocks on a machine with a few PCI devices (the count depends on the devices): under ASan,
+// LeakSanitizer reports them at exit from an "<unknown module>" (the unloaded one), which no
+// suppression in tests/lsan.supp can name. Held here with RTLD_NODELETE, those globals stay reachable,
+// so that LeakSanitizer still checks every other allocation, ddprun's own included.
+void keep_hwloc_plugins_loaded() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("HWLOC_PLUGINS_PATH")) {
+    std::stringstream list(env);
+    for (std::string d; std::getline(list, d, ':');) dirs.push_back(d);
+  }
+  Dl_info lib{};  // hwloc's own plugin directory: <libdir>/hwloc beside libhwloc.so
+  if (::dladdr(reinterpret_cast<void*>(&hwloc_topology_init), &lib) != 0 && lib.dli_fname != nullptr)
+    dirs.push_back((std::filesystem::path(lib.dli_fname).parent_path() / "hwloc").string());
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("hwloc_", 0) == 0 && e.path().extension() == ".so")
+        ::dlopen(e.path().c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);  // one that cannot load: skipped
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("the live machine: every core is in the topology, the affinity is ours", "[cpubind][hwloc]") {
-  const core::Topology t = agent::read_topology();
-  REQUIRE_FALSE(t.cores.empty());
+  keep_hwloc_plugins_loaded();
   const std::set<int> mine = agent::own_affinity();
   cpu_set_t set;
   CPU_ZERO(&set);
   REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
   CHECK(static_cast<int>(mine.size()) == CPU_COUNT(&set));
-  for (int cpu : mine) CHECK(all_of(t).count(cpu) == 1);
+  // As --cpu-bind gpu reads it (PCI and OS devices too), and as cores and numa do (no I/O device).
+  for (const bool gpus : {true, false}) {
+    INFO("with GPUs: " << gpus);
+    const core::Topology t = agent::read_topology(gpus);
+    REQUIRE_FALSE(t.cores.empty());
+    for (int cpu : mine) CHECK(all_of(t).count(cpu) == 1);
+    if (!gpus) CHECK(t.gpu_numa.empty());
+  }
 }
 
 TEST_CASE("hwloc is loaded at run time, and named: libhwloc.so.15 on this machine", "[cpubind][hwloc]") {

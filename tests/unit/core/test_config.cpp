@@ -715,16 +715,132 @@ TEST_CASE("hang timeout: a positive number of seconds, else one clear line", "[c
   }
 }
 
-TEST_CASE("health check timeout: a positive number of seconds, else one clear line", "[config]") {
+TEST_CASE("health check timeout: 1 s to a day, else one clear line", "[config]") {
   auto o = cmd();
-  o.health_check_timeout = 0.5;
-  CHECK_NOTHROW(resolve(o, {}, sys()));
-  for (double bad : {0.0, -3.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+  for (double good : {1.0, 60.0, 86400.0}) {
+    o.health_check_timeout = good;
+    CHECK_NOTHROW(resolve(o, {}, sys()));
+  }
+  // 1e-7 (a typo) would fail every healthy node as a node failure (exit 125).
+  for (double bad :
+       {0.0, -3.0, 1e-7, 0.5, 86401.0, 1e300, std::numeric_limits<double>::infinity(), std::nan("")}) {
     o.health_check_timeout = bad;
     INFO(bad);
-    CHECK_THROWS_WITH(resolve(o, {}, sys()), Catch::Contains("--health-check-timeout") &&
-                                                 Catch::Contains("must be a positive number of seconds"));
+    CHECK_THROWS_WITH(resolve(o, {}, sys()),
+                      Catch::StartsWith("--health-check-timeout ") &&
+                          Catch::Contains("must be a number of seconds from 1 to 86400"));
   }
+  o.health_check_timeout = 1e-7;
+  o.from_variable["--health-check-timeout"] = "DDPRUN_HEALTH_CHECK_TIMEOUT";
+  CHECK_THROWS_WITH(resolve(o, {}, sys()), Catch::StartsWith("DDPRUN_HEALTH_CHECK_TIMEOUT=1e-07 must be"));
+}
+
+TEST_CASE("health check command: empty or an option's name is a usage error, not a node failure",
+          "[config][error]") {
+  struct Row {
+    std::string cmd;
+    std::string error;  // "" for none
+  };
+  for (const Row& row : std::vector<Row>{
+           {"/opt/site/gpu_check.sh", ""},
+           {"nvidia-smi -L", ""},
+           {"  test -e /dev/nvidia0", ""},
+           {"", "--health-check '' is empty (an unset variable?)"},
+           {"  ", "--health-check '  ' is empty"},
+           {"--nproc-per-node", "--health-check '--nproc-per-node' looks like an option, not a command"},
+           {"-x", "--health-check '-x' looks like an option"},
+           {" --tee", "--health-check ' --tee' looks like an option"},
+       }) {
+    auto o = cmd();
+    o.health_check = row.cmd;
+    INFO("'" << row.cmd << "'");
+    if (row.error.empty()) {
+      CHECK_NOTHROW(resolve(o, {}, sys()));
+    } else {
+      CHECK_THROWS_WITH(resolve(o, {}, sys()), Catch::StartsWith(row.error));
+    }
+  }
+  auto o = cmd();
+  o.health_check = "-v";
+  o.from_variable["--health-check"] = "DDPRUN_HEALTH_CHECK";
+  CHECK_THROWS_WITH(resolve(o, {}, sys()),
+                    Catch::StartsWith("DDPRUN_HEALTH_CHECK='-v' looks like an option"));
+}
+
+TEST_CASE("a node rank set for the whole job under Slurm: refused where it is not SLURM_NODEID",
+          "[config][slurm][error]") {
+  struct Row {
+    std::optional<int> node_rank;
+    std::string variable;  // "" for the flag
+    int node_id;
+    std::string error;  // "" for none
+  };
+  for (const Row& row : std::vector<Row>{
+           {std::nullopt, "", 1, ""},
+           {1, "", 1, ""},  // what each node's own script may set
+           {0, "DDPRUN_NODE_RANK", 0, ""},
+           {0, "", 1, "--node-rank 0 disagrees with SLURM_NODEID=1 of this node"},
+           {1, "DDPRUN_NODE_RANK", 0, "DDPRUN_NODE_RANK=1 disagrees with SLURM_NODEID=0"},
+           {1, "PET_NODE_RANK", 0, "PET_NODE_RANK=1 disagrees with SLURM_NODEID=0"},
+       }) {
+    auto o = cmd();
+    o.node_rank = row.node_rank;
+    if (!row.variable.empty()) o.from_variable["--node-rank"] = row.variable;
+    INFO(row.variable << " " << row.node_rank.value_or(-1) << " on node id " << row.node_id);
+    if (row.error.empty()) {
+      CHECK(resolve(o, step_env(row.node_id), sys()).job.node_rank == row.node_id);
+      continue;
+    }
+    try {
+      resolve(o, step_env(row.node_id), sys());
+      FAIL("no error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(e.exit_code() == kUsageExit);
+      CHECK_THAT(what, Catch::StartsWith(row.error));
+      const std::string fix = row.variable.empty() ? "drop --node-rank"
+                              : row.variable == "PET_NODE_RANK"
+                                  ? "unset PET_NODE_RANK (left from a torchrun script?)"
+                                  : "unset " + row.variable;
+      CHECK_THAT(what, Catch::EndsWith("; " + fix + ": Slurm numbers the nodes"));
+    }
+  }
+  // Per-task mode: every task of a node has its SLURM_NODEID.
+  auto env = step_env(1);
+  env["SLURM_STEP_NUM_TASKS"] = "4";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
+  env["SLURM_PROCID"] = "2";
+  auto o = cmd();
+  o.node_rank = 0;
+  CHECK_THROWS_WITH(resolve(o, env, sys()), Catch::StartsWith("--node-rank 0 disagrees with SLURM_NODEID=1"));
+}
+
+TEST_CASE("a node rank in a batch script would reach every node's agent: refused there",
+          "[config][slurm][error]") {
+  EnvSnapshot env = {{"SLURM_JOB_ID", "77"},
+                     {"SLURM_JOB_NODELIST", "node[1-3]"},
+                     {"SLURM_NNODES", "3"},
+                     {"SLURM_JOB_NUM_NODES", "3"},
+                     {"SLURM_NODEID", "0"},
+                     {"SLURM_NTASKS", "3"},
+                     {"SLURM_TASKS_PER_NODE", "1(x3)"}};
+  auto o = cmd();
+  o.node_rank = 0;
+  CHECK_THROWS_WITH(resolve(o, env, sys()),
+                    Catch::StartsWith("--node-rank 0 would reach the agent on every node this batch script "
+                                      "starts ddprun on (3 nodes)") &&
+                        Catch::EndsWith("; drop --node-rank: Slurm numbers the nodes"));
+  o.node_rank = 2;
+  o.from_variable["--node-rank"] = "PET_NODE_RANK";
+  CHECK_THROWS_WITH(resolve(o, env, sys()), Catch::StartsWith("PET_NODE_RANK=2 would reach"));
+  // One node: node rank 0 is the only one, and its SLURM_NODEID.
+  env["SLURM_JOB_NODELIST"] = "node1";
+  env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = env["SLURM_NTASKS"] = "1";
+  env["SLURM_TASKS_PER_NODE"] = "1";
+  o.node_rank = 0;
+  CHECK(resolve(o, env, sys()).context == SlurmContext::batch);
+  o.node_rank = 1;
+  CHECK_THROWS_WITH(resolve(o, env, sys()), Catch::StartsWith("PET_NODE_RANK=1 would reach"));
 }
 
 TEST_CASE("local address: node 0's is MASTER_ADDR, the store's endpoint stays, --master-addr wins",
@@ -747,8 +863,13 @@ TEST_CASE("local address: node 0's is MASTER_ADDR, the store's endpoint stays, -
   i.rdzv_iface = "ib0";
   r = resolve(i, step_env(0), sys());
   CHECK(r.rdzv_iface == "ib0");
+  CHECK(r.addr_option == "--rdzv-iface ib0");  // what a warning about the addresses names
   CHECK(r.local_addr.empty());
   CHECK(r.job.master_addr == "node1");
+  i.from_variable["--rdzv-iface"] = "DDPRUN_RDZV_IFACE";
+  CHECK(resolve(i, step_env(0), sys()).addr_option == "DDPRUN_RDZV_IFACE=ib0");
+  CHECK(resolve(o, step_env(0), sys()).addr_option == "--local-addr 10.20.0.1");
+  CHECK(resolve(cmd(), step_env(0), sys()).addr_option.empty());
   set_local_addr(r, "fd00::1");
   CHECK(r.job.master_addr == "fd00::1");
 }

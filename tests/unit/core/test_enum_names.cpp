@@ -8,6 +8,7 @@
 #include "core/cpu_bind.hpp"
 #include "core/plan.hpp"
 #include "core/rank_order.hpp"
+#include "core/requeue.hpp"
 #include "core/slurm_env.hpp"
 #include "core/status.hpp"
 #include "core/worker_store.hpp"
@@ -38,6 +39,7 @@ void check_table(const std::array<EnumName<E>, N>& table) {
 
 TEST_CASE("enum names: every table lists each value and each name once, both ways", "[enum_names]") {
   check_table(kCpuBindNames);
+  check_table(kJobEndNames);
   check_table(kWorkerStoreNames);
   check_table(kSlurmContextNames);
   check_table(kModeNames);

@@ -166,3 +166,32 @@ TEST_CASE("HTTP responses: length, type, close, and HEAD without the body") {
   CHECK(http_response(400, "text/plain", "bad\n", false).rfind("HTTP/1.1 400 Bad Request\r\n", 0) == 0);
   CHECK(http_response(405, "text/plain", "", false).find("Allow: GET, HEAD\r\n") != std::string::npos);
 }
+
+TEST_CASE("HTTP request heads: complete, more to read, or past the limit (8 KiB with the blank line)") {
+  using S = HeadScan::State;
+  struct Row {
+    std::string in;
+    S state;
+    std::string head;
+  };
+  const std::string pad(8192 - 4 - 14, 'x');  // "GET / HTTP/1.1" is 14 bytes
+  const Row rows[] = {
+      {"", S::more, ""},
+      {"GET /metrics HTTP/1.1\r\n", S::more, ""},
+      {"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", S::complete, "GET /metrics HTTP/1.1\r\nHost: a\r\n"},
+      {"GET /metrics HTTP/1.1\n\n", S::complete, "GET /metrics HTTP/1.1\n"},
+      {"GET /metrics HTTP/1.1\r\n\r\nbody after", S::complete, "GET /metrics HTTP/1.1\r\n"},
+      {"GET / HTTP/1.1" + pad + "\r\n\r\n", S::complete, "GET / HTTP/1.1" + pad + "\r\n"},  // 8192 bytes
+      {"GET / HTTP/1.1" + pad + "x\r\n\r\n", S::too_large, ""},                             // 8193
+      {std::string(8191, 'A'), S::more, ""},
+      {std::string(8192, 'A'), S::too_large, ""},
+      {"GET / HTTP/1.1" + pad + "x\r\n", S::more, ""},  // 8191 bytes: a LF next would end it at 8192
+      {"GET / HTTP/1.1" + pad + "x\r\nHost: a\r\n", S::too_large, ""},  // no end yet, and past the limit
+  };
+  for (const auto& row : rows) {
+    INFO(row.in.size() << " bytes: " << row.in.substr(0, 40));
+    const HeadScan h = scan_request_head(row.in, 8192);
+    CHECK(h.state == row.state);
+    CHECK(std::string(h.head) == row.head);
+  }
+}

@@ -1,8 +1,11 @@
 // The command line of the application layer: what parse_cli puts into core::Options.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <map>
+#include <set>
 
 #include "agent/error.hpp"
 #include "core/config.hpp"
@@ -246,13 +249,156 @@ TEST_CASE("cli: a bad value from a variable is an error naming the variable", "[
                     Catch::StartsWith("PET_MAX_RESTARTS=abc: Could not convert: --max-restarts"));
   CHECK(parse({"--max-restarts", "1", "true"}).options.max_restarts == 1);  // not read: the flag wins
   ::unsetenv("PET_MAX_RESTARTS");
-  ::setenv("DDPRUN_START_METHOD", "x", 1);  // --start-method has no DDPRUN_ variable
   ::setenv("PET_START_METHOD", "thread", 1);
   CHECK_THROWS_WITH(parse({"true"}),
                     Catch::StartsWith("PET_START_METHOD=thread: --start-method: thread not in"));
+  ::setenv("DDPRUN_START_METHOD", "fork", 1);  // above PET_START_METHOD
+  CHECK(parse({"true"}).options.start_method == "fork");
   ::unsetenv("PET_START_METHOD");
   ::unsetenv("DDPRUN_START_METHOD");
   ::setenv("DDPRUN_LOG_FORMAT", "yaml", 1);
   CHECK_THROWS_WITH(parse({"true"}), Catch::StartsWith("DDPRUN_LOG_FORMAT=yaml: --log-format: yaml not in"));
   ::unsetenv("DDPRUN_LOG_FORMAT");
+}
+
+namespace {
+
+// A value for each option's variable that the parser takes; `ignored`: an option torchrun has that
+// ddprun accepts and ignores, whose value changes nothing but is still read (and checked).
+struct Sample {
+  std::string option;
+  std::string value;
+  bool ignored = false;
+};
+
+const std::vector<Sample>& samples() {
+  static const std::vector<Sample> rows = {
+      {"--nnodes", "2"},
+      {"--nproc-per-node", "2"},
+      {"--node-rank", "1"},
+      {"--gpus-per-proc", "2"},
+      {"--virtual-local-rank", "1"},
+      {"--procs-per-replica", "2"},
+      {"--standalone", "1"},
+      {"--role", "trainer"},
+      {"--cpu-bind", "numa"},
+      {"--start-method", "fork"},
+      {"--rdzv-endpoint", "h:1"},
+      {"--rdzv-id", "j7"},
+      {"--rdzv-timeout", "5"},
+      {"--rdzv-last-call", "5"},
+      {"--master-addr", "m"},
+      {"--rdzv-iface", "ib0"},
+      {"--local-addr", "10.0.0.7"},
+      {"--master-port", "1234"},
+      {"--worker-store", "rank0"},
+      {"--rank-order", "topology"},
+      {"--rdzv-backend", "c10d", true},
+      {"--rdzv-conf", "a=b", true},
+      {"--rdzv-auth", "token"},
+      {"--rdzv-token-file", "/tmp/t"},
+      {"--max-restarts", "2"},
+      {"--max-restarts-without-progress", "3"},
+      {"--requeue-on", "143"},
+      {"--max-requeues", "2"},
+      {"--module", "1"},
+      {"--no-python", "1"},
+      {"--run-path", "1"},
+      {"--python", "/opt/py"},
+      {"--local-rank-arg", "dash"},
+      {"--use-env", "1", true},
+      {"--dry-run", "1"},
+      {"--format", "json"},
+      {"--term-timeout", "5"},
+      {"--hang-timeout", "60"},
+      {"--metrics-port", "9100"},
+      {"--metrics-all-nodes", "1"},
+      {"--health-check", "true"},
+      {"--health-check-timeout", "30"},
+      {"--prefix", "x "},
+      {"--no-prefix", "1"},
+      {"--tee", "3"},
+      {"--redirects", "1"},
+      {"--log-dir", "/tmp/l"},
+      {"--local-ranks-filter", "0"},
+      {"--error-file", "/tmp/e.json"},
+      {"--monitor-interval", "5", true},
+      {"--quiet", "1"},
+      {"--verbose", "1"},
+      {"--log-format", "json"},
+  };
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("cli: every option reads its DDPRUN_ variable, by one rule or a listed exception", "[cli][env]") {
+  using ddprun::launcher::option_variable_exceptions;
+  using ddprun::launcher::option_variables;
+  using ddprun::launcher::variable_by_rule;
+  CHECK(variable_by_rule("--nproc-per-node") == "DDPRUN_NPROC_PER_NODE");
+  CHECK(variable_by_rule("--max-restarts-without-progress") == "DDPRUN_MAX_RESTARTS_WITHOUT_PROGRESS");
+  const auto exception = [](const std::string& opt) -> const ddprun::launcher::VariableException* {
+    for (const auto& e : option_variable_exceptions())
+      if (opt == e.option) return &e;
+    return nullptr;
+  };
+  const auto options = option_variables();
+  std::set<std::string> with_variable;
+  for (const auto& [opt, var] : options) {
+    INFO(opt);
+    if (const auto* e = exception(opt)) {
+      CHECK(var == e->variable);
+      CHECK(std::string(e->why).size() > 10);
+    } else {
+      CHECK(var == variable_by_rule(opt));  // a new option gets its variable by the rule
+    }
+    if (!var.empty()) with_variable.insert(opt);
+  }
+  // Each exception names an option the command line has.
+  for (const auto& e : option_variable_exceptions()) {
+    INFO(e.option);
+    CHECK(std::any_of(options.begin(), options.end(), [&](const auto& ov) { return ov.first == e.option; }));
+  }
+  // Every option with a variable has a sample below: a new option must be given one, and is then read.
+  std::set<std::string> sampled;
+  for (const auto& s : samples()) sampled.insert(s.option);
+  CHECK(sampled == with_variable);
+  const auto defaults = parse({"true"}).options;
+  for (const auto& s : samples()) {
+    std::string var;
+    for (const auto& [opt, v] : options)
+      if (opt == s.option) var = v;
+    INFO(s.option << " from " << var << "=" << s.value);
+    REQUIRE_FALSE(var.empty());
+    ::setenv(var.c_str(), s.value.c_str(), 1);
+    auto o = parse({"true"}).options;
+    ::unsetenv(var.c_str());
+    CHECK(o.from_variable == std::map<std::string, std::string>{{s.option, var}});
+    o.from_variable.clear();
+    if (!s.ignored) CHECK_FALSE(o == defaults);
+  }
+}
+
+TEST_CASE("cli: an option from a variable is recorded with it, a flag is not, and the flag wins",
+          "[cli][env]") {
+  ::setenv("DDPRUN_NODE_RANK", "2", 1);
+  ::setenv("PET_NNODES", "3", 1);
+  ::setenv("DDPRUN_ROLE", "trainer", 1);
+  const auto from_env = parse({"--role", "critic", "true"}).options;
+  ::unsetenv("DDPRUN_NODE_RANK");
+  ::unsetenv("PET_NNODES");
+  ::unsetenv("DDPRUN_ROLE");
+  CHECK(from_env.node_rank == 2);
+  CHECK(from_env.nnodes == "3");
+  CHECK(from_env.role == "critic");
+  CHECK(from_env.from_variable ==
+        std::map<std::string, std::string>{{"--node-rank", "DDPRUN_NODE_RANK"}, {"--nnodes", "PET_NNODES"}});
+  CHECK(ddprun::core::given_as(from_env, "--node-rank", "2") == "DDPRUN_NODE_RANK=2");
+  CHECK(ddprun::core::given_as(from_env, "--role", "critic") == "--role critic");
+  CHECK(parse({"--node-rank", "1", "true"}).options.from_variable.empty());
+  // A bad --tee level from its variable names the variable.
+  ::setenv("DDPRUN_TEE", "loud", 1);
+  CHECK_THROWS_WITH(parse({"true"}), Catch::StartsWith("DDPRUN_TEE 'loud' is not a torchrun level"));
+  ::unsetenv("DDPRUN_TEE");
 }

@@ -1,7 +1,17 @@
 // --health-check's verdict: the node's line from what the check did (pure), and the runner on /bin/sh.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "agent/signals.hpp"
 #include "launcher/health_check.hpp"
+#include "support/temp_dir.hpp"
 
 using ddprun::launcher::HealthCheckRun;
 using ddprun::launcher::judge_health_check;
@@ -65,6 +75,42 @@ TEST_CASE("health check runner: code, output, timeout", "[launcher][health]") {
   const auto hung = ddprun::launcher::run_health_check("echo started; sleep 600", 0.5);
   CHECK(hung.timed_out);
   CHECK(hung.output == "started\n");
+}
+
+TEST_CASE("health check runner: a stop ends the check and what it started, and stays held",
+          "[launcher][health]") {
+  // scancel while a node checks itself: before, the agent died at once and the check's children ran on.
+  ddprun::test::TempDir dir;
+  const std::string pid_file = dir / "sleep.pid";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::thread stopper([&] {
+      while (::access(pid_file.c_str(), F_OK) != 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ::kill(::getpid(), SIGTERM);
+    });
+    const auto run = ddprun::launcher::run_health_check(
+        "sleep 600 & echo $! > " + pid_file + ".tmp; mv " + pid_file + ".tmp " + pid_file + "; wait", 60);
+    stopper.join();
+    const bool held = ddprun::agent::held_stop_signal() == SIGTERM;
+    ::_exit(run.stopped == SIGTERM && !run.timed_out && held ? 0 : 1);
+  }
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  std::ifstream in(pid_file);
+  pid_t sleeper = 0;
+  REQUIRE(in >> sleeper);
+  // Killed with the check's group (a zombie until init reaps it at most): kill(0) fails or it is a zombie.
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(sleeper) + "/stat");
+    std::string line;
+    gone = !std::getline(stat, line) || line.find(") Z") != std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(gone);
 }
 
 TEST_CASE("health check: the first round's nodes that did not join, named on node rank 0",

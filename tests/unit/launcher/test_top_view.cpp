@@ -2,7 +2,10 @@
 // fields, the text table, cutting to the terminal.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "core/config.hpp"
+#include "core/elastic.hpp"
 #include "launcher/observe/job_locator.hpp"
 #include "launcher/observe/top_view.hpp"
 
@@ -155,10 +158,80 @@ TEST_CASE("top under Slurm: the store's places, as the agents derive them") {
   CHECK(t[1].port == core::store_port_fallbacks("12.3").front());
   CHECK(t[8].port == core::derive_ports("12").store);  // a self-launch plans with the job id
   CHECK(t[8].run_id == "12");
-  const auto resv = slurm_targets(step, std::uint16_t{4000});
+  CHECK(t[0].master_port == core::derive_ports("12.3").master);  // the workers' store, a failover skips it
+  const auto resv = slurm_targets(step, core::ReservedPorts{4000, 4001});
   CHECK(resv[0].port == 4000);  // srun --resv-ports: the first reserved port, no fallbacks
+  CHECK(resv[0].master_port == 4001);
   CHECK(resv[1].run_id == "12");
+  CHECK(slurm_targets(step, core::ReservedPorts{4000, std::nullopt})[0].master_port ==
+        core::derive_ports("12.3").master);
   const auto named = slurm_targets(step, std::nullopt, std::string("myrun"));
   CHECK(named[0].run_id == "myrun (step 12.3)");
-  CHECK(named[8].run_id == "myrun");
+  CHECK(named[0].step_run == "12.3");
+  CHECK(named[8].run_id == "myrun (step 12)");  // as a self-launch's agents serve it (core::store_run_id)
+  CHECK(named[8].step_run == "12");
+}
+
+TEST_CASE("top under Slurm: where a node-0 failover moves the store, on every node of the step") {
+  const JobTarget step_base{"node2", 20000, "12.3", {}, "12.3", {}, 20005};
+  const JobTarget job_base{"node2", 30000, "12", {}, "12", {}, 0};
+  const auto t = failover_targets({"node2", "node3", "node4"}, {step_base, job_base});
+  REQUIRE(t.size() == 2 * 3 * (kMaxFailovers + 1));
+  // By base, then port, then host; every port from base+1 to base+kMaxFailovers+1 (MASTER_PORT skipped
+  // or not: core::failover_port gives base+g or base+g+1), the planned MASTER_PORT last of all.
+  CHECK(t[0].host == "node2");
+  CHECK(t[0].port == 20001);
+  CHECK(t[1].host == "node3");
+  CHECK(t[1].port == 20001);
+  CHECK(t[3].port == 20002);
+  CHECK(t[12].port == 20006);  // 20005 is MASTER_PORT
+  CHECK(t[3 * kMaxFailovers - 1].port == 20000 + kMaxFailovers + 1);
+  CHECK(t[3 * kMaxFailovers].port == 30001);
+  CHECK(t[3 * kMaxFailovers].run_id == "12");
+  for (std::size_t i = t.size() - 3; i < t.size(); ++i) CHECK(t[i].port == 20005);
+  for (const auto& x : t) CHECK(x.step_run == x.run_id);
+  for (int g = 1; g <= kMaxFailovers; ++g) {
+    for (const int master : {20001, 20005, 40000}) {
+      const auto p = static_cast<std::uint16_t>(core::failover_port(20000, g, master));
+      CHECK(std::any_of(t.begin(), t.end(), [&](const JobTarget& x) { return x.port == p; }));
+    }
+  }
+  // Never past the last port.
+  CHECK(failover_targets({"n"}, {JobTarget{"n", 65534, "r", {}, {}, {}, 0}}).size() == 1);
+}
+
+TEST_CASE("top: the run id a refusing store serves, and whether it is the Slurm step's") {
+  const std::string refusal =
+      "the rendezvous store at node1:20000 refused this agent: run id mismatch: this store serves run 'myrun "
+      "(step 12.3)', the client belongs to run '12.3': another job or Slurm step (JOBID.STEPID) reached this "
+      "port; check --rdzv-id and the endpoint";
+  CHECK(served_run_id(refusal, "12.3") == "myrun (step 12.3)");
+  CHECK_FALSE(served_run_id(refusal, "12.4"));  // not the refusal of our hello
+  CHECK_FALSE(served_run_id("authentication failed: wrong token", "12.3"));
+  // An id holding the delimiters still comes back whole.
+  CHECK(served_run_id(
+            "this store serves run 'a', the client belongs to run 'b'', the client belongs to run 'c'",
+            "c") == "a', the client belongs to run 'b'");
+  CHECK(serves_step("myrun (step 12.3)", "12.3"));
+  CHECK(serves_step("12.3", "12.3"));
+  CHECK(serves_step("x (step 12)", "12"));
+  CHECK_FALSE(serves_step("myrun (step 12.30)", "12.3"));
+  CHECK_FALSE(serves_step("myrun (step 12.3)", "12"));
+  CHECK_FALSE(serves_step(" (step 12.3)", "12.3"));
+  CHECK_FALSE(serves_step("myrun", ""));  // outside Slurm: no step to recognise
+}
+
+TEST_CASE("top under Slurm: nodes' addresses from scontrol show node -o") {
+  const std::string out =
+      "NodeName=node1 Arch=x86_64 CoresPerSocket=1 NodeAddr=127.0.1.1 NodeHostName=node1 Version=22.05.8\n"
+      "NodeName=node2 Arch=x86_64 NodeAddr=10.0.0.2 NodeHostName=node2\n"
+      "NodeName=gpu7 Arch=x86_64 NodeAddr=gpu7 NodeHostName=gpu7\n"  // NodeAddr is the name: no help
+      "garbage line\n"
+      "NodeName=node9 Arch=x86_64\n";
+  const auto a = parse_node_addrs(out);
+  CHECK(a.size() == 2);
+  CHECK(a.at("node1") == "127.0.1.1");
+  CHECK(a.at("node2") == "10.0.0.2");
+  CHECK(a.count("gpu7") == 0);
+  CHECK(parse_node_addrs("").empty());
 }

@@ -307,6 +307,19 @@ TEST_CASE("rendezvous: missing nodes are named by host where known", "[rendezvou
   CHECK(describe_missing({0, 2}, 4, {"a", "b"}) == "b (node rank 1), node rank 3");
 }
 
+TEST_CASE("rendezvous: the store's refusals are named by address, claimed node rank and reason",
+          "[rendezvous]") {
+  CHECK(describe_refusals({}).empty());
+  CHECK(describe_refusals({{"10.0.0.8", "main/1", "authentication failed: wrong token", 3}}) ==
+        "this store refused 3 connections from 10.0.0.8 as node rank 1: authentication failed: wrong token");
+  CHECK(
+      describe_refusals({{"10.0.0.8", "main/1", "wrong token", 1},
+                         {"10.0.0.9", "top", "run id mismatch", 1},
+                         {"::1", "", "protocol version 9", 2}}) ==
+      "this store refused 1 connection from 10.0.0.8 as node rank 1: wrong token; 1 connection from 10.0.0.9 "
+      "('top'): run id mismatch; 2 connections from ::1: protocol version 9");
+}
+
 TEST_CASE("rendezvous: make_plan sees the joined nodes in node-rank order", "[rendezvous]") {
   std::vector<int> seen;
   Job job(3, [&seen](const std::vector<JoinInfo>& joined) {

@@ -325,6 +325,36 @@ TEST_CASE("auth: token store serves the right token and drops everyone else", "[
                       Catch::Contains("'anon'") && Catch::Contains("'raw'"));
 }
 
+TEST_CASE("auth: a peer that does not speak the protocol is named in the log, rate-limited",
+          "[auth][server]") {
+  LogSink sink;
+  StoreServer server(server_with(token_cfg("tok-1"), sink));
+  // An HTTP client (a browser, a scanner, a scraper pointed at the wrong port), several times.
+  for (int i = 0; i < 8; ++i) {
+    const int fd = testnet::raw_connect(server.port());
+    REQUIRE(fd >= 0);
+    testnet::send_all(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(testnet::closed_by_peer(fd, 10s));
+    ::close(fd);
+  }
+  // A port scan's connect-and-close says nothing at all: no line for it.
+  const int quiet = testnet::raw_connect(server.port());
+  REQUIRE(quiet >= 0);
+  ::close(quiet);
+  TcpStore good(client_with(server.port(), token_cfg("tok-1"), "good"));
+  good.set("k", "v");  // the server is as it was
+  const std::string log = sink.all();
+  INFO(log);
+  CHECK_THAT(log, Catch::Contains("rejected peer 127.0.0.1:") && Catch::Contains("not the ddprun protocol"));
+  std::size_t lines = 0;
+  for (std::size_t at = log.find("rejected peer"); at != std::string::npos;
+       at = log.find("rejected peer", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines >= 1);
+  CHECK(lines <= 5);  // at most 5 lines per 10 s: the others are counted, not printed
+}
+
 TEST_CASE("auth: a replayed token hello is refused", "[auth][server]") {
   LogSink sink;
   StoreServer server(server_with(token_cfg("tok-1"), sink));
@@ -509,4 +539,37 @@ TEST_CASE("auth: a peer cannot inject lines into the master's log", "[auth][serv
   const std::string log = sink.all();
   CHECK_THAT(log, Catch::Contains("'evil?ddprun: forged line'"));
   CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+}
+
+TEST_CASE("auth: the store keeps the refused hellos, each kind once with its count, bounded",
+          "[auth][server]") {
+  LogSink sink;
+  StoreServer server(server_with(token_cfg("tok-1"), sink));
+  CHECK(server.refusals().empty());
+  for (int i = 0; i < 3; ++i) {
+    CHECK_THAT(rejection(client_with(server.port(), token_cfg("tok-2"), "main/1")),
+               Catch::Contains("wrong token"));
+  }
+  CHECK_THAT(rejection(client_with(server.port(), auth::Config{}, "bad\nlabel")),
+             Catch::Contains("authentication required"));
+  TcpStore good(client_with(server.port(), token_cfg("tok-1"), "main/0"));
+  good.set("k", "v");
+  auto r = server.refusals();
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].peer == "127.0.0.1");
+  CHECK(r[0].label == "main/1");
+  CHECK(r[0].count == 3);
+  CHECK_THAT(r[0].why, Catch::StartsWith("authentication failed: wrong token"));
+  CHECK(r[1].label == "bad?label");  // a peer's label, made safe for one line
+  CHECK(r[1].count == 1);
+  // Many different peers' labels: only the first kMaxRefusalsKept are kept; refused_count() counts all.
+  for (int i = 0; i < 12; ++i)
+    rejection(client_with(server.port(), token_cfg("tok-2"), "x" + std::to_string(i)));
+  CHECK(server.refusals().size() == kMaxRefusalsKept);
+  CHECK(server.refused_count() == 16);
+  const std::string long_label(200, 'l');  // within the hello's 256-byte limit
+  StoreServer other(server_with(token_cfg("tok-1"), sink));
+  rejection(client_with(other.port(), token_cfg("tok-2"), long_label));
+  REQUIRE(other.refusals().size() == 1);
+  CHECK(other.refusals()[0].label.size() == kMaxRefusalLabel);
 }

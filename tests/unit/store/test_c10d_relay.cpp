@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "store/c10d_server.hpp"
@@ -143,6 +144,44 @@ TEST_CASE("relay: when node 0's store goes, the workers' connections close", "[c
   p.server->stop();
   CHECK(testnet::closed_by_peer(w.fd(), 10s));
   CHECK(eventually([&] { return !p.relay->upstream_connected(); }));
+}
+
+TEST_CASE("relay: node 0's store lost is said while workers use it, and not once they have gone",
+          "[c10d][relay]") {
+  // At every restart node 0 closes its store for the next round, after this node's workers ended.
+  std::mutex mu;
+  std::vector<std::string> lines;
+  C10dServerOptions so;
+  so.hosts = {"127.0.0.1"};
+  so.log = [](const std::string&) {};
+  auto server = std::make_unique<C10dServer>(so);
+  C10dRelayOptions ro;
+  ro.upstream_host = "127.0.0.1";
+  ro.upstream_port = server->port();
+  ro.log = [&](const std::string& line) {
+    std::lock_guard lk(mu);
+    lines.push_back(line);
+  };
+  C10dRelay relay(ro);
+  const auto said = [&] {
+    std::lock_guard lk(mu);
+    return lines;
+  };
+  REQUIRE(eventually([&] { return relay.upstream_connected(); }));
+  SECTION("a worker connected: the loss is said") {
+    C10dClient w(relay.port(), Layout::v22);
+    w.send(Op::add, {"init/"}, {}, 1);
+    CHECK(w.read_i64() == 1);
+    server->stop();
+    CHECK(testnet::closed_by_peer(w.fd(), 10s));
+    REQUIRE(said().size() == 1);
+    CHECK(said().front().find("worker store relay: lost node 0's store at 127.0.0.1:") == 0);
+  }
+  SECTION("no worker connected (they have ended): nothing is said") {
+    server->stop();
+    CHECK(eventually([&] { return !relay.upstream_connected(); }));
+    CHECK(said().empty());
+  }
 }
 
 TEST_CASE("relay: a source address it cannot connect from fails the connect instead of another address",
