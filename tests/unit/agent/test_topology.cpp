@@ -16,6 +16,7 @@
 #include "agent/error.hpp"
 #include "agent/spawn.hpp"
 #include "agent/topology.hpp"
+#include "hwloc_lib.hpp"
 
 using namespace ddprun;
 using core::CpuBind;
@@ -217,8 +218,9 @@ void keep_hwloc_plugins_loaded() {
     std::stringstream list(env);
     for (std::string d; std::getline(list, d, ':');) dirs.push_back(d);
   }
-  Dl_info lib{};  // hwloc's own plugin directory: <libdir>/hwloc beside libhwloc.so
-  if (::dladdr(reinterpret_cast<void*>(&hwloc_topology_init), &lib) != 0 && lib.dli_fname != nullptr)
+  Dl_info lib{};  // hwloc's own plugin directory: <libdir>/hwloc beside the libhwloc.so loaded at run time
+  const auto init = agent::hwloc::api().topology_init;
+  if (::dladdr(reinterpret_cast<void*>(init), &lib) != 0 && lib.dli_fname != nullptr)
     dirs.push_back((std::filesystem::path(lib.dli_fname).parent_path() / "hwloc").string());
   for (const auto& dir : dirs) {
     std::error_code ec;
