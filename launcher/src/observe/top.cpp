@@ -28,8 +28,6 @@ namespace ddprun::launcher {
 
 namespace {
 
-// Every connect and read of `top` is bounded by this: a stopped node 0 is one line, not a wait.
-constexpr std::chrono::milliseconds kObserveTimeout{3000};
 constexpr int kRefreshMs = 1000;
 // How long the live view looks for a store that closed without the job's end: a failover takes the
 // survivors' teardown (--term-timeout) and the node-0 timeout.
