@@ -37,8 +37,8 @@ DEMO_PACKAGES=(
 TEST_PACKAGES=(
   # Slurm (hostlist oracle, local test cluster) and the MUNGE daemon
   libslurm-dev slurm-wlm munge
-  # tests: real PyTorch workers, torchrun
-  python3-torch
+  # tests: real PyTorch workers, torchrun; a real tqdm progress bar (tests/e2e/test_bars.cpp)
+  python3-torch python3-tqdm
   # the torch 2.x virtual environment below
   python3-venv
   # tools: fuzzing, formatting, static analysis (clang-tidy), process inspection in tests

@@ -45,6 +45,7 @@ class HangGuard {
   std::string private_dir() const { return heartbeats_ ? heartbeats_->private_dir() : std::string(); }
 
   void line(std::size_t worker, bool is_err, std::string_view text);
+  void output(std::size_t worker) { watch_.progress(worker); }  // any bytes of output
   void exited(std::size_t worker) { watch_.exited(worker); }
   void stop() { watch_.stop(); }
 

@@ -5,6 +5,7 @@
 
 #include "agent/events.hpp"
 #include "core/json.hpp"
+#include "core/utf8.hpp"
 #include "job_summary.hpp"
 
 namespace ddprun::agent {
@@ -92,23 +93,26 @@ std::optional<HungWorker> root_stack_from(const RunResult& node0, const std::vec
 }
 
 std::string encode_node_record(const NodeRecord& n) {
-  return core::dump_json({{"node_rank", n.node_rank},
-                          {"host", n.host},
-                          {"first_rank", n.first_rank},
-                          {"last_rank", n.last_rank},
-                          {"workers", n.workers},
-                          {"success", n.success},
-                          {"exit_code", n.exit_code},
-                          {"failed_rank", n.failed_rank},
-                          {"failed_exit", n.failed_exit},
-                          {"failed_signal", n.failed_signal},
-                          {"spawn_failed", n.spawn_failed},
-                          {"stopped", n.stopped},
-                          {"agent_signal", n.agent_signal},
-                          {"duration_s", n.duration_s},
-                          {"hung", n.hung},
-                          {"root_stack", n.root_stack},
-                          {"root_stack_python", n.root_stack_python}});
+  nlohmann::json j = {{"node_rank", n.node_rank},
+                      {"host", n.host},
+                      {"first_rank", n.first_rank},
+                      {"last_rank", n.last_rank},
+                      {"workers", n.workers},
+                      {"success", n.success},
+                      {"exit_code", n.exit_code},
+                      {"failed_rank", n.failed_rank},
+                      {"failed_exit", n.failed_exit},
+                      {"failed_signal", n.failed_signal},
+                      {"spawn_failed", n.spawn_failed},
+                      {"stopped", n.stopped},
+                      {"agent_signal", n.agent_signal},
+                      {"duration_s", n.duration_s},
+                      {"hung", n.hung},
+                      {"root_stack", n.root_stack},
+                      {"root_stack_python", n.root_stack_python}};
+  // A stack's bytes that are not UTF-8 (a path's, say) as hex too, so node 0 shows them as \xNN.
+  if (!core::valid_utf8(n.root_stack)) j["root_stack_hex"] = core::to_hex(n.root_stack);
+  return core::dump_json(j);
 }
 
 std::optional<NodeRecord> decode_node_record(std::string_view text) {
@@ -133,6 +137,9 @@ std::optional<NodeRecord> decode_node_record(std::string_view text) {
     n.hung = j.value("hung", false);
     n.root_stack = j.value("root_stack", std::string());
     n.root_stack_python = j.value("root_stack_python", false);
+    if (const auto hex = j.find("root_stack_hex");
+        hex != j.end() && !core::from_hex(hex->get<std::string>(), n.root_stack))
+      return std::nullopt;
     return n;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
@@ -218,7 +225,7 @@ std::string format_member_line(const RunResult& r, std::optional<int> task_rank,
   }
   const bool hang = r.root_cause && r.root_cause->hang;
   return fmt::format("ddprun: {}: {}, exit {}, {}; full report on node 0\n", who,
-                     paint(hang ? "hung" : "failed", Style::bold_red, colour), r.exit_code, cause);
+                     paint(hang ? "hung" : "failed", Style::bold_red, colour), job_code(r), cause);
 }
 
 }  // namespace ddprun::agent

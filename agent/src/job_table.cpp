@@ -100,21 +100,36 @@ std::vector<std::size_t> rows_shown(const std::vector<Row>& rows, std::size_t ma
   return order;
 }
 
-// "3 nodes", or in per-task mode "12 tasks on 3 nodes".
-std::string count_text(std::size_t rows, std::size_t nodes, bool per_task) {
-  const auto plural = [](std::size_t n, const char* what) {
-    return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
-  };
-  if (!per_task) return plural(rows, "node");
-  return plural(rows, "task") + " on " + plural(nodes, "node");
+std::string plural(std::size_t n, const char* what) {
+  return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
 }
 
-std::string header(const RunResult& node0, const std::string& counted, int workers, bool colour) {
+// What a successful job's rows count. Only the rows that reported know their workers.
+struct SuccessCount {
+  int workers = 0;               // in the records that came
+  std::size_t with_workers = 0;  // rows whose record came and counts workers
+  std::size_t without = 0;       // rows whose record came with none (nodes) ...
+  std::size_t missing = 0;       // ... and rows without a record
+  std::size_t hosts = 0;         // per-task mode: the nodes the tasks ran on
+};
+
+// "4 workers on 2 nodes exited 0", per task "4 tasks on 2 nodes exited 0" (a task is one worker);
+// rows that ran no worker or sent no record are counted apart, never as part of the workers' count:
+// "2 workers on 2 nodes exited 0, 1 more node did not report".
+std::string success_text(const SuccessCount& c, bool per_task) {
+  const char* unit = per_task ? "task" : "node";
+  std::string out = per_task ? plural(c.with_workers, "task") + " on " + plural(c.hosts, "node") + " exited 0"
+                             : plural(static_cast<std::size_t>(c.workers), "worker") + " on " +
+                                   plural(c.with_workers, "node") + " exited 0";
+  const auto more = [unit](std::size_t n) { return fmt::format("{} more {}{}", n, unit, n == 1 ? "" : "s"); };
+  if (c.without > 0) out += ", " + more(c.without) + " ran no worker";
+  if (c.missing > 0) out += ", " + more(c.missing) + " did not report";
+  return out;
+}
+
+std::string header(const RunResult& node0, const std::string& counted, bool colour) {
   const std::string head = fmt::format("ddprun: job summary (attempt {}): ", node0.attempt);
-  if (node0.success) {
-    return head + fmt::format("{}, {}, {} workers exited 0\n", paint("success", Style::green, colour),
-                              counted, workers);
-  }
+  if (node0.success) return head + fmt::format("{}, {}\n", paint("success", Style::green, colour), counted);
   std::string cause;
   if (const auto& f = node0.root_cause) {
     cause = f->rank >= 0 ? fmt::format(", root cause rank {} on {} ({})", f->rank, f->host, f->reason)
@@ -131,7 +146,7 @@ std::string header(const RunResult& node0, const std::string& counted, int worke
   return head + fmt::format("{}, exit code {}{}\n",
                             paint(node0.root_cause && node0.root_cause->hang ? "HUNG" : "FAILED",
                                   Style::bold_red, colour),
-                            node0.exit_code, cause);
+                            job_code(node0), cause);
 }
 
 std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown, bool per_task) {
@@ -163,13 +178,16 @@ std::string footer(const std::vector<Row>& rows, const std::vector<bool>& shown,
 std::string format_job_summary(const RunResult& node0, const std::vector<PeerRecord>& peers, bool colour,
                                std::size_t max_rows, bool per_task) {
   std::vector<Row> rows;
-  int workers = 0;
+  SuccessCount count;
   std::set<std::string> hosts;  // per-task mode: the nodes the tasks ran on
   for (const auto& p : peers) {
     rows.push_back(make_row(p, node0.root_cause, per_task));
     hosts.insert(p.host);
-    if (const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt) workers += rec->workers;
+    const auto rec = p.record ? decode_node_record(*p.record) : std::nullopt;
+    count.workers += rec ? rec->workers : 0;
+    ++(!rec ? count.missing : rec->workers > 0 ? count.with_workers : count.without);
   }
+  count.hosts = hosts.size();
   std::size_t hw = 4, rw = 5, resw = 6;
   for (const auto& r : rows) {
     hw = std::max(hw, r.host.size());
@@ -179,7 +197,7 @@ std::string format_job_summary(const RunResult& node0, const std::vector<PeerRec
   const auto order = rows_shown(rows, max_rows);
   std::vector<bool> shown(rows.size(), false);
   for (const std::size_t i : order) shown[i] = true;
-  std::string out = header(node0, count_text(peers.size(), hosts.size(), per_task), workers, colour);
+  std::string out = header(node0, success_text(count, per_task), colour);
   const auto line = [&](const std::string& node, const std::string& host, const std::string& ranks,
                         const std::string& result, const std::string& duration) {
     return fmt::format("  {:>5}  {:<{}}  {:<{}}  {:<{}}  {:>9}\n", node, host, hw, ranks, rw, result, resw,

@@ -6,13 +6,18 @@
 #include <string>
 #include <string_view>
 
+#include "core/status.hpp"
+
 namespace ddprun::agent {
 
-// Splits a byte stream into lines. Pure; the supervisor feeds it whatever read() returned.
+// Splits a byte stream into lines as a terminal shows them. Pure; the supervisor feeds it whatever
+// read() returned. A carriage return starts the line over (a progress bar redraws itself so): a line
+// is the text after its last one (core::visible_part), and the open line keeps only its latest
+// redraw, so a bar that never writes a newline holds one redraw, not its history.
 class LineSplitter {
  public:
   // Lines longer than max_line are cut into pieces of max_line bytes so a worker that never writes
-  // a newline (progress bars) cannot make the agent buffer without bound.
+  // a newline cannot make the agent buffer without bound.
   explicit LineSplitter(std::size_t max_line = 64 * 1024) : max_line_(max_line) {}
 
   // Calls on_line(std::string_view) for every complete line in pending + data, without the '\n'.
@@ -22,42 +27,54 @@ class LineSplitter {
       const auto nl = data.find('\n');
       const std::string_view part = data.substr(0, nl);
       if (nl == std::string_view::npos) {
-        append_partial(part, on_line);
+        append_open(part, on_line);
         return;
       }
-      if (pending_.empty() && part.size() <= max_line_) {
-        on_line(part);  // common case: no copy
+      if (pending_.empty()) {
+        emit(core::visible_part(part), on_line);  // common case: no copy
       } else {
-        append_partial(part, on_line);
-        on_line(std::string_view(pending_));
+        pending_.append(part);
+        emit(core::visible_part(pending_), on_line);
         pending_.clear();
       }
       data.remove_prefix(nl + 1);
     }
   }
 
-  // End of stream: a last line without '\n' is still a line.
+  // End of stream: a last line without '\n' is still a line (unless nothing of it shows).
   template <class F>
   void finish(F&& on_line) {
-    if (!pending_.empty()) {
-      on_line(std::string_view(pending_));
-      pending_.clear();
-    }
+    const std::string_view last = core::visible_part(pending_);
+    if (!last.empty()) emit(last, on_line);
+    pending_.clear();
   }
 
+  // The open line (no newline yet) as a terminal shows it now; "" when none.
+  std::string_view open_line() const { return core::visible_part(pending_); }
   std::size_t pending_size() const { return pending_.size(); }
 
  private:
   template <class F>
-  void append_partial(std::string_view part, F& on_line) {
-    while (pending_.size() + part.size() > max_line_) {
-      const std::size_t take = max_line_ - pending_.size();
-      pending_.append(part.substr(0, take));
-      on_line(std::string_view(pending_));
-      pending_.clear();
-      part.remove_prefix(take);
+  void emit(std::string_view line, F& on_line) {
+    while (line.size() > max_line_) {
+      on_line(line.substr(0, max_line_));
+      line.remove_prefix(max_line_);
     }
+    on_line(line);
+  }
+
+  template <class F>
+  void append_open(std::string_view part, F& on_line) {
     pending_.append(part);
+    // What a carriage return has since overwritten never shows again.
+    const std::string_view shown = core::visible_part(pending_);
+    if (const auto start = static_cast<std::size_t>(shown.data() - pending_.data()); start > 0) {
+      pending_.erase(0, start);
+    }
+    while (pending_.size() > max_line_) {
+      on_line(std::string_view(pending_).substr(0, max_line_));
+      pending_.erase(0, max_line_);
+    }
   }
 
   std::size_t max_line_;

@@ -6,17 +6,58 @@
 #include <filesystem>
 
 #include "agent/error.hpp"
+#include "agent/events.hpp"
 #include "agent/log_paths.hpp"
+#include "core/utf8.hpp"
 
 namespace ddprun::agent {
 
-OutputRelay::OutputRelay(const AgentOptions& opts, int world_size)
+namespace {
+
+// The terminal line's owner: one worker's stdout or stderr.
+std::size_t owner_of(std::size_t worker, bool is_err) {
+  return worker * 2 + (is_err ? 1 : 0);
+}
+
+// Whether the line that ends an open line was written already, as its last redraw.
+bool written(const std::string& shown, std::string_view line) {
+  return !shown.empty() && line == shown;
+}
+
+// The open line written as a line of a file or pipe: without a character the read cut in two, and
+// cut after kRedrawLineBytes (a line that only grows, dots say, then writes nothing more until its
+// newline instead of ever longer copies of itself).
+void write_redraw(LineWriter& w, std::string_view prefix, std::string& shown, std::string_view text) {
+  const bool cut = text.size() > kRedrawLineBytes;
+  const std::string_view whole = core::without_cut_character(text.substr(0, kRedrawLineBytes));
+  if (whole.empty()) return;
+  std::string line(whole);
+  if (cut) line += "\u2026";  // an ellipsis
+  if (line == shown) return;
+  shown = line;
+  w.line(prefix, line);
+  w.flush();
+}
+
+}  // namespace
+
+OutputRelay::OutputRelay(boost::asio::io_context& io, const AgentOptions& opts, int world_size)
     : opts_(opts),
       prefix_on_(!opts.no_prefix && (opts.prefix_template.has_value() || world_size > 1)),
-      template_(opts.prefix_template.value_or(std::string(kDefaultPrefixTemplate))) {}
+      template_(opts.prefix_template.value_or(std::string(kDefaultPrefixTemplate))),
+      timer_(io) {
+  // Events are for programs: with them, no escape sequence and no line drawn over, terminal or not.
+  const bool events = opts.events != nullptr && opts.events->json();
+  terminal_fd_[0] = !events && redraw_terminal(1);
+  terminal_fd_[1] = !events && redraw_terminal(2);
+}
 
 void OutputRelay::add(const core::Worker& w, const std::string& host) {
-  auto s = std::make_unique<Sink>();
+  const auto console_pace = [this](bool is_err) {
+    return on_terminal(is_err) ? kTerminalRedrawInterval : opts_.redraw_interval;
+  };
+  auto s = std::make_unique<Sink>(Stream(console_pace(false), opts_.redraw_interval),
+                                  Stream(console_pace(true), opts_.redraw_interval));
   if (prefix_on_) {
     const auto role = w.env.find("ROLE_NAME");
     s->prefix = render_prefix(template_, PrefixFields{w.rank, w.local_rank, w.node_rank, host,
@@ -42,15 +83,91 @@ void OutputRelay::open_log_files(Sink& s, int rank) const {
 
 void OutputRelay::line(std::size_t worker, bool is_err, std::string_view text) {
   Sink& s = *sinks_.at(worker);
-  if (s.console) (is_err ? err_console_ : out_console_).line(s.prefix, text);
-  (is_err ? s.err_file : s.out_file).line({}, text);
+  Stream& st = is_err ? s.err : s.out;
+  LineWriter& file = is_err ? s.err_file : s.out_file;
+  if (s.console) {
+    if (on_terminal(is_err)) {
+      terminal_.end(owner_of(worker, is_err));  // its own redrawn line gives way to the line itself
+      terminal_.erase();                        // another's goes above it until flush()
+      console(is_err).line(s.prefix, text);
+    } else if (!written(st.console.shown, text)) {
+      console(is_err).line(s.prefix, text);
+    }
+  }
+  if (!written(st.file.shown, text)) file.line({}, text);
+  for (Redraw* r : {&st.console, &st.file}) {
+    r->pace.closed();
+    r->shown.clear();
+  }
+  st.open.clear();
   if (is_err) s.tail.push(text);
 }
 
 void OutputRelay::flush(std::size_t worker, bool is_err) {
   Sink& s = *sinks_.at(worker);
-  (is_err ? err_console_ : out_console_).flush();
+  console(is_err).flush();
+  if (on_terminal(is_err)) terminal_.restore();
   (is_err ? s.err_file : s.out_file).flush();
+}
+
+void OutputRelay::open_line(std::size_t worker, bool is_err, std::string_view text) {
+  Sink& s = *sinks_.at(worker);
+  Stream& st = is_err ? s.err : s.out;
+  if (text.empty() || text == st.open) return;  // nothing new to show
+  st.open.assign(text);
+  const auto now = RedrawClock::now();
+  if (s.console) st.console.pace.changed(now);
+  if ((is_err ? s.err_file : s.out_file).active()) st.file.pace.changed(now);
+  show_due(worker, is_err, now);
+  arm_timer();
+}
+
+void OutputRelay::show_due(std::size_t worker, bool is_err, RedrawClock::time_point now) {
+  Sink& s = *sinks_.at(worker);
+  Stream& st = is_err ? s.err : s.out;
+  if (st.console.pace.due(now)) {
+    if (on_terminal(is_err)) {
+      terminal_.draw(is_err ? 2 : 1, owner_of(worker, is_err), s.prefix + st.open);
+    } else {
+      write_redraw(console(is_err), s.prefix, st.console.shown, st.open);
+    }
+    st.console.pace.shown(now);
+  }
+  if (st.file.pace.due(now)) {
+    write_redraw(is_err ? s.err_file : s.out_file, {}, st.file.shown, st.open);
+    st.file.pace.shown(now);
+  }
+}
+
+// One timer for every open line: it fires at the earliest deadline, shows what is due, and is set
+// again for the next one.
+void OutputRelay::arm_timer() {
+  if (stopped_) return;
+  std::optional<RedrawClock::time_point> next;
+  for (const auto& s : sinks_) {
+    for (const Stream* st : {&s->out, &s->err}) {
+      for (const Redraw* r : {&st->console, &st->file}) {
+        if (const auto d = r->pace.deadline(); d && (!next || *d < *next)) next = d;
+      }
+    }
+  }
+  if (!next || (timer_at_ && *timer_at_ <= *next)) return;
+  timer_at_ = next;
+  timer_.expires_at(*next);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    timer_at_.reset();
+    const auto now = RedrawClock::now();
+    for (std::size_t w = 0; w < sinks_.size(); ++w) {
+      for (const bool is_err : {false, true}) show_due(w, is_err, now);
+    }
+    arm_timer();
+  });
+}
+
+void OutputRelay::stop() {
+  stopped_ = true;
+  timer_.cancel();
 }
 
 std::vector<std::string> OutputRelay::stderr_tail(std::size_t worker) const {

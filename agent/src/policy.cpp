@@ -118,6 +118,11 @@ StepHistory record_step(StepHistory h, std::optional<Step> step, int attempt) {
   return h;
 }
 
+StepHistory record_attempt(StepHistory h, const std::optional<Failure>& root, int attempt) {
+  if (root && root->lost) return h;
+  return record_step(h, root ? root->step : std::nullopt, attempt);
+}
+
 AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
                               const ProgressRule& progress) {
   if (r.success) return {false, 0};
@@ -129,6 +134,13 @@ AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
   if (progress.limit > 0 && progress.history.stalled >= progress.limit)
     return {false, kNoProgressExitCode, true};
   return {attempt < max_restarts, code};
+}
+
+bool ends_without_progress(const RunResult& r, int attempt, int limit, const StepHistory& before) {
+  if (limit <= 0) return false;
+  // The attempts loop's own record (record_attempt): a lost node's attempt is no restart without progress.
+  const ProgressRule rule{limit, record_attempt(before, r.root_cause, attempt)};
+  return after_attempt(r, attempt, 0, rule).no_progress;
 }
 
 std::string no_progress_line(const ProgressRule& progress) {

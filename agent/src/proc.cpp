@@ -137,7 +137,7 @@ void Proc::arm_read(bool is_err) {
                             p.split.feed(std::string_view(p.buf.get(), n), [&](std::string_view line) {
                               listener_->on_line(*this, is_err, line);
                             });
-                            listener_->on_read(*this, is_err);
+                            listener_->on_read(*this, is_err, p.split.open_line());
                           }
                           if (ec) {
                             close_pipe(is_err);
@@ -151,7 +151,6 @@ void Proc::close_pipe(bool is_err) {
   Pipe& p = pipe(is_err);
   if (!p.open) return;
   p.split.finish([&](std::string_view line) { listener_->on_line(*this, is_err, line); });
-  listener_->on_read(*this, is_err);
   p.open = false;
   boost::system::error_code ignored;
   p.sd.close(ignored);

@@ -26,8 +26,11 @@ class Proc;
 class ProcListener {
  public:
   virtual void on_line(Proc& p, bool is_err, std::string_view line) = 0;
-  virtual void on_read(Proc& p, bool is_err) = 0;  // after the lines of one read
-  virtual void on_eof(Proc& p, bool is_err) = 0;   // a pipe is closed (or reading was stopped)
+  // After the lines of one read of some bytes: `open_line` is the line still open (no newline yet,
+  // LineSplitter::open_line), "" when none.
+  virtual void on_read(Proc& p, bool is_err, std::string_view open_line) = 0;
+  // A pipe is closed (or reading was stopped), after its last line.
+  virtual void on_eof(Proc& p, bool is_err) = 0;
   virtual void on_exit(Proc& p) = 0;
 
  protected:

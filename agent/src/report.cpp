@@ -6,6 +6,7 @@
 
 #include "agent/error.hpp"
 #include "agent/events.hpp"
+#include "core/utf8.hpp"
 
 namespace ddprun::agent {
 
@@ -28,28 +29,6 @@ std::string exit_text(int exit_code, int sig) {
 // A worker whose command never started (exec failed) has no pid.
 std::string pid_text(long pid) {
   return pid > 0 ? std::to_string(pid) : std::string("none (the command never started)");
-}
-
-// The length of the UTF-8 sequence at `s` (2 to 4 bytes), or 0 when it is not one (overlong forms,
-// surrogates and values past U+10FFFF included).
-std::size_t utf8_sequence(std::string_view s) {
-  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
-  const unsigned char c = b(0);
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!cont(1) || !cont(2)) return 0;
-    if (c == 0xE0 && b(1) < 0xA0) return 0;   // overlong
-    if (c == 0xED && b(1) >= 0xA0) return 0;  // a surrogate
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    if (c == 0xF0 && b(1) < 0x90) return 0;   // overlong
-    if (c == 0xF4 && b(1) >= 0x90) return 0;  // past U+10FFFF
-    return 4;
-  }
-  return 0;
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -147,7 +126,7 @@ std::string escape_control(std::string_view text) {
       ++i;
       continue;
     }
-    const std::size_t n = c >= 0x80 ? utf8_sequence(text.substr(i)) : 0;
+    const std::size_t n = c >= 0x80 ? core::utf8_length(text, i) : 0;
     // U+0080-U+009F (C2 80-C2 9F) are the C1 controls: some terminals take U+009B as CSI.
     const bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0;
     if (n > 0 && !c1) {
@@ -170,8 +149,9 @@ std::string format_report(const RunResult& r, bool colour, ReportLength length) 
   const std::string what = after != 0 ? "stopped after " + signal_name(after)
                            : hang     ? std::string("job hung")
                                       : std::string("job failed");
-  std::string out = paint(fmt::format("ddprun: {} with exit code {} (attempt {}, node {}, host {})", what,
-                                      r.exit_code, r.attempt, r.node_rank, r.host),
+  std::string out = paint(fmt::format("ddprun: {} with exit code {} (attempt {}, node {}, host {}{})", what,
+                                      job_code(r), r.attempt, r.node_rank, r.host,
+                                      r.no_progress ? "; no progress, --max-restarts-without-progress" : ""),
                           after != 0 ? Style::yellow : Style::bold_red, colour) +
                     "\n";
   if (stop_is_cause(r)) {
@@ -268,21 +248,39 @@ nlohmann::json report_to_json(const RunResult& r) {
   return j;
 }
 
+namespace {
+
+// A rank this node declared hung (the root cause): its row says so before how the teardown ended it.
+std::string summary_exit(const RunResult& r, const WorkerExit& e) {
+  std::string ex = short_exit(e.status);
+  const auto& f = r.root_cause;
+  if (f && f->hang && f->node_rank == r.node_rank &&
+      std::any_of(f->silent.begin(), f->silent.end(), [&](const auto& s) { return s.rank == e.rank; })) {
+    ex = "hung, " + ex;
+  }
+  if (e.stopped_by_ddprun) ex += " *";  // exit 0 on our TERM too: the JSON says the same
+  return ex;
+}
+
+}  // namespace
+
 std::string format_summary(const RunResult& r, bool colour) {
   std::size_t host_w = 4;
-  for (const auto& e : r.exits) host_w = std::max(host_w, e.host.size());
+  std::size_t exit_w = 16;
+  for (const auto& e : r.exits) {
+    host_w = std::max(host_w, e.host.size());
+    exit_w = std::max(exit_w, summary_exit(r, e).size());
+  }
   std::string out = fmt::format(
       "ddprun: summary (attempt {}, node {}): {}, exit code {}\n", r.attempt, r.node_rank,
       r.success ? paint("success", Style::green, colour)
                 : paint(r.root_cause && r.root_cause->hang ? "HUNG" : "FAILED", Style::bold_red, colour),
-      r.exit_code);
-  out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", "rank", "local", "host", host_w, "exit",
+      job_code(r));
+  out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<{}} {:>9}\n", "rank", "local", "host", host_w, "exit", exit_w,
                      "duration");
   for (const auto& e : r.exits) {
-    std::string ex = short_exit(e.status);
-    if (e.stopped_by_ddprun) ex += " *";  // exit 0 on our TERM too: the JSON says the same
-    out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<16} {:>9}\n", e.rank, e.local_rank, e.host, host_w, ex,
-                       duration_text(e.duration));
+    out += fmt::format("  {:>5} {:>5}  {:<{}}  {:<{}} {:>9}\n", e.rank, e.local_rank, e.host, host_w,
+                       summary_exit(r, e), exit_w, duration_text(e.duration));
   }
   bool any_stopped = false;
   for (const auto& e : r.exits) any_stopped = any_stopped || e.stopped_by_ddprun;

@@ -65,10 +65,15 @@ bool collect(const Spawned& s, const CommandRequest& req, CommandResult& r) {
       r.stopped = true;
       return false;
     }
+    if (!exited && req.stop_when && req.stop_when()) {
+      r.stopped_when = true;
+      return false;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return exited;
-    // Once it exited, only what is already in the pipes. A held stop is looked at every 100 ms.
-    const long long step = req.stop_on_held_signal ? 100 : 60000;
+    // Once it exited, only what is already in the pipes. A held stop and stop_when are looked at every
+    // 100 ms.
+    const long long step = req.stop_on_held_signal || req.stop_when ? 100 : 60000;
     const int ready = ::poll(fds, n, exited ? 0 : static_cast<int>(std::min<long long>(left, step)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) {
@@ -123,12 +128,12 @@ CommandResult run_command(const CommandRequest& req) {
     r.not_started = fmt::format("{} could not start: {}", name, e.what());
     return r;
   }
-  r.timed_out = !collect(s, req, r) && !r.stopped;
+  r.timed_out = !collect(s, req, r) && !r.stopped && !r.stopped_when;
   ::kill(-s.pid, SIGKILL);  // the whole group at the deadline; after an exit, what it left behind
   int st = 0;
   while (::waitpid(s.pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (!r.timed_out && !r.stopped) r.status = decode_wait_status(st);
+  if (!r.timed_out && !r.stopped && !r.stopped_when) r.status = decode_wait_status(st);
   return r;
 }
 

@@ -61,6 +61,10 @@ void StatusPublisher::line(std::size_t worker, std::string_view text) {
   l.line = core::clean_status_line(text);
 }
 
+void StatusPublisher::output(std::size_t worker, std::string_view open_line) {
+  line(worker, open_line);
+}
+
 void StatusPublisher::serve_stacks(std::vector<std::string> stacks_files, std::string path_env) {
   stacks_files_ = std::move(stacks_files);
   path_env_ = std::move(path_env);

@@ -32,9 +32,11 @@ class StatusPublisher {
   StatusPublisher(const StatusPublisher&) = delete;
   StatusPublisher& operator=(const StatusPublisher&) = delete;
 
-  // On the loop's thread: a worker started, and each of its output lines.
+  // On the loop's thread: a worker started, each of its output lines, and after each read its open
+  // line (a progress bar's latest redraw; "" for none).
   void started(std::size_t worker);
   void line(std::size_t worker, std::string_view text);
+  void output(std::size_t worker, std::string_view open_line);
   // Its last line (cleaned) and when it came; nullopt before the first.
   const std::string& last_line(std::size_t worker) const { return live_.at(worker).line; }
   std::optional<SteadyClock::time_point> last_output(std::size_t worker) const {

@@ -147,11 +147,16 @@ void Supervisor::on_line(Proc& p, bool is_err, std::string_view line) {
   status_.line(p.index(), line);
 }
 
-void Supervisor::on_read(Proc& p, bool is_err) {
+// Any output is progress, a line or not (a progress bar redraws without a newline).
+void Supervisor::on_read(Proc& p, bool is_err, std::string_view open_line) {
   relay_.flush(p.index(), is_err);
+  relay_.open_line(p.index(), is_err, open_line);
+  hang_.output(p.index());
+  status_.output(p.index(), open_line);
 }
 
 void Supervisor::on_eof(Proc& p, bool is_err) {
+  relay_.flush(p.index(), is_err);
   if (is_err) failures_.stderr_closed(p);
   check_done();
 }
@@ -190,6 +195,7 @@ void Supervisor::on_hang(const std::vector<HungRank>& hung) {
   for (const auto& h : hung) hung_workers_.push_back(h.worker);
   const Failure f = hang_failure(hung, *procs_.at(hung.front().worker), hang_.timeout());
   failures_.offer_local(f);  // and published
+  relay_.interrupt_terminal();
   reporter_.hang_detected(f, hang_.timeout());
   collect_stacks(hung, "hang", f);
 }
@@ -305,6 +311,7 @@ void Supervisor::check_done() {
 void Supervisor::on_all_exited() {
   grace_.cancel();
   hang_.stop();
+  relay_.stop();
   teardown_.all_exited();
   for (const auto& p : procs_) {
     if (p->reading(false) || p->reading(true)) return;
@@ -475,6 +482,7 @@ RunResult Supervisor::finish() {
   r.signal = agent_signal_;
   r.exit_code = job_exit_code(r.root_cause, agent_signal_, statuses);
   r.success = r.exit_code == 0 && !r.root_cause && agent_signal_ == 0;
+  r.no_progress = ends_without_progress(r, opts_.attempt, opts_.max_restarts_without_progress, opts_.steps);
   reporter_.finished(r);
   return r;
 }

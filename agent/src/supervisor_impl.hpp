@@ -49,7 +49,7 @@ class Supervisor final : ProcListener {
         opts_(opts),
         coord_(coord),
         reporter_(opts, coord),
-        relay_(opts, world_size),
+        relay_(io_, opts, world_size),
         teardown_(io_, procs_, opts.term_timeout),
         grace_(io_, opts.term_timeout),
         failures_(
@@ -68,7 +68,7 @@ class Supervisor final : ProcListener {
   // Lifecycle hooks.
   void on_spawned(Proc& p, const std::vector<std::string>& argv);
   void on_line(Proc& p, bool is_err, std::string_view line) override;
-  void on_read(Proc& p, bool is_err) override;
+  void on_read(Proc& p, bool is_err, std::string_view open_line) override;
   void on_eof(Proc& p, bool is_err) override;
   void on_exit(Proc& p) override;
   void on_signal(int sig);

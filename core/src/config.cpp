@@ -128,6 +128,7 @@ void fill_job_settings(const Options& o, const EnvSnapshot& env, const SlurmEnv&
     throw Error(fmt::format("--worker-store {}: expected agent, rank0 or relay", o.worker_store));
   }
   job.worker_store = *ws;
+  r.legacy_clients_21 = o.worker_store_legacy == "2.1";
   const auto order = parse_rank_order(o.rank_order);
   if (!order) throw Error(fmt::format("--rank-order {}: expected slurm or topology", o.rank_order));
   r.rank_order = *order;

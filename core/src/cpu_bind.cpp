@@ -66,10 +66,10 @@ CpuBinding finish(const std::vector<std::vector<Core>>& per_worker) {
 
 CpuBinding bind_cores(const std::vector<Core>& cores, std::size_t workers) {
   if (workers > cores.size()) {
-    throw Error(
-        fmt::format("--cpu-bind cores: {} workers but only {} core{} available to this agent; run at most {} "
-                    "workers per node, or use --cpu-bind numa or none",
-                    workers, cores.size(), cores.size() == 1 ? "" : "s", cores.size()));
+    throw Error(fmt::format(
+        "--cpu-bind cores: {} workers but only {} core{} available to this agent; run at most {} "
+        "worker{} per node, or use --cpu-bind numa or none",
+        workers, cores.size(), cores.size() == 1 ? "" : "s", cores.size(), cores.size() == 1 ? "" : "s"));
   }
   // Equal shares: the cores % workers left over stay unused rather than making one worker bigger.
   const std::size_t share = cores.size() / workers;

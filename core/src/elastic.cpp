@@ -50,27 +50,31 @@ std::string describe_members(const std::vector<Member>& members, const std::vect
 }
 
 AfterLoss after_loss(const std::vector<Member>& members, const std::vector<int>& lost, int nnodes_min,
-                     bool elastic) {
+                     bool elastic, int waiting) {
   AfterLoss out;
   std::vector<Member> gone;
   for (std::size_t i = 0; i < members.size(); ++i) {
     (contains(lost, static_cast<int>(i)) ? gone : out.survivors).push_back(members[i]);
   }
-  const int left = static_cast<int>(out.survivors.size());
+  const int survivors = static_cast<int>(out.survivors.size());
+  const int left = survivors + waiting;
+  const auto standbys = waiting + std::count_if(out.survivors.begin(), out.survivors.end(),
+                                                [](const Member& m) { return m.standby; });
   const std::string names = describe_members(members, gone);
   if (!elastic) {
     out.message = fmt::format(
-        "lost {}; the job is not elastic (it needs --nnodes MIN:MAX or standbys, "
-        "and --max-restarts)",
+        "lost {}; the job is not elastic: without --max-restarts a lost node ends it (docs/elastic.md)",
         names);
   } else if (left < nnodes_min) {
-    out.message = fmt::format("lost {}; {} left, fewer than the minimum of {} (--nnodes {}:MAX)", names,
-                              plural(static_cast<std::size_t>(left), "node"), nnodes_min, nnodes_min);
-  } else if (!has_majority(left, static_cast<int>(members.size()))) {
+    out.message =
+        fmt::format("lost {}; {} left{}, fewer than the minimum of {} (--nnodes {}:MAX){}", names,
+                    plural(static_cast<std::size_t>(left), "node"), standbys > 0 ? " with the standbys" : "",
+                    nnodes_min, nnodes_min, standbys > 0 ? "" : ", and no standby was waiting");
+  } else if (!has_majority(survivors, static_cast<int>(members.size()))) {
     out.message = fmt::format(
         "lost {}; {} of {} left, not a strict majority of the last round, so the "
         "job stops rather than risk two jobs after a network partition",
-        names, left, members.size());
+        names, survivors, members.size());
   } else {
     out.go_on = true;
   }
@@ -82,6 +86,8 @@ std::optional<std::string> loss_ends_job(const std::vector<Member>& members, con
   if (lost.empty() || (elastic && !restart_due)) return std::nullopt;
   auto d = after_loss(members, lost, nnodes_min, elastic);
   if (d.go_on) return std::nullopt;
+  // Too few left: the next round judges, with the standbys waiting there.
+  if (elastic && static_cast<int>(d.survivors.size()) < nnodes_min) return std::nullopt;
   return std::move(d.message);
 }
 

@@ -1,5 +1,6 @@
 #include "core/failure.hpp"
 
+#include <charconv>
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -9,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "core/utf8.hpp"
 
 namespace ddprun::core {
 
@@ -133,18 +135,47 @@ Failure failure_from_json(const nlohmann::json& j) {
   }
 }
 
+// JSON strings hold UTF-8 only, and the report shows a worker's other bytes as \xNN: the wire form
+// also carries each stderr line that is not UTF-8 as hex ("stderr_tail_hex": {index: hex}), beside
+// the replaced text that agents without it read.
 std::string encode_failure(const Failure& f) {
-  return dump_json(failure_to_json(f));
+  nlohmann::json j = failure_to_json(f);
+  nlohmann::json raw = nlohmann::json::object();
+  for (std::size_t i = 0; i < f.stderr_tail.size(); ++i) {
+    if (!valid_utf8(f.stderr_tail[i])) raw[std::to_string(i)] = to_hex(f.stderr_tail[i]);
+  }
+  if (!raw.empty()) j["stderr_tail_hex"] = std::move(raw);
+  return dump_json(j);
 }
 
+namespace {
+
+void restore_stderr_bytes(const nlohmann::json& j, Failure& f) {
+  const auto it = j.find("stderr_tail_hex");
+  if (it == j.end()) return;
+  for (const auto& [key, hex] : it->items()) {
+    std::size_t i = 0;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), i);
+    std::string bytes;
+    if (ec != std::errc{} || end != key.data() + key.size() || i >= f.stderr_tail.size() ||
+        !from_hex(hex.get<std::string>(), bytes)) {
+      throw Error("malformed failure record from another node: a bad stderr_tail_hex entry " + key, 1);
+    }
+    f.stderr_tail[i] = std::move(bytes);
+  }
+}
+
+}  // namespace
+
 Failure decode_failure(std::string_view text) {
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    Failure f = failure_from_json(j);
+    restore_stderr_bytes(j, f);
+    return f;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("malformed failure record from another node: ") + e.what(), 1);
   }
-  return failure_from_json(j);
 }
 
 }  // namespace ddprun::core

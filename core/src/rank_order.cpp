@@ -66,6 +66,10 @@ std::vector<OrderedNode> topology_order(const std::vector<OrderInput>& nodes) {
   return out;
 }
 
+std::string node_rank_range(std::size_t first, std::size_t last) {
+  return first == last ? fmt::format("node rank {}", first) : fmt::format("node ranks {}-{}", first, last);
+}
+
 std::vector<std::string> describe_order(const std::vector<OrderedNode>& order,
                                         const std::vector<std::string>& hosts) {
   std::vector<std::string> lines;
@@ -82,8 +86,7 @@ std::vector<std::string> describe_order(const std::vector<OrderedNode>& order,
     } catch (const Error&) {
       list = fmt::format("{}", fmt::join(names, ","));
     }
-    const std::string ranks = end - first == 1 ? fmt::format("node rank {}", first)
-                                               : fmt::format("node ranks {}-{}", first, end - 1);
+    const std::string ranks = node_rank_range(first, end - 1);
     const auto& g = order[first].group;
     lines.push_back(g.path ? fmt::format("{}: switch/block {} ({})", ranks, *g.path, list)
                            : fmt::format("{}: {}, kept in node-rank order ({})", ranks, g.why, list));

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/slurm_text.hpp"
 
 namespace ddprun::core {
 
@@ -64,33 +65,16 @@ RequeueVerdict requeue_verdict(int code, const std::set<int>& codes, int restart
   return restart_count < max_requeues ? RequeueVerdict::requeue : RequeueVerdict::budget_spent;
 }
 
-namespace {
-
-// The value of `Key=` in scontrol's one-line output (fields separated by spaces); nullopt: absent.
-std::optional<std::string_view> field(std::string_view text, std::string_view key) {
-  for (std::size_t pos = 0; pos < text.size();) {
-    const std::size_t end = std::min(text.find_first_of(" \n", pos), text.size());
-    const std::string_view token = text.substr(pos, end - pos);
-    if (token.size() > key.size() && token.substr(0, key.size()) == key && token[key.size()] == '=') {
-      return token.substr(key.size() + 1);
-    }
-    pos = end + 1;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 JobEnd job_end_from_scontrol(std::string_view show_job) {
-  const auto state = field(show_job, "JobState");
+  const auto state = scontrol_field(show_job, "JobState");
   if (!state) return JobEnd::unknown;
-  const auto preempt = field(show_job, "PreemptTime");
+  const auto preempt = scontrol_field(show_job, "PreemptTime");
   if (preempt && *preempt != "None" && !preempt->empty()) return JobEnd::preempted;
-  if (field(show_job, "Reason") == std::string_view("TimeLimit") || *state == "TIMEOUT")
+  if (scontrol_field(show_job, "Reason") == std::string_view("TimeLimit") || *state == "TIMEOUT")
     return JobEnd::time_limit;
   if (*state == "PREEMPTED") return JobEnd::preempted;
   if (*state == "RUNNING") return JobEnd::running;
-  const auto reason = field(show_job, "Reason").value_or("None");
+  const auto reason = scontrol_field(show_job, "Reason").value_or("None");
   if ((*state == "COMPLETING" || *state == "CANCELLED") && reason == "None") return JobEnd::cancelled;
   return JobEnd::other;
 }

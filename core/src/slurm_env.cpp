@@ -180,37 +180,25 @@ SlurmEnv read_slurm_env(const EnvSnapshot& env) {
   return s;
 }
 
-SlurmLayout slurm_layout(const SlurmEnv& s) {
-  SlurmLayout out;
-  if (!s.nodelist && s.het_size) {
-    // A heterogeneous job's shell names its nodes per component (SLURM_JOB_NODELIST_HET_GROUP_N).
-    throw Error(
-        fmt::format("this is a heterogeneous job ({} components, SLURM_HET_SIZE={}): ddprun runs on one "
-                    "component at a time; start it with srun --het-group=N ddprun ...",
-                    *s.het_size, *s.het_size));
-  }
-  if (!s.nodelist) {
-    throw Error(
-        "SLURM_JOB_ID is set but no nodelist (SLURM_STEP_NODELIST/SLURM_JOB_NODELIST) is; "
-        "run ddprun inside a Slurm job or unset SLURM_JOB_ID");
-  }
+namespace {
+
+// The nodelist's hosts, in the step's order: a heterogeneous step's are ordered by component.
+std::vector<std::string> layout_hosts(const SlurmEnv& s) {
   try {
-    out.hosts = expand_hostlist(s.nodelist->value);
+    auto hosts = expand_hostlist(s.nodelist->value);
     if (s.context == SlurmContext::step && !s.het_nodelists.empty()) {
       std::vector<std::vector<std::string>> components;
       for (const auto& c : s.het_nodelists) components.push_back(expand_hostlist(c));
-      if (auto order = het_node_order(out.hosts, components)) out.hosts = std::move(*order);
+      if (auto order = het_node_order(hosts, components)) hosts = std::move(*order);
     }
+    return hosts;
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", s.nodelist->var, e.what()));
   }
-  if (out.hosts.empty())
-    throw Error(fmt::format("{}='{}' names no hosts", s.nodelist->var, s.nodelist->value));
-  const int nhosts = static_cast<int>(out.hosts.size());
-  if (s.num_nodes && s.num_nodes->value != nhosts) {
-    throw Error(fmt::format("{}={} disagrees with {}='{}', which names {} hosts", s.num_nodes->var,
-                            s.num_nodes->value, s.nodelist->var, s.nodelist->value, nhosts));
-  }
+}
+
+// The tasks per node and in all, each checked against the node count and the other variables.
+void count_tasks(const SlurmEnv& s, int nhosts, SlurmLayout& out) {
   if (s.tasks_per_node) {
     try {
       out.tasks_per_node = parse_count_list(s.tasks_per_node->value);
@@ -231,6 +219,33 @@ SlurmLayout slurm_layout(const SlurmEnv& s) {
   } else if (s.num_tasks) {
     out.num_tasks = s.num_tasks->value;
   }
+}
+
+}  // namespace
+
+SlurmLayout slurm_layout(const SlurmEnv& s) {
+  SlurmLayout out;
+  if (!s.nodelist && s.het_size) {
+    // A heterogeneous job's shell names its nodes per component (SLURM_JOB_NODELIST_HET_GROUP_N).
+    throw Error(
+        fmt::format("this is a heterogeneous job ({} components, SLURM_HET_SIZE={}): ddprun runs on one "
+                    "component at a time; start it with srun --het-group=N ddprun ...",
+                    *s.het_size, *s.het_size));
+  }
+  if (!s.nodelist) {
+    throw Error(
+        "SLURM_JOB_ID is set but no nodelist (SLURM_STEP_NODELIST/SLURM_JOB_NODELIST) is; "
+        "run ddprun inside a Slurm job or unset SLURM_JOB_ID");
+  }
+  out.hosts = layout_hosts(s);
+  if (out.hosts.empty())
+    throw Error(fmt::format("{}='{}' names no hosts", s.nodelist->var, s.nodelist->value));
+  const int nhosts = static_cast<int>(out.hosts.size());
+  if (s.num_nodes && s.num_nodes->value != nhosts) {
+    throw Error(fmt::format("{}={} disagrees with {}='{}', which names {} hosts", s.num_nodes->var,
+                            s.num_nodes->value, s.nodelist->var, s.nodelist->value, nhosts));
+  }
+  count_tasks(s, nhosts, out);
   if (s.context == SlurmContext::step && s.node_id && *s.node_id >= nhosts) {
     throw Error(fmt::format("SLURM_NODEID={} is outside the step's {} nodes ({}='{}')", *s.node_id, nhosts,
                             s.nodelist->var, s.nodelist->value));

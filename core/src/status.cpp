@@ -9,38 +9,11 @@
 
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "core/utf8.hpp"
 
 namespace ddprun::core {
 
 namespace {
-
-// Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
-std::size_t utf8_length(std::string_view s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  std::size_t n = 0;
-  unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;  // overlong
-    if (c == 0xED) hi = 0x9F;  // surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;  // overlong
-    if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (std::size_t k = 2; k < n; ++k) {
-    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
-  }
-  return n;
-}
 
 std::optional<std::uint64_t> to_u64(std::string_view t) {
   std::uint64_t v = 0;
@@ -151,10 +124,14 @@ NodeStatus decode_node_status(std::string_view record) {
   }
 }
 
-std::string clean_status_line(std::string_view line, std::size_t max) {
-  // A progress bar redraws with \r: the text after the last one is what shows.
+std::string_view visible_part(std::string_view line) {
   while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (const auto cr = line.rfind('\r'); cr != std::string_view::npos) line = line.substr(cr + 1);
+  return line;
+}
+
+std::string clean_status_line(std::string_view line, std::size_t max) {
+  line = visible_part(line);
   std::string out;
   std::size_t i = 0;
   while (i < line.size()) {

@@ -256,24 +256,29 @@ StageLayers stage_layers(int layers, int stages, int stage, const std::string& m
   if (stages < 1 || stage < 0 || stage >= stages) {
     throw Error("stage_layers: stage " + std::to_string(stage) + " of " + std::to_string(stages));
   }
-  if (layers % stages != 0) {
-    std::vector<int> fit;
-    for (int p = 1; p <= layers; ++p) {
-      if (layers % p == 0) {
-        fit.push_back(p);
-      }
-    }
-    std::string fits;
-    for (std::size_t i = 0; i < fit.size(); ++i) {
-      fits += (i == 0 ? "" : (i + 1 == fit.size() ? " or " : ", ")) + std::to_string(fit[i]);
-    }
+  if (stages > layers) {
     throw Error("DDPRUN_MP_SIZE=" + std::to_string(stages) + " (ddprun --procs-per-replica " +
-                std::to_string(stages) + ") does not divide the " + std::to_string(layers) +
-                " layers of --model " + model + " into pipeline stages; use --procs-per-replica " + fits +
-                ", or --layers N with N a multiple of " + std::to_string(stages));
+                std::to_string(stages) + ") is more than the " + std::to_string(layers) +
+                " layers of --model " + model +
+                ": every pipeline stage needs a layer; use --procs-per-replica " + std::to_string(layers) +
+                " or fewer, or --layers N with N at least " + std::to_string(stages));
   }
   const int per = layers / stages;
-  return StageLayers{stage * per, (stage + 1) * per};
+  const int longer = layers % stages;  // the first stages, one layer more each
+  const int first = stage * per + std::min(stage, longer);
+  return StageLayers{first, first + per + (stage < longer ? 1 : 0)};
+}
+
+std::string stage_split_text(int layers, int stages) {
+  if (layers % stages == 0) {
+    return std::to_string(layers / stages) + " layer" + (layers / stages == 1 ? "" : "s");
+  }
+  std::string out;
+  for (int s = 0; s < stages; ++s) {
+    const StageLayers r = stage_layers(layers, stages, s, "");
+    out += (s == 0 ? "" : " + ") + std::to_string(r.last - r.first);
+  }
+  return out + " layers";
 }
 
 std::vector<std::int64_t> micro_batch_sizes(std::int64_t len, int m) {

@@ -107,13 +107,18 @@ int default_layers(const std::string& model);
 std::vector<std::int64_t> layer_widths(const std::string& model, int layers);
 
 // Pipeline parallelism: DDPRUN_MP_SIZE processes split the layers into that many consecutive
-// stages of equal length; stage s holds layers [first, last). Throws a one-line error when the
-// stage count does not divide the layers.
+// stages, as evenly as they go (as PyTorch's pipeline split does): the first layers % stages stages
+// hold one layer more (3 layers in 2 stages: 2 + 1). Stage s holds layers [first, last). Throws a
+// one-line error when there are more stages than layers.
 struct StageLayers {
   int first = 0;
   int last = 0;
 };
 StageLayers stage_layers(int layers, int stages, int stage, const std::string& model);
+
+// The split for the start-up line: "2 layers" when the stages are equal, else each stage's count,
+// "3 + 3 + 2 layers".
+std::string stage_split_text(int layers, int stages);
 
 // One rank's share of a step split into micro-batches: min(m, len) parts (at least one, of zero
 // samples for an empty share), the first len % parts one sample larger.

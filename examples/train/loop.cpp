@@ -191,9 +191,9 @@ void set_up(Trainer& t, Options o) {
       per_rank_batch_text(t.o.batch_size, t.env.dp_size), t.o.optimizer, torch::get_num_threads()));
   if (t.env.mp_size > 1) {
     t.log(
-        fmt::format("pipeline: {} stages of {} layers, {} micro-batches per step and replica (GPipe; ideal "
+        fmt::format("pipeline: {} stages of {}, {} micro-batches per step and replica (GPipe; ideal "
                     "bubble {:.0f}% of a step)",
-                    t.env.mp_size, layers / t.env.mp_size, t.o.micro_batches,
+                    t.env.mp_size, stage_split_text(layers, t.env.mp_size), t.o.micro_batches,
                     100 * bubble_fraction(t.env.mp_size, t.o.micro_batches)));
   }
   pause_for_test("DDPRUN_TRAIN_TEST_PAUSE_AFTER_SETUP_MS", "set up, pausing before the first step");

@@ -25,7 +25,7 @@ void add_training_options(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"toy", "mlp", "ae"}))
       ->capture_default_str();
   app.add_option("--layers", o.layers,
-                 "layers of the model (default: toy 2, mlp 3, ae 4); pipeline stages must divide it")
+                 "layers of the model (default: toy 2, mlp 3, ae 4); at least one per pipeline stage")
       ->check(CLI::PositiveNumber);
   app.add_option("--data", o.data, "toy | fashion-mnist (default: follows --model)")
       ->check(CLI::IsMember({"toy", "fashion-mnist"}));

@@ -71,12 +71,14 @@ std::optional<std::string> left_out_line(int nagents, const std::vector<int>& jo
       missing.size(), nagents, fmt::join(missing, ", "), nagents - static_cast<int>(missing.size()));
 }
 
-HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
+HealthCheckRun run_health_check(const std::string& command, double timeout_s,
+                                const std::function<bool()>& stop) {
   agent::CommandRequest req{agent::shell_command(command), std::chrono::ceil<std::chrono::milliseconds>(
                                                                std::chrono::duration<double>(timeout_s))};
   req.output_cap = kHealthCheckOutputCap;
   req.keep_tail = true;            // the verdict is at the end
   req.stop_on_held_signal = true;  // a stop (scancel, Ctrl-C) ends the check at once
+  req.stop_when = stop;            // as does the caller's reason (the job ended meanwhile)
   // With the default dispositions the agent would die at once and leave the check's children behind.
   agent::hold_stop_signals();
   agent::CommandResult r;
@@ -87,6 +89,7 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
     throw;
   }
   HealthCheckRun run{r.timed_out, r.status.exit_code, r.output};
+  run.interrupted = r.stopped_when;
   run.stopped = agent::release_stop_signals();  // 0: released; else the stop, still held
   if (run.stopped != 0) {
     run.timed_out = false;
@@ -96,12 +99,14 @@ HealthCheckRun run_health_check(const std::string& command, double timeout_s) {
   return run;
 }
 
-NodeHealth check_node_health(const core::Options& o, const core::Resolved& r) {
+NodeHealth check_node_health(const core::Options& o, const core::Resolved& r,
+                             const std::function<bool()>& stop) {
   if (!o.health_check) return {};
   // Per-task mode: the node's check is its relay's (local task 0), which tells the others.
   if (r.mode == core::Mode::per_task && r.job.task_local_rank.value_or(0) != 0) return {};
-  const HealthCheckRun run = run_health_check(*o.health_check, o.health_check_timeout);
+  const HealthCheckRun run = run_health_check(*o.health_check, o.health_check_timeout, stop);
   if (run.stopped != 0) return {std::nullopt, run.stopped};
+  if (run.interrupted) return {};
   return {
       judge_health_check(run, r.self.host.value_or("localhost"), r.job.node_rank, o.health_check_timeout)};
 }

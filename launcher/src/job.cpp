@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdlib>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -44,18 +45,13 @@ using core::Failure;
 // Standalone: the one-node case.
 class LocalSession final : public Session {
  public:
-  LocalSession(const core::Resolved& r, agent::Events& ev) : r_(r), store_(worker_store_log(ev)) {}
+  LocalSession(const core::Resolved& r, agent::Events& ev)
+      : r_(r), store_(worker_store_log(ev), r.legacy_clients_21) {}
 
   Round join(int attempt) override {
     core::JobSpec job = r_.job;
     job.restart_count = attempt;
-    if (job.worker_store == core::WorkerStore::rank0) {
-      auto chosen = choose_master_port(job.master_port, 0, r_.master_port_given, std::move(master_hold_));
-      job.master_port = chosen.port;
-      master_hold_ = std::move(chosen.hold);
-    } else {
-      job.master_port = store_.serve(job.master_addr, job.master_port, 0, r_.master_port_given, false, {});
-    }
+    job.master_port = store_.master_port(job, 0, r_.master_port_given, false, {});
     Round round;
     round.table = std::make_shared<const core::PlanTable>(core::make_plan_table(job, r_.nodes));
     round.local = core::derive_workers(*round.table, job.node_rank, core::task_slot(job));
@@ -69,7 +65,6 @@ class LocalSession final : public Session {
   const core::Resolved& r_;
   agent::LocalCoordinator coord_;
   WorkerStoreHost store_;
-  PortHold master_hold_;  // rank0: other ddprun jobs here stay off MASTER_PORT while this one runs
 };
 
 }  // namespace
@@ -284,6 +279,20 @@ void bind_cpus(agent::Events& ev, const core::Resolved& r, Round& round, int att
   if (warning && attempt == 0) ev.warn(*warning);
 }
 
+// The job ended before this node had a place in a round (it came late, or its health check outlasted the
+// job): it leaves with the job's code, as a standby does.
+int ended_before_a_place(agent::Events& ev, const core::Resolved& r, int code) {
+  const std::string line = fmt::format(
+      "the job ended with exit code {} before this node (node rank {}) had a place in a round; it leaves",
+      code, r.job.node_rank);
+  if (ev.json()) {
+    ev.emit("rendezvous_waiting", {{"message", line}});
+  } else {
+    fmt::print(stderr, "ddprun: {}\n", line);
+  }
+  return finished(ev, code);
+}
+
 // One error line (or the error event) without ending the JSON stream.
 void fail_line(agent::Events& ev, const std::string& what, int code) {
   if (ev.json()) {
@@ -301,10 +310,9 @@ struct AttemptEnd {
 };
 
 // The restart rule after a run, with the run's step recorded in `progress` (its root cause's: the same
-// record, so the same step, on every node).
+// record, so the same step, on every node; a lost node's attempt records none, agent::record_attempt).
 AttemptEnd decide(const agent::RunResult& res, int attempt, int max_restarts, agent::ProgressRule& progress) {
-  progress.history =
-      agent::record_step(progress.history, res.root_cause ? res.root_cause->step : std::nullopt, attempt);
+  progress.history = agent::record_attempt(progress.history, res.root_cause, attempt);
   return {agent::after_attempt(res, attempt, max_restarts, progress), res.root_cause,
           res.stopped_by_signal ? res.signal : 0};
 }
@@ -339,6 +347,33 @@ AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, in
   return decide(res, attempt, max_restarts, progress);
 }
 
+// --health-check before the round of `attempt` (main ran the first one, unless the session does): the
+// exit code when this node failed it, or when a stop came meanwhile. A failed node leaves without joining;
+// a fail-fast job's other nodes leave with its line at once, an elastic job goes on without it
+// (docs/agent.md, "Health check"). A check that the job's end interrupted lets the join say so.
+std::optional<int> check_before_round(Session& session, const core::Options& o, const core::Resolved& r,
+                                      agent::Events& ev, int attempt,
+                                      const std::vector<AttemptRecord>& attempts) {
+  if (attempt == 0 && !session.checks_first_round()) return std::nullopt;
+  if (o.health_check) session.before_check(attempt);
+  const NodeHealth health = check_node_health(o, r, [&session] { return session.check_interrupted(); });
+  if (health.stopped != 0) {
+    // Before the first round: as a stop before it, 128 + signal, nothing left. Before a restart's: the
+    // restart was due, and a stop ends the job as it would have ended the run. Node 0 tells the agents
+    // that wait for a round.
+    if (!attempts.empty()) {
+      restart_cancelled(ev, health.stopped, attempts.back().attempt, attempts.back().exit_code);
+    }
+    session.finish(128 + health.stopped);
+    return finished(ev, 128 + health.stopped, attempts);
+  }
+  const auto& bad = health.failure;
+  if (!bad) return std::nullopt;
+  fail_line(ev, *bad, kHealthCheckExitCode);
+  session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
+  return kHealthCheckExitCode;
+}
+
 // The one attempts loop: join, run (or stand by), then restart or exit by agent::after_attempt.
 int run_attempts(Session& session, const core::Options& o, const core::Resolved& r, agent::AgentOptions ao,
                  agent::Events& ev) {
@@ -347,25 +382,15 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
   std::vector<AttemptRecord> attempts;
   int elastic_events = 0;  // rounds whose size differed from the round before (`ddprun top`)
   for (int attempt = 0;; ++attempt) {
-    // A restart's round: the check again; a node that fails it leaves without joining, and a fail-fast
-    // job's other nodes leave with its line at once (docs/agent.md, "Health check").
-    if (attempt > 0) {
-      const NodeHealth health = check_node_health(o, r);
-      if (health.stopped != 0) {  // the restart was due: a stop ends the job as it would have ended the run
-        restart_cancelled(ev, health.stopped, attempt - 1, attempts.back().exit_code);
-        return finished(ev, 128 + health.stopped, attempts);
-      }
-      if (const auto& bad = health.failure) {
-        fail_line(ev, *bad, kHealthCheckExitCode);
-        session.fail_start(start_failure(r, *bad, kHealthCheckExitCode));
-        return kHealthCheckExitCode;
-      }
-    }
+    if (const auto code = check_before_round(session, o, r, ev, attempt, attempts)) return *code;
     Round round = session.join(attempt);
+    if (round.ended) return ended_before_a_place(ev, r, *round.ended);
+    attempt = std::max(attempt, round.attempt);  // a standby that came late joined a later round
     bind_cpus(ev, r, round, attempt);
     ao.on_started = announce(ev, o, round, attempt);
     if (round.standby && ao.on_started) ao.on_started();  // runs no workers
     ao.attempt = attempt;
+    ao.steps = progress.history;
     if (!attempts.empty() && attempts.back().world_size != round.table->job.world_size) ++elastic_events;
     ao.elastic_events = elastic_events;
     ao.plan_nodes = round.table->job.nnodes;
@@ -376,10 +401,23 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
                                          : run_round(session, round, ao, attempt, max_restarts, progress);
     agent::AttemptDecision d = end.decision;
     attempts.push_back({attempt, round.table->job.world_size, d.exit_code, end.root ? end.root->reason : ""});
+    // This node did not run for so long that the others went on without it (docs/elastic.md, "A node
+    // cut off"): it follows the job as a late standby, or leaves with the job's code when it can tell.
+    if (d.restart || d.exit_code != 0) {
+      if (const auto cut = session.after_cut_off()) {
+        if (!cut->follow) return finished(ev, cut->exit_code);
+        // Following the job is this node's restart: a stop during the run or since cancels it.
+        const int stop = end.stop != 0 ? end.stop : agent::release_stop_signals();
+        if (stop == 0) continue;
+        restart_cancelled(ev, stop, attempt, d.exit_code);
+        return finished(ev, 128 + stop, attempts);
+      }
+    }
     // A lost node: the survivors go on only in an elastic job with enough of them (docs/elastic.md);
     // a fail-fast job says so, restarts left or not.
     if (const auto why = session.prepare_restart(end.root, d.restart)) {
       fail_line(ev, *why, d.exit_code);
+      session.finish(d.exit_code);
       return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
     }
     // A stop during the run or since (the hold) ends a job that would restart, with 128 + signal; the
@@ -388,7 +426,10 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     if (stop != 0 && d.restart) restart_cancelled(ev, stop, attempt, d.exit_code);
     d = agent::after_stop(d, stop);
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
-    if (!d.restart) return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
+    if (!d.restart) {
+      session.finish(d.exit_code);
+      return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
+    }
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt(end.root);
   }

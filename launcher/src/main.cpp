@@ -112,18 +112,14 @@ int main(int argc, char** argv) {
       launcher::apply_rdzv_iface(resolved);  // this node's interface, its address or one line
       core::resolve_node(o, env, sys, resolved);
       if (const auto dry_run_code = validate_or_dry_run(o, resolved, agent_opts)) return *dry_run_code;
-      // --health-check (docs/agent.md): a bad node stops here, before the first round. In a fail-fast
-      // job every node learns of it as of a start-up error; an elastic job goes on without this node,
-      // unless it is node rank 0, whose store the others need: then they end at once too.
-      if (resolved.context != core::SlurmContext::batch) {
+      // --health-check (docs/agent.md): a bad node stops here, before the first round, and in per-task
+      // mode every node learns of it as of a start-up error. Agent mode checks in the attempts loop,
+      // beside the store, so that a check that outlasts the job learns of its end (run_job).
+      if (resolved.context != core::SlurmContext::batch && resolved.mode != core::Mode::agent) {
         const auto health = launcher::check_node_health(o, resolved);
         // Stopped meanwhile (scancel): as a stop before the first round, 128 + signal, nothing left.
         if (health.stopped != 0) return 128 + health.stopped;
-        if (const auto& bad = health.failure) {
-          if (resolved.elastic && resolved.job.node_rank != 0)
-            return fail(*bad, launcher::kHealthCheckExitCode);
-          return start_error(*bad, launcher::kHealthCheckExitCode);
-        }
+        if (const auto& bad = health.failure) return start_error(*bad, launcher::kHealthCheckExitCode);
       }
     } catch (const core::Error& e) {
       return start_error(e.what(), e.exit_code());

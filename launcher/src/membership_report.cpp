@@ -32,7 +32,13 @@ std::string membership_line(int attempt, const std::vector<core::Member>& before
   for (const auto& p : c.promoted) {
     parts.push_back(fmt::format("standby {} promoted to node rank {}", p.host, rank_in(after, p.orig_rank)));
   }
-  if (!c.joined.empty()) parts.push_back(fmt::format("joined {}", core::describe_members(after, c.joined)));
+  // A standby that came after the last round closed, and waited for this one.
+  for (const auto& j : c.joined) {
+    parts.push_back(j.standby ? fmt::format("standby {} (it came late) joined as node rank {}", j.host,
+                                            rank_in(after, j.orig_rank))
+                              : fmt::format("standby {} (it came late) promoted to node rank {}", j.host,
+                                            rank_in(after, j.orig_rank)));
+  }
   return fmt::format("ddprun: attempt {}: {}; {} active node(s) (was {}), world size {} (was {})\n", attempt,
                      fmt::join(parts, "; "), active(after), active(before), new_world, old_world);
 }
@@ -78,7 +84,12 @@ void report_membership(agent::Events& ev, bool quiet, int attempt, const std::ve
     e["standby"] = m.standby;
     ev.emit("node_lost", e);
   }
-  for (const auto& m : c.promoted) {
+  // A standby that came late has no node rank in the round before (-1).
+  std::vector<core::Member> promoted = c.promoted;
+  for (const auto& m : c.joined) {
+    if (!m.standby) promoted.push_back(m);
+  }
+  for (const auto& m : promoted) {
     nlohmann::json e = sizes;
     e["spare_host"] = m.host;
     e["old_node_rank"] = rank_in(before, m.orig_rank);
@@ -94,7 +105,8 @@ void report_membership(agent::Events& ev, bool quiet, int attempt, const std::ve
   e["old_nnodes"] = active(before);
   e["new_nnodes"] = active(after);
   e["lost"] = hosts(c.lost);
-  e["promoted"] = hosts(c.promoted);
+  e["promoted"] = hosts(promoted);
+  e["joined"] = hosts(c.joined);
   e["hosts"] = hosts(after);
   ev.emit("membership_changed", e);
 }

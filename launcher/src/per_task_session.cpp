@@ -77,7 +77,6 @@ class PerTaskSession final : public Session {
   store::auth::Config auth_;
   std::string local_run_id_;
   std::uint16_t local_port_ = 0;
-  PortHold master_hold_;  // on task 0: other ddprun jobs here stay off MASTER_PORT
   // Declared first, so it outlives the rendezvous whose watch threads call it.
   std::unique_ptr<PerTaskCoordinator> coord_;
   std::unique_ptr<rdzv::Rendezvous> up_;    // relay: the node's place in the job
@@ -99,7 +98,7 @@ PerTaskSession::PerTaskSession(const core::Options& o, const core::Resolved& r, 
       local_run_id_(fmt::format("{}/node/{}", r.job.run_id, place_.node)),
       local_port_(core::node_store_port(r.job.run_id, place_.node, r.rdzv_port,
                                         static_cast<std::uint16_t>(r.job.master_port))),
-      store_(worker_store_log(ev)) {
+      store_(worker_store_log(ev), r.legacy_clients_21) {
   if (place_.relay) {
     rdzv::RendezvousOptions ro = common_rdzv_options(o, r, auth_, ev);
     ro.host = r.rdzv_host;
@@ -163,16 +162,9 @@ std::string PerTaskSession::node0_plan(int attempt, const std::vector<rdzv::Join
   core::JobSpec job = r_.job;
   job.restart_count = attempt;
   core::PlanTable table = core::make_plan_table(job, r_.nodes);
-  if (table.job.worker_store == core::WorkerStore::rank0) {
-    auto chosen =
-        choose_master_port(table.job.master_port, up_->port(), r_.master_port_given, std::move(master_hold_));
-    table.job.master_port = chosen.port;
-    master_hold_ = std::move(chosen.hold);
-  } else {
-    table.job.master_port =
-        store_.serve(table.job.master_addr, table.job.master_port, up_->port(), r_.master_port_given,
-                     table.nodes.size() > 1, worker_store_peers(joined, up_->peer_hosts()));
-  }
+  table.job.master_port =
+      store_.master_port(table.job, up_->port(), r_.master_port_given, table.nodes.size() > 1,
+                         worker_store_peers(joined, up_->peer_hosts()));
   return core::encode_plan_table(table);
 }
 

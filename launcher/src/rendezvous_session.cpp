@@ -60,7 +60,7 @@ class RendezvousSession final : public Session {
         quiet_(o.quiet),
         rz_(agent_rdzv_options(o, r, std::move(auth), ev)),
         coord_(rz_),
-        store_(worker_store_log(ev)) {
+        store_(worker_store_log(ev), r.legacy_clients_21) {
     me_.node_rank = r.job.node_rank;
     me_.hostname = r.self.host.value_or("localhost");
     // Where the others and the workers reach this node: --rdzv-iface's or --local-addr's address, else
@@ -116,8 +116,13 @@ class RendezvousSession final : public Session {
       if (const auto& f = rz_.start_failure()) throw core::Error(e.what(), f->exit_code);
       throw;
     }
-    node_rank_ = joined.node_rank;
     Round round;
+    if (joined.ended) {
+      round.ended = joined.ended;
+      return round;
+    }
+    round.attempt = joined.attempt;
+    node_rank_ = joined.node_rank;
     round.table = std::make_shared<const core::PlanTable>(parse_published_plan(joined.plan, rz_.endpoint()));
     joined.plan = std::string();
     round.local = core::derive_workers(*round.table, joined.node_rank);
@@ -135,8 +140,8 @@ class RendezvousSession final : public Session {
       if (const auto line = left_out_line(r_.nagents, in, rz_.expected_hosts())) ev_.warn(*line);
     }
     if (round.announce) warn_addresses(*round.table);
-    if (attempt > 0 && round.announce) {
-      report_membership(ev_, quiet_, attempt, rz_.previous_members(), rz_.members(),
+    if (joined.attempt > 0 && round.announce && last_table_) {
+      report_membership(ev_, quiet_, joined.attempt, rz_.previous_members(), rz_.members(),
                         last_table_->job.world_size, round.table->job.world_size);
     }
     last_table_ = round.table;
@@ -147,25 +152,81 @@ class RendezvousSession final : public Session {
     // This agent leaves with its own code, which srun's SIGTERM (sent once an agent exits) must not change.
     agent::hold_stop_signals();
     try {
-      rz_.fail_start(cause);
+      // An elastic job goes on without it (a standby takes its place), unless it serves the store.
+      if (r_.job.max_restarts > 0 && !rz_.serving()) {
+        rz_.decline(cause);
+      } else {
+        rz_.fail_start(cause);
+      }
     } catch (const std::exception&) {
       // The others cannot be told (the store is gone): they end at their round's timeout.
     }
   }
+  bool checks_first_round() const override { return true; }
+  void before_check(int attempt) override {
+    if (attempt == 0) rz_.wait_beside_check();
+  }
+  bool check_interrupted() override { return rz_.interrupted(); }
+  void finish(int code) override { rz_.finish(code); }
   std::optional<core::Failure> standby(const std::function<bool()>& stop) override {
     return rz_.standby(stop);
+  }
+
+  std::optional<CutOff> after_cut_off() override {
+    const auto gap = rz_.cut_off();
+    if (!gap) return std::nullopt;
+    const bool node0 = rz_.serving();
+    const std::string line = fmt::format(
+        "this node (node rank {}, {}) did not run for {:.1f} s (stopped, or starved), longer than the others "
+        "wait before they declare it lost ({}): it was cut off, and the job {} without it; its workers here "
+        "were stopped",
+        r_.job.node_rank, me_.hostname, std::chrono::duration<double>(*gap).count(),
+        node0 ? "the node-0 timeout" : "the heartbeat timeout",
+        r_.job.max_restarts > 0 ? "went on" : "ended (no --max-restarts)");
+    CutOff c;
+    if (r_.job.max_restarts == 0) {
+      error_line(line);
+      return c;
+    }
+    ev_.warn(line);
+    // Where the job went on: node 0's successor serves a fresh store (as every survivor computed it);
+    // any other node's job is still at its node 0.
+    std::string addr;
+    int port = rz_.port();
+    if (node0) {
+      const auto host = core::failover_host(rz_.members(), {0});
+      if (!host || !last_table_) return unknown_outcome(c, "no other node was in its round");
+      const auto& row = last_table_->nodes.at(static_cast<std::size_t>(*host));
+      addr = row.addr.empty() ? row.host.value_or("localhost") : row.addr;
+      port = core::failover_port(r_.rdzv_port != 0 ? r_.rdzv_port : rz_.port(), rz_.failovers() + 1,
+                                 last_table_->job.master_port);
+    }
+    const std::string where = addr.empty() ? rz_.endpoint() : fmt::format("{}:{}", addr, port);
+    if (rz_.follow(addr, static_cast<std::uint16_t>(port))) {
+      ev_.warn(fmt::format("it follows the job at {} as a standby, for a lost node's place or the job's end",
+                           where));
+      c.follow = true;
+      return c;
+    }
+    if (const auto code = rz_.outcome_left_here()) {
+      ev_.warn(fmt::format("the job ended with exit code {} while this node was cut off; it leaves with it",
+                           *code));
+      c.exit_code = *code;
+      return c;
+    }
+    return unknown_outcome(c,
+                           fmt::format("nothing of this job answers at {}, where it went on: it has ended, "
+                                       "or its store host is gone too",
+                                       where));
   }
 
   std::optional<std::string> prepare_restart(const std::optional<core::Failure>& root,
                                              bool restart_due) override {
     const auto lost = lost_ranks(root);
     if (lost.empty()) return std::nullopt;
-    // Standbys make a job elastic; outside Slurm only the round shows that there are any.
-    const auto& members = rz_.members();
-    const bool elastic =
-        r_.elastic ||
-        core::is_elastic(r_.nnodes_min, r_.nnodes_max, static_cast<int>(members.size()), r_.job.max_restarts);
-    return core::loss_ends_job(members, lost, r_.nnodes_min, elastic, restart_due);
+    // Any job with restarts goes on without a lost node when enough are left, standbys included: those
+    // of the round and those that came late, which only the next round's node 0 knows.
+    return core::loss_ends_job(rz_.members(), lost, r_.nnodes_min, r_.job.max_restarts > 0, restart_due);
   }
 
   void next_attempt(const std::optional<core::Failure>& root) override {
@@ -205,6 +266,22 @@ class RendezvousSession final : public Session {
     const int nnodes = out.empty() ? 0 : out.front().nnodes;
     for (int n = 1; n < nnodes; ++n) read(n);
     return out;
+  }
+
+  CutOff unknown_outcome(CutOff c, const std::string& why) {
+    error_line(fmt::format(
+        "{}; this node cannot tell the job's outcome and exits 1: the other nodes' exit codes and the last "
+        "node 0's `attempts:` line tell it (docs/elastic.md, \"A node cut off\")",
+        why));
+    c.exit_code = 1;
+    return c;
+  }
+  void error_line(const std::string& what) {
+    if (ev_.json()) {
+      ev_.emit("error", {{"message", what}, {"exit_code", 1}});
+    } else {
+      fmt::print(stderr, "ddprun: error: {}\n", what);
+    }
   }
 
   // After a node-0 failover, every survivor says where the store went: `ddprun top` and `stacks` look
@@ -251,16 +328,8 @@ class RendezvousSession final : public Session {
     if (rz_.failovers() > 0) job.master_addr = me_.addr;
     if (r_.rank_order == core::RankOrder::topology) report_order(nodes, attempt);
     core::PlanTable table = core::make_plan_table(job, nodes_from_joined(nodes));
-    if (table.job.worker_store == core::WorkerStore::rank0) {
-      auto chosen = choose_master_port(table.job.master_port, rz_.port(), r_.master_port_given,
-                                       std::move(master_hold_));
-      table.job.master_port = chosen.port;
-      master_hold_ = std::move(chosen.hold);
-    } else {
-      table.job.master_port =
-          store_.serve(table.job.master_addr, table.job.master_port, rz_.port(), r_.master_port_given,
-                       nodes.size() > 1, worker_store_peers(nodes, rz_.peer_hosts()));
-    }
+    table.job.master_port = store_.master_port(table.job, rz_.port(), r_.master_port_given, nodes.size() > 1,
+                                               worker_store_peers(nodes, rz_.peer_hosts()));
     return table;
   }
 
@@ -294,8 +363,9 @@ class RendezvousSession final : public Session {
     }
     std::vector<std::string> lines = core::describe_order(order, hosts);
     if (!standbys.empty()) {
-      lines.push_back(fmt::format("node ranks {}-{}: standbys, in node-rank order ({})", order.size(),
-                                  nodes.size() - 1, fmt::join(standbys, ",")));
+      lines.push_back(fmt::format("{}: standby{}, in node-rank order ({})",
+                                  core::node_rank_range(order.size(), nodes.size() - 1),
+                                  standbys.size() == 1 ? "" : "s", fmt::join(standbys, ",")));
     }
     if (ev_.json()) {
       ev_.emit("rank_order", {{"attempt", attempt}, {"order", "topology"}, {"groups", lines}});
@@ -312,10 +382,9 @@ class RendezvousSession final : public Session {
   StoreCoordinator coord_;
   // The last round's plan, for the next one (elastic); its members are the rendezvous's.
   std::shared_ptr<const core::PlanTable> last_table_;
-  WorkerStoreHost store_;           // the workers' store, while this agent is node 0
-  PortHold master_hold_;            // rank0, on the master: other ddprun jobs here stay off MASTER_PORT
-  std::atomic<int> node_rank_{-1};  // this agent's in the last round (the metrics thread reads it)
-  std::string address_warning_;     // the last warn_addresses line
+  WorkerStoreHost store_;                   // the workers' store, while this agent is node 0
+  std::atomic<int> node_rank_{-1};          // this agent's in the last round (the metrics thread reads it)
+  std::string address_warning_;             // the last warn_addresses line
   std::unique_ptr<MetricsServer> metrics_;  // --metrics-port; declared last: stopped first
 };
 
@@ -332,11 +401,21 @@ rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::R
   if (r.local_addr.find(':') != std::string::npos) ro.listen_host = "::";
   ro.nnodes_min = r.nnodes_min;
   ro.nnodes_max = r.nnodes_max;
-  ro.elastic = r.elastic;
+  // Any job with restarts admits standbys, late ones included, and goes on without a node that declines.
+  ro.elastic = r.job.max_restarts > 0;
   ro.nagents = r.nagents;
+  ro.agents_known = r.context == core::SlurmContext::step;  // the step's nodes are every agent there is
   ro.rank_order = r.rank_order;
-  // Survivors are back once their teardown (the grace, then SIGKILL) is over.
-  ro.rejoin_timeout = to_ms(o.term_timeout) + ro.heartbeat_timeout + std::chrono::milliseconds(10000);
+  // Survivors are back once their teardown (the grace, then SIGKILL) and their health check are over.
+  ro.rejoin_timeout = to_ms(o.term_timeout) + ro.heartbeat_timeout + std::chrono::milliseconds(10000) +
+                      (o.health_check ? to_ms(o.health_check_timeout) : std::chrono::milliseconds(0));
+  ro.on_waiting = [&ev, quiet = o.quiet](const std::string& m) {
+    if (ev.json()) {
+      ev.emit("rendezvous_waiting", {{"message", m}});
+    } else if (!quiet) {
+      fmt::print(stderr, "ddprun: {}\n", m);
+    }
+  };
   // Up to the last known host: an unknown one reads as a name past the list's end (outside Slurm only
   // this node's is known, and 16,384 empty names would be held for nothing).
   const auto known = std::find_if(r.nodes.rbegin(), r.nodes.rend(),

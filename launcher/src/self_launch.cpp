@@ -19,14 +19,12 @@
 #include "agent/command.hpp"
 #include "agent/io.hpp"
 #include "agent/policy.hpp"
-#include "agent/run_command.hpp"
 #include "agent/signals.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
-#include "core/requeue.hpp"
 #include "launcher/auth_setup.hpp"
-#include "launcher/health_check.hpp"
 #include "launcher/system.hpp"
+#include "requeue.hpp"
 #include "store/auth.hpp"
 
 extern char** environ;
@@ -119,9 +117,6 @@ void record_self_launch_result(int code) {
 
 namespace {
 
-// scontrol answers within its own MessageTimeout; this only bounds a slurmctld that never does.
-constexpr std::chrono::milliseconds kScontrolTimeout{60000};
-
 volatile std::sig_atomic_t g_srun_pid = 0;
 constexpr int kPassedOn[] = {SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
@@ -205,96 +200,7 @@ int run_elastic(std::vector<char*>& cargv) {
   return elastic_exit_code(srun_code, agent_code);
 }
 
-// `scontrol requeue TARGET`: nullopt when Slurm accepted it, else why not (scontrol's own words
-// included). It keeps TERM and HUP ignored, as this process does: the requeue it asks for stops the
-// batch script, and scontrol must live to say whether slurmctld accepted it.
-std::optional<std::string> run_scontrol_requeue(const std::string& target) {
-  agent::CommandRequest req{{"scontrol", "requeue", target}, kScontrolTimeout};
-  req.output_cap = 2048;
-  req.keep_tail = true;
-  req.ignored_signals = {SIGTERM, SIGHUP};
-  const agent::CommandResult r = agent::run_command(req);
-  if (r.succeeded()) return std::nullopt;
-  std::string why = r.not_started ? *r.not_started : "scontrol " + agent::describe_run(r, req.timeout);
-  if (const std::string said = output_tail(r.output, 1); !said.empty()) why += ": " + said;
-  return why;
-}
-
-// `scontrol show job -o TARGET`: what Slurm says of the job now (the first 64 KiB); empty when it
-// cannot say (not on PATH, no answer).
-std::string show_job(const std::string& target) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    const int null_fd = ::open("/dev/null", O_WRONLY);
-    if (null_fd >= 0) ::dup2(null_fd, 2);
-    ::execlp("scontrol", "scontrol", "show", "job", "-o", target.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  if (pid < 0) {
-    ::close(fds[0]);
-    return {};
-  }
-  std::string out;
-  char buf[4096];
-  while (out.size() < 65536) {
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);  // a longer answer: scontrol gets EPIPE and ends
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? out : std::string();
-}
-
 }  // namespace
-
-int requeue_if_asked(const core::Resolved& r, int code) {
-  if (r.requeue_on.empty() || r.requeue_on.count(code) == 0) return code;
-  const auto target = core::requeue_target(snapshot_environ());
-  // A listed code: was the job cancelled (scancel), or is it ending for a reason a requeue is for?
-  const core::JobEnd end = target ? core::job_end_from_scontrol(show_job(*target)) : core::JobEnd::unknown;
-  switch (core::requeue_verdict(code, r.requeue_on, r.job.requeue_count, r.max_requeues, end)) {
-    case core::RequeueVerdict::not_listed:
-      return code;
-    case core::RequeueVerdict::cancelled:
-      fmt::print(
-          stderr,
-          "ddprun: exit code {} is in --requeue-on, but job {} was cancelled (scancel): not requeued\n", code,
-          target.value_or("?"));
-      return code;
-    case core::RequeueVerdict::budget_spent:
-      fmt::print(stderr,
-                 "ddprun: exit code {} is in --requeue-on, but the job has been requeued {} time{} "
-                 "(SLURM_RESTART_COUNT; --max-requeues {}): not requeued\n",
-                 code, r.job.requeue_count, r.job.requeue_count == 1 ? "" : "s", r.max_requeues);
-      return code;
-    case core::RequeueVerdict::requeue:
-      break;
-  }
-  if (!target) {
-    fmt::print(stderr, "ddprun: error: --requeue-on: no SLURM_JOB_ID to requeue; exit code {} kept\n", code);
-    return code;
-  }
-  // Slurm stops this batch script once the requeue is accepted (TERM, then KILL): the line still gets out.
-  std::signal(SIGTERM, SIG_IGN);
-  std::signal(SIGHUP, SIG_IGN);
-  if (const auto why = run_scontrol_requeue(*target)) {
-    fmt::print(stderr, "ddprun: error: --requeue-on: scontrol requeue {} failed ({}); exit code {} kept\n",
-               *target, *why, code);
-    return code;
-  }
-  fmt::print(stderr,
-             "ddprun: exit code {} is in --requeue-on: requeued job {} (requeue {} of --max-requeues {})\n",
-             code, *target, r.job.requeue_count + 1, r.max_requeues);
-  return code;
-}
 
 void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv) {
   std::error_code ec;

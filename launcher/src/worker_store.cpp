@@ -4,8 +4,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -30,7 +28,7 @@ std::vector<std::string> resolve_numeric(const std::string& host) {
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     sockaddr_storage ss{};
     std::memcpy(&ss, a->ai_addr, std::min<std::size_t>(a->ai_addrlen, sizeof ss));
-    const std::string n = store::normalize_address(store::numeric_host_of(ss));
+    const std::string n = store::numeric_host_of(ss);
     if (!n.empty()) out.push_back(n);
   }
   ::freeaddrinfo(res);
@@ -38,12 +36,12 @@ std::vector<std::string> resolve_numeric(const std::string& host) {
 }
 
 std::unique_ptr<store::C10dServer> open_server(const std::vector<std::string>& hosts, std::uint16_t port,
-                                               bool filter,
+                                               bool filter, store::c10d::Layout legacy,
                                                const std::function<void(const std::string&)>& log) {
   store::C10dServerOptions o;
   o.hosts = hosts;
   o.port = port;
-  o.legacy = legacy_layout_from_env();
+  o.legacy = legacy;
   o.filter_peers = filter;
   o.log = log;
   return std::make_unique<store::C10dServer>(std::move(o));
@@ -51,11 +49,14 @@ std::unique_ptr<store::C10dServer> open_server(const std::vector<std::string>& h
 
 }  // namespace
 
-store::c10d::Layout legacy_layout_from_env() {
-  const char* v = std::getenv("DDPRUN_WORKER_STORE_LEGACY");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return store::c10d::Layout::v1;
-  if (std::strcmp(v, "2.1") == 0) return store::c10d::Layout::v21;
-  throw core::Error(fmt::format("DDPRUN_WORKER_STORE_LEGACY={}: expected 1 (torch 1.x-2.0) or 2.1", v));
+std::uint16_t WorkerStoreHost::master_port(const core::JobConstants& job, std::uint16_t avoid, bool given,
+                                           bool several_nodes, const std::vector<std::string>& peers) {
+  if (job.worker_store != core::WorkerStore::rank0) {
+    return serve(job.master_addr, job.master_port, avoid, given, several_nodes, peers);
+  }
+  auto chosen = choose_master_port(job.master_port, avoid, given, std::move(rank0_hold_));
+  rank0_hold_ = std::move(chosen.hold);
+  return chosen.port;
 }
 
 std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned, std::uint16_t avoid,
@@ -75,10 +76,10 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
     std::string why = "is already in use on this node";  // or claimed by another ddprun job here
     if (auto hold = PortHold::take(port)) {
       try {
-        server_ = open_server(hosts, port, filter, log_);
+        server_ = open_server(hosts, port, filter, legacy_, log_);
         hold_ = std::move(*hold);
       } catch (const store::Error& e) {
-        if (std::string(e.what()).find(std::strerror(EADDRINUSE)) == std::string::npos) {
+        if (e.kind() != store::Error::Kind::address_in_use) {
           why = fmt::format("cannot be served: {}", e.what());
         }
       }
@@ -99,14 +100,14 @@ std::uint16_t WorkerStoreHost::serve(const std::string& master_addr, int planned
     auto hold = PortHold::take(p);
     if (!hold || !port_is_free(p)) continue;
     try {
-      server_ = open_server(hosts, p, filter, log_);
+      server_ = open_server(hosts, p, filter, legacy_, log_);
       hold_ = std::move(*hold);
     } catch (const store::Error&) {  // taken since the check: the next one
     }
   }
   for (int i = 0; !server_ && i < 20; ++i) {
     try {
-      auto s = open_server(hosts, 0, filter, log_);
+      auto s = open_server(hosts, 0, filter, legacy_, log_);
       if (s->port() == avoid) continue;
       auto hold = PortHold::take(s->port());
       if (!hold) continue;
@@ -131,7 +132,7 @@ void WorkerStoreHost::relay(const core::JobConstants& job, int node_rank, std::v
   o.port = core::relay_port(job.run_id, node_rank, static_cast<std::uint16_t>(job.master_port));
   o.upstream_host = job.master_addr;
   o.upstream_port = static_cast<std::uint16_t>(job.master_port);
-  o.legacy = legacy_layout_from_env();
+  o.legacy = legacy_;
   o.log = log_;
   try {
     relay_ = std::make_unique<store::C10dRelay>(o);

@@ -29,7 +29,15 @@ std::vector<std::string> worker_store_peers(const std::vector<Joined>& nodes,
 
 class WorkerStoreHost {
  public:
-  explicit WorkerStoreHost(std::function<void(const std::string&)> log) : log_(std::move(log)) {}
+  // `legacy_21`: --worker-store-legacy 2.1 (docs/protocol.md, "Three opcode layouts on one port").
+  WorkerStoreHost(std::function<void(const std::string&)> log, bool legacy_21)
+      : log_(std::move(log)), legacy_(legacy_21 ? store::c10d::Layout::v21 : store::c10d::Layout::v1) {}
+
+  // The attempt's MASTER_PORT, on the node that hosts the store, before its plan is published: the one
+  // place it is chosen. --worker-store rank0: a port claimed for worker rank 0 to listen on
+  // (choose_master_port, the claim kept across attempts); otherwise the port serve() serves.
+  std::uint16_t master_port(const core::JobConstants& job, std::uint16_t avoid, bool given,
+                            bool several_nodes, const std::vector<std::string>& peers);
 
   // On the node that hosts the store (node 0; standalone: the only node), before the attempt's
   // plan is published: serves for this attempt and returns the MASTER_PORT the plan publishes. The
@@ -52,14 +60,12 @@ class WorkerStoreHost {
 
  private:
   std::function<void(const std::string&)> log_;
+  store::c10d::Layout legacy_;
   std::unique_ptr<store::C10dServer> server_;
-  PortHold hold_;  // the served port's claim (launcher/system.hpp): a rank0 job here never takes it
+  PortHold rank0_hold_;  // rank0: other ddprun jobs here stay off MASTER_PORT while this one runs
+  PortHold hold_;        // the served port's claim (launcher/system.hpp): a rank0 job here never takes it
   std::unique_ptr<store::C10dRelay> relay_;
   std::string addr_;  // the MASTER_ADDR it serves for
 };
-
-// DDPRUN_WORKER_STORE_LEGACY=2.1: connections without VALIDATE are read as torch 2.1 from the start
-// (docs/protocol.md); unset or 1: as 1.x-2.0 until they send an op only 2.1 has.
-store::c10d::Layout legacy_layout_from_env();
 
 }  // namespace ddprun::launcher

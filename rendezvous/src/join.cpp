@@ -13,6 +13,8 @@
 #include "keys.hpp"
 #include "rendezvous/plan_record.hpp"
 #include "rendezvous_impl.hpp"
+#include "store/client.hpp"
+#include "store/server.hpp"
 #include "store/store.hpp"
 
 namespace ddprun::rdzv {
@@ -44,8 +46,74 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   const auto start = Clock::now();
   JoinInfo me = me_in;
   me.node_rank = opts_.node_rank;
+  {
+    std::lock_guard lk(cb_mu_);
+    self_host_ = me.hostname;
+  }
   ensure_connected();
-  PrefixStore s = store();
+  // An elastic job may be past its first round: this agent joins the attempt it runs, if it runs still.
+  if (!server_ && opts_.elastic) {
+    if (const auto code = job_over()) {
+      Joined out;
+      out.ended = *code;
+      return out;
+    }
+    adopt_current_attempt();
+  }
+  bool waiting = false;  // it came after a round closed: a standby for the next one, as long as the job runs
+  for (;;) {
+    PrefixStore s = store();
+    arrive(s, me);
+    if (server_) run_node0_round(make_plan);
+    const PlanWait got = wait_for_plan(s, start, waiting);
+    if (got == PlanWait::over) {
+      Joined out;
+      out.ended = job_over().value_or(1);
+      return out;
+    }
+    if (got == PlanWait::timed_out) throw no_plan_error();
+    PlanRecord rec = decode_published(s.get(keys::kPlan, Millis{0}).value_or(""));
+    const bool in =
+        std::find(rec.node_ranks.begin(), rec.node_ranks.end(), opts_.node_rank) != rec.node_ranks.end();
+    if (!in && !server_ && opts_.elastic) {
+      // Torchrun's rule: a node that comes after the round closed waits for the next one.
+      wait_as_standby(!waiting);
+      waiting = true;
+      continue;
+    }
+    Joined joined = read_plan(std::move(rec));
+    {
+      std::lock_guard lk(cb_mu_);
+      node0_host_ = host_of(0);
+    }
+    if (server_) start_monitor();
+    return joined;
+  }
+}
+
+// Node 0 published no plan within --rdzv-timeout.
+store::Error Rendezvous::Impl::no_plan_error() const {
+  return store::Error(store::Error::Kind::timeout,
+                      fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: node 0 published "
+                                  "no plan; check that it runs and that every node "
+                                  "started (--rdzv-timeout)",
+                                  endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
+                      "join", endpoint());
+}
+
+// An elastic agent that came after its round closed: said once (`first`), then it waits for the next.
+void Rendezvous::Impl::wait_as_standby(bool first) {
+  if (first && opts_.on_waiting) {
+    opts_.on_waiting(fmt::format(
+        "rendezvous {} (run {}): the round of attempt {} closed before this node (node rank {}) arrived; "
+        "it waits as a standby for the next round (a lost node's place) or the job's end",
+        endpoint(), opts_.run_id, opts_.attempt, opts_.node_rank));
+  }
+  wait_for_next_round();
+}
+
+// Claims the node rank, publishes the join record, counts the arrival and starts the heartbeats.
+void Rendezvous::Impl::arrive(PrefixStore& s, const JoinInfo& me) {
   claim_node_rank(s, me.node_rank);
   s.set(keys::node(me.node_rank), core::dump_json(json(me)));
   // A standby's arrival is counted apart, so that the first round's MIN and MAX count active nodes.
@@ -59,24 +127,6 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   // Heartbeats start now, while the plan is awaited and delivered: a node starved while the plan
   // fans out, or spawning its workers right after, is still heard; a stopped or dead one is lost.
   start_liveness();
-
-  if (server_) run_node0_round(make_plan);
-
-  if (!wait_for_plan(s, start)) {
-    throw store::Error(store::Error::Kind::timeout,
-                       fmt::format("rendezvous {} (run {}) timed out after {:.1f} s: node 0 published "
-                                   "no plan; check that it runs and that every node "
-                                   "started (--rdzv-timeout)",
-                                   endpoint(), opts_.run_id, seconds(opts_.join_timeout)),
-                       "join", endpoint());
-  }
-  Joined joined = read_plan(s.get(keys::kPlan, Millis{0}).value_or(""));
-  {
-    std::lock_guard lk(cb_mu_);
-    node0_host_ = host_of(0);
-  }
-  if (server_) start_monitor();
-  return joined;
 }
 
 // A node rank is claimed atomically: the second claimant is told who holds it.
@@ -96,30 +146,52 @@ void Rendezvous::Impl::claim_node_rank(PrefixStore& s, int node_rank) {
                      "join", endpoint());
 }
 
-// True once the plan is published; throws node 0's error if the round failed there, false
-// at the join deadline.
-bool Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock::time_point start) {
+// Until the plan is published (plan), the job ended (over: a waiting agent's news) or the join
+// deadline passed (timed_out); throws node 0's error if the round failed there. `waiting`: an agent
+// that came late waits without a deadline and says nothing meanwhile.
+Rendezvous::Impl::PlanWait Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock::time_point start,
+                                                           bool waiting) {
   const auto deadline = start + opts_.join_timeout;
   std::optional<std::size_t> got;
+  std::vector<std::string> watched = {s.prefix() + keys::kPlan, s.prefix() + keys::kJoinError, keys::kOver};
   // The first round also ends when an agent could not start (fail_start).
-  std::vector<std::string> watched = {keys::kPlan, keys::kJoinError};
-  if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
+  if (start_errors_end_round()) watched.push_back(s.prefix() + keys::kAbort);
+  const bool progress = opts_.on_progress && !waiting;
   for (;;) {
-    const Millis left = left_until(deadline);
-    const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
-    got = s.wait_any(watched, slice);
-    if (got || slice >= left || Clock::now() >= deadline) break;
+    // A waiting agent looks now and then whether its watch found node 0 silent (a stopped node 0 never
+    // closes the connection this wait holds).
+    const Millis left = waiting ? Millis{1000} : left_until(deadline);
+    const Millis slice = progress ? std::min(left, opts_.progress_interval) : left;
+    got = client_->wait_any(watched, slice);
+    if (got || (!waiting && (slice >= left || Clock::now() >= deadline))) break;
+    if (waiting && node0_lost_) {
+      std::lock_guard lk(cb_mu_);
+      throw store::Error(store::Error::Kind::io,
+                         lost_node0_ ? lost_node0_->reason : "lost the rendezvous store", "join", endpoint());
+    }
+    if (!progress) continue;
     opts_.on_progress(
         fmt::format("rendezvous {} waiting {:.0f} s for node 0 to "
                     "publish the plan",
                     endpoint(), std::chrono::duration<double>(Clock::now() - start).count()));
   }
-  if (got && *got == 2) leave_after_start_failure(s);
-  if (got && *got == 1) {
-    auto msg = s.get(keys::kJoinError, Millis{0});
+  if (!got) return PlanWait::timed_out;
+  if (*got == 3) leave_after_start_failure(s);
+  if (*got == 2) return PlanWait::over;
+  if (*got == 1) {
+    const auto msg = s.get(keys::kJoinError, Millis{0});
+    // A round that failed for a declined node ends with that node's exit code (125: its health check).
+    if (const auto code = s.get(keys::kJoinErrorCode, Millis{0})) {
+      core::Failure f;
+      f.exit_code = std::atoi(code->c_str());
+      f.reason = msg.value_or("");
+      start_failure_ = f;
+      if (opts_.on_start_failure) opts_.on_start_failure();
+      await_reads(s, static_cast<int>(previous_.size()), true);
+    }
     throw Error(msg.value_or("the rendezvous round failed on node 0"), "join", endpoint());
   }
-  return got.has_value();
+  return PlanWait::plan;
 }
 
 // ---- start-up errors: an agent that could not start publishes why, and every agent leaves with it
@@ -128,7 +200,22 @@ core::Failure Rendezvous::Impl::fail_start(const core::Failure& cause_in) {
   core::Failure cause = cause_in;
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   // An elastic round after a restart closes without a node that does not come back: nobody waits.
-  if (!start_errors_end_round()) return cause;
+  // But node 0 runs that round: the others, waiting for its plan, end with its line and code.
+  if (!start_errors_end_round()) {
+    if (server_) {
+      try {
+        PrefixStore s = store();
+        const std::string who = cause.host.empty()
+                                    ? fmt::format("node rank {}", cause.node_rank)
+                                    : fmt::format("{} (node rank {})", cause.host, cause.node_rank);
+        s.set(keys::kJoinErrorCode, std::to_string(cause.exit_code));
+        s.set(keys::kJoinError, fmt::format("{} could not start: {}", who, cause.reason));
+        linger(opts_.rejoin_timeout);
+      } catch (const store::Error&) {
+      }
+    }
+    return cause;
+  }
   ensure_connected();
   PrefixStore s = store();
   // The round closed without this node (elastic, MIN met): the job runs on, as for a late node.
@@ -151,9 +238,15 @@ core::Failure Rendezvous::Impl::fail_start(const core::Failure& cause_in) {
 // Every agent has read the start-up error, or the join deadline passed. Node 0 serves its store
 // until then; the others may see it close once the last one has read it, which ends their wait too.
 void Rendezvous::Impl::await_start_failure_read(PrefixStore& s) {
-  const int agents = opts_.nagents > 0 ? opts_.nagents : opts_.nnodes_max;
+  await_reads(s, opts_.nagents > 0 ? opts_.nagents : opts_.nnodes_max, true);
+}
+
+// Counts this agent in `start_read` (unless it did already) and waits until `agents` have (at most the
+// join timeout): a failure every agent leaves with is read by all before the first one exits, whose exit
+// may end the others' (srun --kill-on-bad-exit).
+void Rendezvous::Impl::await_reads(PrefixStore& s, int agents, bool count) {
   try {
-    s.set(keys::start_read(s.add(keys::kStartRead, 1)), std::to_string(opts_.node_rank));
+    if (count) s.set(keys::start_read(s.add(keys::kStartRead, 1)), std::to_string(opts_.node_rank));
     s.wait({keys::start_read(agents)}, opts_.join_timeout);
   } catch (const store::Error&) {
   }
@@ -177,8 +270,21 @@ void Rendezvous::Impl::leave_after_start_failure(PrefixStore& s) {
   throw Error(fmt::format("{} could not start: {}", who, f.reason), "join", endpoint());
 }
 
-void Rendezvous::Impl::fail_join(const std::string& message) {
+void Rendezvous::Impl::fail_join(const std::string& message, int exit_code) {
+  if (exit_code != 1) {
+    core::Failure f;
+    f.exit_code = exit_code;
+    f.reason = message;
+    start_failure_ = f;
+  }
   try {
+    if (exit_code != 1) {
+      // Read by every agent of the last round (wait_for_plan), this one included, before the node that
+      // declined leaves (decline).
+      PrefixStore s = store();
+      s.set(keys::start_read(s.add(keys::kStartRead, 1)), std::to_string(opts_.node_rank));
+      s.set(keys::kJoinErrorCode, std::to_string(exit_code));
+    }
     store().set(keys::kJoinError, message);
     linger(opts_.heartbeat_timeout);  // let the waiting agents read it before we go
   } catch (const store::Error&) {
@@ -194,21 +300,7 @@ void Rendezvous::Impl::run_node0_round(const PlanFn& make_plan) {
   if (elastic_round()) {
     in = wait_for_survivors(s);
   } else {
-    wait_for_arrivals(s);
-    // Last call: the round closes when every expected agent (MAX, standbys included) is in, or this
-    // long after MIN were. Under Slurm the step's node count (nagents) says how many can come at all.
-    const int actives = opts_.nagents > 0 ? std::min(opts_.nnodes_max, opts_.nagents) : opts_.nnodes_max;
-    std::vector<std::string> all = {keys::arrived(actives)};
-    if (opts_.elastic && opts_.nagents > opts_.nnodes_max)
-      all.push_back(keys::standby_arrived(opts_.nagents - opts_.nnodes_max));
-    if (opts_.nnodes_min < actives || all.size() > 1) {
-      const auto deadline = Clock::now() + opts_.last_call;
-      for (const auto& key : all) {
-        std::vector<std::string> watched = {key};
-        if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
-        if (s.wait_any(watched, left_until(deadline)) == std::size_t{1}) break;
-      }
-    }
+    wait_first_round(s);
     // An agent that could not start ends the first round before any plan.
     if (start_errors_end_round() && s.check({keys::kAbort})) leave_after_start_failure(s);
     in = joined_ranks(s);
@@ -240,6 +332,8 @@ void Rendezvous::Impl::run_node0_round(const PlanFn& make_plan) {
     record.hosts.push_back(j.hostname);
   }
   record.active = std::min(joined.size(), static_cast<std::size_t>(opts_.nnodes_max));
+  // Before the plan: an agent that reads the plan without itself in it finds the next round's number.
+  job_store().set(keys::kCurrentAttempt, std::to_string(opts_.attempt));
   s.set(keys::kPlan, encode_plan_record(record));
   {
     std::lock_guard lk(lost_mu_);
@@ -276,175 +370,29 @@ bool Rendezvous::Impl::start_errors_end_round() const {
   return opts_.attempt == 0 || !elastic_round();
 }
 
-// A round after a restart of an elastic job: MIN < MAX, or standbys (which node 0 outside Slurm
-// learns of only when they join).
+// A round after a restart of an elastic job (one with restarts: MIN < MAX, standbys, or late standbys).
 bool Rendezvous::Impl::elastic_round() const {
-  return !previous_.empty() &&
-         (opts_.elastic ||
-          std::any_of(previous_.begin(), previous_.end(), [](const core::Member& m) { return m.standby; }));
-}
-
-// Elastic, a round after a restart: every survivor of the last round is expected back at once (its
-// teardown bounded by the grace), so the round closes when they are all in, not after a last call.
-// Whoever did not come within rejoin_timeout is lost too; then the round goes on only with MIN and a
-// strict majority of the last round (core::after_loss).
-std::vector<int> Rendezvous::Impl::wait_for_survivors(PrefixStore& s) {
-  std::set<int> gone;
-  {
-    std::lock_guard lk(lost_mu_);
-    gone = dropped_;
-  }
-  std::vector<std::string> expected;
-  for (std::size_t i = 0; i < previous_.size(); ++i) {
-    const int orig = previous_[i].orig_rank;
-    const bool lost =
-        std::find(previous_lost_.begin(), previous_lost_.end(), static_cast<int>(i)) != previous_lost_.end();
-    if (!lost && !gone.contains(orig))
-      expected.push_back(keys::present(orig));  // after its arrival record: joined_ranks() lists it
-  }
-  s.wait(expected, opts_.rejoin_timeout);
-  auto ranks = joined_ranks(s);
-  std::vector<int> missing;
-  for (std::size_t i = 0; i < previous_.size(); ++i) {
-    if (!std::binary_search(ranks.begin(), ranks.end(), previous_[i].orig_rank))
-      missing.push_back(static_cast<int>(i));
-  }
-  const auto d = core::after_loss(previous_, missing, opts_.nnodes_min, true);
-  if (!d.go_on) fail_join(fmt::format("rendezvous {} (run {}): {}", endpoint(), opts_.run_id, d.message));
-  return ranks;
-}
-
-// Until nnodes_min agents arrived; at the deadline, fails the round naming the missing nodes.
-void Rendezvous::Impl::wait_for_arrivals(PrefixStore& s) {
-  const auto start = Clock::now();
-  const auto deadline = start + opts_.join_timeout;
-  // Waiting is event driven: the n-th arrival writes "arrived/<n>". The wait is cut into slices
-  // only to say, now and then, who is still missing.
-  // The first round also ends when an agent could not start (fail_start): the caller looks.
-  // Under Slurm an elastic job's node 0 knows its standbys (the step's nodes beyond MAX): they count
-  // towards MIN, so that an active node that never comes (a failed --health-check) leaves its place
-  // to a standby after the last call, as a lost node does.
-  const bool standbys_count = opts_.elastic && opts_.nagents > opts_.nnodes_max;
-  std::vector<std::string> watched = {keys::arrived(opts_.nnodes_min)};
-  if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
-  for (;;) {
-    if (standbys_count) {
-      const std::int64_t active = s.add(keys::kArrivals, 0);
-      const std::int64_t standbys = s.add(keys::kStandbys, 0);
-      if (active + standbys >= opts_.nnodes_min) return;
-      watched = {keys::arrived(active + 1), keys::standby_arrived(standbys + 1)};
-      if (start_errors_end_round()) watched.emplace_back(keys::kAbort);
-    }
-    const Millis left = left_until(deadline);
-    const Millis slice = opts_.on_progress ? std::min(left, opts_.progress_interval) : left;
-    if (const auto i = s.wait_any(watched, slice)) {
-      if (!standbys_count || watched[*i] == keys::kAbort) return;
-      continue;  // one more arrival: count again
-    }
-    if (slice >= left || Clock::now() >= deadline) break;
-    const auto ranks = joined_ranks(s);
-    const std::string refused = refusals();
-    opts_.on_progress(fmt::format("rendezvous {} waiting {:.0f} s: {} of {} node(s) joined; missing: {}{}",
-                                  endpoint(), std::chrono::duration<double>(Clock::now() - start).count(),
-                                  ranks.size(), opts_.nnodes_max,
-                                  describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts),
-                                  refused.empty() ? refused : "; " + refused));
-  }
-  const auto ranks = joined_ranks(s);
-  // A node that reached the store and was refused (a wrong token, another run id) is named with why; the
-  // advice to check that ddprun started is for the nodes never heard of.
-  const std::string refused = refusals();
-  fail_join(fmt::format(
-      "rendezvous {} (run {}) timed out after {:.1f} s: {} of {} node(s) joined{}; never arrived: {}. {}",
-      endpoint(), opts_.run_id, seconds(opts_.join_timeout), ranks.size(), opts_.nnodes_max,
-      opts_.nnodes_min < opts_.nnodes_max ? fmt::format(" (need at least {})", opts_.nnodes_min)
-                                          : std::string{},
-      describe_missing(ranks, opts_.nnodes_max, opts_.expected_hosts),
-      refused.empty()
-          ? fmt::format("Check that ddprun started on those nodes and can reach {} (--rdzv-timeout)",
-                        endpoint())
-          : fmt::format("Meanwhile {} (--rdzv-timeout)", refused)));
-}
-
-std::string Rendezvous::Impl::refusals() const {
-  return server_ ? describe_refusals(server_->refusals()) : std::string();
-}
-
-// The join records of the nodes that joined, sorted by node rank.
-std::vector<JoinInfo> Rendezvous::Impl::read_join_records(PrefixStore& s, const std::vector<int>& ranks) {
-  std::vector<JoinInfo> joined;
-  for (int r : ranks) {
-    auto v = s.get(keys::node(r), Millis{0});
-    if (!v) continue;
-    try {
-      joined.push_back(json::parse(*v).get<JoinInfo>());
-    } catch (const std::exception& e) {
-      fail_join(fmt::format("rendezvous {}: node rank {} sent a malformed join record: {}", endpoint(), r,
-                            e.what()));
-    }
-  }
-  std::sort(joined.begin(), joined.end(),
-            [](const JoinInfo& a, const JoinInfo& b) { return a.node_rank < b.node_rank; });
-  return joined;
-}
-
-std::vector<JoinInfo> arrange_round(std::vector<JoinInfo> joined, int nnodes_max, core::RankOrder order,
-                                    int store_rank, const std::vector<core::Member>& previous,
-                                    const std::map<int, std::string>& previous_addrs) {
-  const auto max = static_cast<std::size_t>(std::max(nnodes_max, 0));
-  if (order == core::RankOrder::slurm || previous.empty()) {
-    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].standby = i >= max;
-  } else {
-    const auto group = [](const std::string& addr) { return core::topology_group(addr).path.value_or(""); };
-    std::set<int> was_active;  // O(n log n): a round may hold thousands of nodes
-    for (const auto& m : previous) {
-      if (!m.standby) was_active.insert(m.orig_rank);
-    }
-    std::vector<core::StandbyCandidate> candidates;
-    std::set<int> back;
-    for (const auto& j : joined) {
-      candidates.push_back({group(j.topology), was_active.contains(j.node_rank)});
-      back.insert(j.node_rank);
-    }
-    std::vector<std::string> lost_groups;
-    for (const auto& m : previous) {
-      if (m.standby || back.contains(m.orig_rank)) continue;
-      const auto addr = previous_addrs.find(m.orig_rank);
-      lost_groups.push_back(addr == previous_addrs.end() ? std::string() : group(addr->second));
-    }
-    const auto active = core::choose_actives(candidates, lost_groups, static_cast<int>(max));
-    for (std::size_t i = 0; i < joined.size(); ++i) joined[i].standby = !active[i];
-  }
-  // Active nodes first (the plan record's rule), each part in node-rank order: stable.
-  std::stable_partition(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.standby; });
-  if (order == core::RankOrder::slurm) return joined;
-  const auto actives = static_cast<std::size_t>(
-      std::count_if(joined.begin(), joined.end(), [](const JoinInfo& j) { return !j.standby; }));
-  std::vector<core::OrderInput> in;
-  for (std::size_t i = 0; i < actives; ++i)
-    in.push_back({joined[i].topology, joined[i].node_rank == store_rank});
-  std::vector<JoinInfo> out;
-  out.reserve(joined.size());
-  for (const auto& n : core::topology_order(in)) out.push_back(std::move(joined[n.index]));
-  for (std::size_t i = actives; i < joined.size(); ++i) out.push_back(std::move(joined[i]));
-  return out;
+  return !previous_.empty() && opts_.elastic;
 }
 
 // ---- every agent: the published plan
 
-Joined Rendezvous::Impl::read_plan(const std::string& published) {
-  PlanRecord rec;
+PlanRecord Rendezvous::Impl::decode_published(const std::string& published) const {
   try {
-    rec = decode_plan_record(published);
+    return decode_plan_record(published);
   } catch (const store::Error& e) {
     throw store::Error(store::Error::Kind::protocol, fmt::format("rendezvous {}: {}", endpoint(), e.what()),
                        "join", endpoint());
   }
+}
+
+Joined Rendezvous::Impl::read_plan(PlanRecord rec) {
   // In the round's node order, which --rank-order topology may have changed: not sorted.
   const auto mine = std::find(rec.node_ranks.begin(), rec.node_ranks.end(), opts_.node_rank);
   if (mine == rec.node_ranks.end() || *mine != opts_.node_rank) {
     throw Error(fmt::format("rendezvous {} (run {}): the round closed without this node (node "
-                            "rank {}): it arrived after the last call; {} node(s) are running",
+                            "rank {}): it arrived after the last call; {} node(s) are running (with "
+                            "--max-restarts it would wait as a standby for the next round)",
                             endpoint(), opts_.run_id, opts_.node_rank, rec.node_ranks.size()),
                 "join", endpoint());
   }
@@ -459,6 +407,7 @@ Joined Rendezvous::Impl::read_plan(const std::string& published) {
   plan_node_rank_ = static_cast<int>(mine - rec.node_ranks.begin());
   out.node_rank = plan_node_rank_;
   out.nnodes = static_cast<int>(members_.size());
+  out.attempt = opts_.attempt;
   joined_ = true;
   return out;
 }

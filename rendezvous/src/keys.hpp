@@ -16,11 +16,16 @@ inline std::string attempt_prefix(int attempt) {
   return fmt::format("/attempt_{}/", attempt);
 }
 
-inline constexpr const char* kPlan = "plan";             // the published plan record (below)
-inline constexpr const char* kJoinError = "join_error";  // why the round failed on node 0
-inline constexpr const char* kAbort = "abort";           // the root cause (core::Failure); first write wins
-inline constexpr const char* kArrivals = "arrivals";     // counter: agents that published their record
-inline constexpr const char* kStandbys = "standbys";     // counter: the same for standbys (node rank >= MAX)
+// Job-wide keys, outside the attempts' namespaces (docs/rendezvous.md, "Standbys that come late").
+inline constexpr const char* kCurrentAttempt = "/job/attempt";  // the attempt of the last published plan
+inline constexpr const char* kOver = "/job/over";  // the job's exit code, set by node 0 when it ends
+
+inline constexpr const char* kPlan = "plan";                      // the published plan record (below)
+inline constexpr const char* kJoinError = "join_error";           // why the round failed on node 0
+inline constexpr const char* kJoinErrorCode = "join_error_code";  // its exit code, when not 1
+inline constexpr const char* kAbort = "abort";        // the root cause (core::Failure); first write wins
+inline constexpr const char* kArrivals = "arrivals";  // counter: agents that published their record
+inline constexpr const char* kStandbys = "standbys";  // counter: the same for standbys (node rank >= MAX)
 // Counter: agents that have read a start-up error under kAbort (Rendezvous::fail_start); "start_read/<n>"
 // marks the n-th, and everyone leaves once all agents of the job have.
 inline constexpr const char* kStartRead = "start_read";
@@ -47,6 +52,15 @@ inline std::string standby_arrived(std::int64_t n) {
 // Set by an agent once its arrival is counted and recorded: a round after a restart waits for these.
 inline std::string present(int node_rank) {
   return fmt::format("present/{}", node_rank);
+}
+// An agent that will not join this round (its --health-check failed; elastic): the counter, the n-th
+// one's node rank, and its cause (core::Failure) by node rank.
+inline constexpr const char* kDeclined = "declined";
+inline std::string declined(std::int64_t n) {
+  return fmt::format("declined/{}", n);
+}
+inline std::string decline(int node_rank) {
+  return fmt::format("decline/{}", node_rank);
 }
 // Set by a node that reached a barrier: it is leaving, its disconnection is no failure.
 inline std::string left(int node_rank) {
@@ -126,6 +140,11 @@ inline std::string reply(int node_rank) {
 // The short connection an agent publishes its root cause on while its exit barrier holds the main one.
 inline std::string abort(int node_rank) {
   return fmt::format("abort/{}", node_rank);
+}
+// An agent's connection while its --health-check runs before the first round: it hears of the job's end.
+inline constexpr const char* kWaitingPrefix = "waiting/";
+inline std::string waiting(int node_rank) {
+  return fmt::format("{}{}", kWaitingPrefix, node_rank);
 }
 // Node 0's connection that publishes lost agents.
 inline std::string monitor(int attempt) {

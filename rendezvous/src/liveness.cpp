@@ -23,6 +23,24 @@ using detail::Clock;
 
 namespace {
 constexpr int kPongEvery = 3;  // heartbeats per pong asked for; the node-0 timeout is 6+ intervals
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count();
+}
+
+// The stacks requests among the events go to `keep`; the others, returned, are the abort.
+template <typename Keep>
+std::vector<TcpStore::Event> without_stacks_requests(std::vector<TcpStore::Event> events, const Keep& keep) {
+  std::vector<TcpStore::Event> aborts;
+  for (auto& e : events) {
+    if (e.index == 1) {
+      keep(std::move(e.value));
+    } else {
+      aborts.push_back(std::move(e));
+    }
+  }
+  return aborts;
+}
 }  // namespace
 
 void Rendezvous::Impl::fire(const core::Failure& info) {
@@ -70,6 +88,7 @@ void Rendezvous::Impl::start_liveness() {
     pending_.reset();
   }
   fired_ = false;
+  check_watch_ = false;  // the watch below replaces wait_beside_check's subscription
   {
     // A request of an earlier attempt was answered then; one still waiting is pushed again below.
     std::lock_guard lk(stacks_mu_);
@@ -89,6 +108,8 @@ void Rendezvous::Impl::start_liveness() {
   client_->watch(labels::agent(attempt, opts_.node_rank), t.agent_timeout,
                  {key_prefix() + keys::kAbort, core::kStacksRequestKey});
   if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  last_turn_ms_ = now_ms();
+  longest_gap_ms_ = 0;
   watching_ = true;
   watch_thread_ = std::thread([this, conn = client_, t] { watch_loop(conn, t); });
   if (server_ && joined_) start_monitor();
@@ -105,6 +126,36 @@ void Rendezvous::Impl::start_monitor() {
   monitor_thread_ = std::thread([this, attempt] { monitor_loop(attempt); });
 }
 
+// Each turn of the watch: the time since the last one is time this agent did not run (cut_off).
+Millis Rendezvous::Impl::watch_turn() {
+  const std::int64_t now = now_ms();
+  const std::int64_t gap = now - last_turn_ms_.exchange(now);
+  if (gap > longest_gap_ms_.load()) longest_gap_ms_ = gap;
+  return Millis{gap};
+}
+
+// A pong every kPongEvery heartbeats, and at every one once node 0 has been quiet that long: node 0
+// answers a third of them, and a silent node 0 still shows. False: the connection is gone.
+bool Rendezvous::Impl::send_heartbeat(TcpStore& conn, const LivenessTiming& t, std::uint64_t& beats) {
+  const bool quiet = Clock::now() - conn.last_heard() >= kPongEvery * t.interval;
+  return conn.heartbeat(quiet || beats++ % kPongEvery == 0);
+}
+
+// Node 0 silent past node0_timeout. This agent may itself have been stopped: what came meanwhile is
+// read before judging (an abort fires, and sets `fired`). True: node 0 is lost, and that fired.
+bool Rendezvous::Impl::node0_lost(TcpStore& conn, const LivenessTiming& t, bool& fired) {
+  const auto events = without_stacks_requests(conn.poll_events(Millis{0}),
+                                              [this](std::string v) { keep_stacks_request(std::move(v)); });
+  if (!events.empty()) {
+    fire_event(events.front().value);
+    fired = true;
+    return false;
+  }
+  if (Clock::now() - conn.last_heard() <= t.node0_timeout) return false;
+  fire_lost_node0(fmt::format("no answer to heartbeats for {} ms", t.node0_timeout.count()), &conn);
+  return true;
+}
+
 // Heartbeats every interval, the abort as a pushed event, and a lost node 0: the connection
 // closed, or nothing heard for node0_timeout. Until the watch stops: after the abort too, since
 // this agent's teardown may take the whole grace (a trainer that checkpoints on SIGTERM) and a
@@ -112,33 +163,37 @@ void Rendezvous::Impl::start_monitor() {
 // next round would go on without a healthy node).
 void Rendezvous::Impl::watch_loop(const std::shared_ptr<TcpStore>& conn, const LivenessTiming& t) {
   auto next_beat = Clock::now();
-  std::uint64_t beats = 0;
-  // The stacks requests among the events are kept aside; the others are the abort.
-  const auto take_stacks_requests = [this](std::vector<TcpStore::Event> events) {
-    std::vector<TcpStore::Event> aborts;
-    for (auto& e : events) {
-      if (e.index == 1) {
-        keep_stacks_request(std::move(e.value));
-      } else {
-        aborts.push_back(std::move(e));
-      }
+  const auto turn = [this] { return watch_turn(); };
+  const auto keep = [this](std::string v) { keep_stacks_request(std::move(v)); };
+  // How long the others wait before they declare this agent lost: past it, they went on without it.
+  const Millis others_wait = server_ ? t.node0_timeout : t.agent_timeout;
+  // The last turn on the way out (a stopped agent may find its connection gone as it resumes); from then
+  // on nothing turns, and cut_off counts no more time.
+  struct LastTurn {
+    std::function<void()> turn;
+    std::atomic<std::int64_t>& last;
+    ~LastTurn() {
+      turn();
+      last = 0;
     }
-    return aborts;
-  };
+  } last_turn{turn, last_turn_ms_};
+  std::uint64_t beats = 0;
   bool fired = false;  // this attempt's cause went out: from here on only the heartbeats matter
   try {
     while (watching_.load()) {
+      if (const Millis gap = turn(); gap > others_wait && !fired) {
+        fire_cut_off(gap, others_wait, conn.get());
+        fired = true;
+      }
       if (Clock::now() >= next_beat) {
-        // A pong every kPongEvery heartbeats, and at every one once node 0 has been quiet
-        // that long: node 0 answers a third of them, and a silent node 0 still shows.
-        const bool quiet = Clock::now() - conn->last_heard() >= kPongEvery * t.interval;
-        if (!conn->heartbeat(quiet || beats++ % kPongEvery == 0)) {
+        if (!send_heartbeat(*conn, t, beats)) {
           if (!fired) fire_lost_node0("the connection is gone", conn.get());
           return;
         }
         next_beat = Clock::now() + t.interval;
       }
-      auto events = take_stacks_requests(conn->poll_events(detail::left_until(next_beat), wake_fd_));
+      const auto events =
+          without_stacks_requests(conn->poll_events(detail::left_until(next_beat), wake_fd_), keep);
       if (!watching_.load()) return;
       if (fired) continue;
       if (!events.empty()) {
@@ -148,18 +203,8 @@ void Rendezvous::Impl::watch_loop(const std::shared_ptr<TcpStore>& conn, const L
       }
       // On node 0 the store runs in this very process: a silent store is a busy one (fanning
       // out a plan to thousands of nodes), never a lost one.
-      if (!server_ && Clock::now() - conn->last_heard() > t.node0_timeout) {
-        // This agent may itself have been stopped: read what came meanwhile before judging.
-        events = take_stacks_requests(conn->poll_events(Millis{0}));
-        if (!events.empty()) {
-          fire_event(events.front().value);
-          fired = true;
-          continue;
-        }
-        if (Clock::now() - conn->last_heard() > t.node0_timeout) {
-          return fire_lost_node0(fmt::format("no answer to heartbeats for {} ms", t.node0_timeout.count()),
-                                 conn.get());
-        }
+      if (!server_ && Clock::now() - conn->last_heard() > t.node0_timeout && node0_lost(*conn, t, fired)) {
+        return;
       }
     }
   } catch (const store::Error& e) {
@@ -201,6 +246,29 @@ core::Failure Rendezvous::Impl::lost_node0_failure(const std::string& why) {
   info.lost = true;
   info.time = core::failure_now();
   return info;
+}
+
+// This agent did not run for longer than the others wait before they declare it lost (stopped, starved):
+// they went on without it. Its own judgement, as a lost node 0 is: nothing of the store says so, and what
+// it would hear now (peers gone) tells the wrong story.
+void Rendezvous::Impl::fire_cut_off(Millis gap, Millis others_wait, TcpStore* conn) {
+  core::Failure info;
+  info.reason = fmt::format(
+      "this node did not run for {:.1f} s (stopped, or starved), longer than the {:.0f} s after which the "
+      "others declare it lost: it was cut off from the job",
+      std::chrono::duration<double>(gap).count(), std::chrono::duration<double>(others_wait).count());
+  info.node_rank = opts_.node_rank;
+  info.exit_code = 1;
+  info.time = core::failure_now();
+  {
+    std::lock_guard lk(cb_mu_);
+    info.host = self_host_;
+    lost_node0_ = info;
+  }
+  node0_lost_ = true;
+  // An exit barrier waiting on this connection would wait for peers that are gone.
+  if (conn != nullptr && barrier_waiting_.load()) conn->close();
+  fire(info);
 }
 
 void Rendezvous::Impl::fire_lost_node0(const std::string& why, TcpStore* conn) {
@@ -347,6 +415,19 @@ void Rendezvous::Impl::stop_watch() {
   }
   lost_cv_.notify_all();
   if (monitor_thread_.joinable()) monitor_thread_.join();
+}
+
+std::optional<Millis> Rendezvous::Impl::cut_off() const {
+  std::int64_t gap = longest_gap_ms_.load();
+  // A watch that has not turned since this agent runs again still counts.
+  if (const std::int64_t last = last_turn_ms_.load(); watching_.load() && last != 0) {
+    gap = std::max(gap, now_ms() - last);
+  }
+  const int nnodes = joined_ ? static_cast<int>(members_.size()) : opts_.nnodes_max;
+  const LivenessTiming t = liveness_timing(opts_.heartbeat_interval, opts_.heartbeat_timeout, nnodes);
+  const Millis others_wait = server_ ? t.node0_timeout : t.agent_timeout;
+  if (gap <= others_wait.count()) return std::nullopt;
+  return Millis{gap};
 }
 
 }  // namespace ddprun::rdzv

@@ -89,6 +89,7 @@ void Rendezvous::Impl::start_server(std::uint16_t port) {
 
 void Rendezvous::Impl::fail_over(int host_rank, const std::string& addr, std::uint16_t port) {
   ++failovers_;
+  past_stores_.emplace_back(opts_.host, port_);
   client_.reset();  // the connection to the lost node 0
   opts_.host = addr;
   opts_.port = port;
@@ -383,18 +384,7 @@ void Rendezvous::Impl::next_attempt(const std::vector<int>& lost) {
     client_.reset();  // the next round connects afresh
   }
   ++opts_.attempt;
-  members_.clear();
-  plan_node_rank_ = -1;
-  joined_ = false;
-  barrier_passed_ = false;
-  fired_ = false;
-  node0_lost_ = false;
-  {
-    std::lock_guard lk(cb_mu_);
-    lost_node0_.reset();
-  }
-  std::lock_guard lk(lost_mu_);
-  lost_labels_.clear();
+  clear_round();
 }
 
 // ---- Rendezvous: the API, forwarded to its state (rendezvous_impl.hpp)

@@ -1,7 +1,7 @@
 #pragma once
 // The Rendezvous's state and workings behind its API (rendezvous.hpp): the connections, the watch and
-// monitor threads, their locks and flags. rendezvous.cpp forwards each public call here; the
-// definitions are in the files named below.
+// monitor threads, their locks and flags. rendezvous.cpp forwards each public call here (waiting.cpp
+// those it defines); the definitions are in the files named below.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,7 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "rendezvous/plan_record.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "store/error.hpp"
 #include "store_names.hpp"
 
 namespace ddprun::rdzv {
@@ -44,10 +46,20 @@ class Rendezvous::Impl {
   std::optional<core::Failure> aborted();
   core::Failure fail_start(const core::Failure& cause);
   const std::optional<core::Failure>& start_failure() const { return start_failure_; }
+  void decline(const core::Failure& cause);
+  void wait_beside_check();
+  bool interrupted();
+  void finish(int exit_code);
+  std::optional<std::chrono::milliseconds> cut_off() const;
+  bool follow(const std::string& addr, std::uint16_t port);
+  std::optional<int> outcome_left_here();
   bool barrier(const std::string& name, std::chrono::milliseconds timeout);
   ExitBarrierEnd exit_barrier();
   std::uint64_t bytes_received() const;
   void next_attempt(const std::vector<int>& lost);
+  // Forgets the round that ended (members, this agent's place in it, its flags and lost peers):
+  // next_attempt and follow, before the next join.
+  void clear_round();
   const std::vector<core::Member>& members() const { return members_; }
   const std::vector<core::Member>& previous_members() const { return previous_; }
   const std::vector<int>& previous_lost() const { return previous_lost_; }
@@ -78,20 +90,37 @@ class Rendezvous::Impl {
   std::string host_of(int orig_rank) const;
 
   // join.cpp
+  void arrive(PrefixStore& s, const JoinInfo& me);
   void claim_node_rank(PrefixStore& s, int node_rank);
-  bool wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start);
+  enum class PlanWait { plan, over, timed_out };
+  PlanWait wait_for_plan(PrefixStore& s, std::chrono::steady_clock::time_point start, bool waiting);
   void run_node0_round(const PlanFn& make_plan);
-  void wait_for_arrivals(PrefixStore& s);
+  store::Error no_plan_error() const;
+  void wait_as_standby(bool first);
+  // round.cpp: whom node 0's round waits for
+  void wait_first_round(PrefixStore& s);
   std::string refusals() const;  // node 0: describe_refusals of its store's refusals, "" elsewhere
   std::vector<int> wait_for_survivors(PrefixStore& s);  // the node ranks that joined
   bool elastic_round() const;
   bool start_errors_end_round() const;
   std::vector<int> joined_ranks(PrefixStore& s) const;
   std::vector<JoinInfo> read_join_records(PrefixStore& s, const std::vector<int>& ranks);
-  [[noreturn]] void fail_join(const std::string& message);
+  [[noreturn]] void fail_join(const std::string& message, int exit_code = 1);
   [[noreturn]] void leave_after_start_failure(PrefixStore& s);
   void await_start_failure_read(PrefixStore& s);
-  Joined read_plan(const std::string& published);
+  void await_reads(PrefixStore& s, int agents, bool count);
+  PlanRecord decode_published(const std::string& published) const;
+  Joined read_plan(PlanRecord rec);
+
+  // waiting.cpp: agents that wait for a round (late standbys, health checks), declines, the job's end
+  PrefixStore job_store() const;
+  void adopt_current_attempt();
+  void wait_for_next_round();
+  std::optional<int> job_over();
+  std::set<int> declined_ranks(PrefixStore& s) const;
+  std::optional<core::Failure> declined_cause(PrefixStore& s, const std::vector<int>& ranks) const;
+  [[noreturn]] void fail_short(PrefixStore& s, int in);
+  bool waiting_connected();
 
   // barrier.cpp
   enum class BarrierEnd { passed, aborted, timed_out, failed };
@@ -107,7 +136,11 @@ class Rendezvous::Impl {
   void start_liveness();
   void start_monitor();
   void watch_loop(const std::shared_ptr<TcpStore>& conn, const LivenessTiming& t);
+  Millis watch_turn();
+  bool send_heartbeat(TcpStore& conn, const LivenessTiming& t, std::uint64_t& beats);
+  bool node0_lost(TcpStore& conn, const LivenessTiming& t, bool& fired);
   void fire_lost_node0(const std::string& why, TcpStore* conn = nullptr);
+  void fire_cut_off(Millis gap, Millis others_wait, TcpStore* conn);
   void fire_event(const std::string& value);
   // The watch's event of index 1: `ddprun stacks`' request, kept for stacks_request().
   void keep_stacks_request(std::string value);
@@ -142,7 +175,9 @@ class Rendezvous::Impl {
   std::set<int> dropped_;                      // node 0: orig ranks lost during this attempt
   std::map<int, std::string> topology_addrs_;  // node 0: the last round's topology addresses by orig rank
   int failovers_ = 0;
+  std::vector<std::pair<std::string, std::uint16_t>> past_stores_;  // endpoints before each failover
   std::optional<core::Failure> start_failure_;
+  bool check_watch_ = false;  // wait_beside_check subscribed this connection (a health check runs)
 
   // Watch state.
   std::mutex cb_mu_;
@@ -151,11 +186,16 @@ class Rendezvous::Impl {
   std::function<void(const core::Failure&)> on_abort_;
   std::optional<core::Failure> pending_;     // fired before watch() installed a callback
   std::string node0_host_;                   // for the lost-node-0 cause, once the plan named it
+  std::string self_host_;                    // this agent's host (its join record), for a cut-off cause
   std::optional<core::Failure> lost_node0_;  // the lost-node-0 cause this attempt's watch fired
   std::atomic<bool> fired_{false};
   std::atomic<bool> node0_lost_{false};  // this attempt's watch declared node 0 lost
   std::atomic<bool> watching_{false};
   int wake_fd_ = -1;  // an eventfd that ends the watch thread's wait
+  // The watch loop's last turn (steady clock, ms) and the longest it did not turn this attempt: how long
+  // this agent did not run (stopped, starved), which tells whether the others have declared it lost.
+  std::atomic<std::int64_t> last_turn_ms_{0};
+  std::atomic<std::int64_t> longest_gap_ms_{0};
   std::thread watch_thread_;
 
   // Node 0: lost-peer reports from the server thread, handled on the monitor thread.

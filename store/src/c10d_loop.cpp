@@ -1,90 +1,91 @@
 #include "c10d_loop.hpp"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
+#include <boost/asio/post.hpp>
 
-#include <cerrno>
-#include <cstring>
 #include <future>
 
-#include <fmt/core.h>
+namespace ddprun::store::c10d {
 
-#include "store/error.hpp"
+namespace asio = boost::asio;
 
-namespace ddprun::store {
-
-C10dLoop::Impl::Impl() {
-  epfd = ::epoll_create1(EPOLL_CLOEXEC);
-  wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epfd < 0 || wake_fd < 0) {
-    const int err = errno;
-    if (epfd >= 0) ::close(epfd);
-    if (wake_fd >= 0) ::close(wake_fd);
-    throw Error(Error::Kind::io,
-                fmt::format("worker store: cannot create its event loop: {}", std::strerror(err)));
-  }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.ptr = nullptr;  // the wake-up descriptor
-  ::epoll_ctl(epfd, EPOLL_CTL_ADD, wake_fd, &ev);
-  thread = std::thread([this] { run(); });
+Loop::Loop() : guard_(asio::make_work_guard(io_)) {
+  thread_ = std::thread([this] { io_.run(); });
 }
 
-C10dLoop::Impl::~Impl() {
+Loop::~Loop() {
   stop();
-  ::close(wake_fd);
-  ::close(epfd);
 }
 
-void C10dLoop::Impl::stop() {
-  if (!thread.joinable()) return;
-  stopping = true;
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const auto n = ::write(wake_fd, &one, sizeof one);
+void Loop::stop() {
+  if (!thread_.joinable()) return;
+  guard_.reset();
   if (on_loop()) {
-    thread.detach();  // cannot join ourselves; run() returns after this batch
+    io_.stop();
+    thread_.detach();  // cannot join ourselves; run() returns after this handler
+    joined_ = true;
     return;
   }
-  thread.join();
-  drain_posted();  // what was posted too late still runs (closing handlers)
-  graveyard.clear();
+  // What was posted before still runs (closing handlers); then nothing waits any more.
+  asio::post(io_, [this] { io_.stop(); });
+  thread_.join();
+  joined_ = true;
+  end_of_batch();
+  free_retired(true);
 }
 
-void C10dLoop::Impl::add(int fd, std::uint32_t events, c10d::Handler* h) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.ptr = h;
-  if (::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    throw Error(Error::Kind::io, fmt::format("worker store: epoll_ctl: {}", std::strerror(errno)));
-  }
+void Loop::watch(Handler& h, int fd, std::uint32_t interest) {
+  h.sd_.emplace(io_, fd);  // registers it with the reactor (throws when it cannot)
+  h.interest_ = interest;
+  ++h.gen_;
+  h.reading_ = h.writing_ = false;
+  arm(h);
 }
 
-void C10dLoop::Impl::modify(int fd, std::uint32_t events, c10d::Handler* h) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.ptr = h;
-  ::epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev);
+void Loop::want(Handler& h, std::uint32_t interest) {
+  if (!h.sd_) return;
+  h.interest_ = interest;
+  arm(h);
 }
 
-void C10dLoop::Impl::remove(int fd) {
-  ::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+void Loop::unwatch(Handler& h) {
+  if (!h.sd_) return;
+  h.sd_->release();  // cancels its waits, which still complete (aborted)
+  h.sd_.reset();
+  h.interest_ = 0;
 }
 
-void C10dLoop::Impl::post(std::function<void()> fn) {
+// Level-triggered on top of Asio: a wait per direction asked for, renewed after each event while still
+// asked for (Asio re-arms the descriptor for each wait, so bytes left unread are reported again).
+void Loop::arm(Handler& h) {
+  if ((h.interest_ & kReadable) != 0 && !h.reading_) wait(h, kReadable);
+  if ((h.interest_ & kWritable) != 0 && !h.writing_) wait(h, kWritable);
+}
+
+void Loop::wait(Handler& h, std::uint32_t dir) {
+  (dir == kReadable ? h.reading_ : h.writing_) = true;
+  ++h.waits_;
+  const auto what =
+      dir == kReadable ? asio::posix::descriptor_base::wait_read : asio::posix::descriptor_base::wait_write;
+  h.sd_->async_wait(what, [this, &h, dir, gen = h.gen_](const boost::system::error_code& ec) {
+    --h.waits_;
+    if (gen != h.gen_ || !h.sd_) return;  // unwatched (and maybe watching another descriptor since)
+    (dir == kReadable ? h.reading_ : h.writing_) = false;
+    if (ec == asio::error::operation_aborted) return;
+    if ((h.interest_ & dir) != 0) h.on_event(ec ? kBroken : dir);
+    if (gen == h.gen_ && h.sd_) arm(h);
+  });
+}
+
+void Loop::post(std::function<void()> fn) {
   if (on_loop()) {
     fn();
     return;
   }
-  {
-    std::lock_guard lock(mu);
-    posted.push_back(std::move(fn));
-  }
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const auto n = ::write(wake_fd, &one, sizeof one);
+  asio::post(io_, std::move(fn));
 }
 
-void C10dLoop::Impl::call(const std::function<void()>& fn) {
-  if (on_loop() || !thread.joinable()) {
+void Loop::call(const std::function<void()>& fn) {
+  if (on_loop() || joined_) {
     fn();
     return;
   }
@@ -97,39 +98,49 @@ void C10dLoop::Impl::call(const std::function<void()>& fn) {
   fut.wait();
 }
 
-void C10dLoop::Impl::drain_posted() {
-  std::vector<std::function<void()>> todo;
-  {
-    std::lock_guard lock(mu);
-    todo.swap(posted);
-  }
-  for (auto& fn : todo) fn();
+void Loop::defer(Deferred& d) {
+  if (d.queued_) return;
+  d.queued_ = true;
+  deferred_.push_back(&d);
+  want_end_of_batch();
 }
 
-void C10dLoop::Impl::run() {
-  std::vector<epoll_event> events(1024);
-  while (!stopping) {
-    const int n = ::epoll_wait(epfd, events.data(), static_cast<int>(events.size()), -1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < n; ++i) {
-      auto* h = static_cast<c10d::Handler*>(events[static_cast<std::size_t>(i)].data.ptr);
-      if (h == nullptr) {
-        std::uint64_t v = 0;
-        [[maybe_unused]] const auto r = ::read(wake_fd, &v, sizeof v);
-        drain_posted();
-        continue;
-      }
-      h->on_event(events[static_cast<std::size_t>(i)].events);
-    }
-    for (std::size_t f = 0; f < flushers.size(); ++f) flushers[f].second();
-    graveyard.clear();
-  }
+void Loop::retire(std::unique_ptr<Handler> h) {
+  graveyard_.push_back(std::move(h));
+  want_end_of_batch();
 }
 
-C10dLoop::C10dLoop() : impl_(std::make_shared<Impl>()) {}
+// Posted behind the handlers already ready: runs once they are through.
+void Loop::want_end_of_batch() {
+  if (batch_posted_) return;
+  batch_posted_ = true;
+  asio::post(io_, [this] {
+    batch_posted_ = false;
+    end_of_batch();
+  });
+}
+
+void Loop::end_of_batch() {
+  // By index: running one may defer another.
+  for (std::size_t i = 0; i < deferred_.size(); ++i) {
+    Deferred* d = deferred_[i];
+    d->queued_ = false;
+    d->run_deferred();
+  }
+  deferred_.clear();
+  free_retired(false);
+}
+
+void Loop::free_retired(bool all) {
+  std::erase_if(graveyard_, [all](const std::unique_ptr<Handler>& h) { return all || h->waits_ == 0; });
+  if (!graveyard_.empty()) want_end_of_batch();  // a wait cancelled by unwatch() is still to come
+}
+
+}  // namespace ddprun::store::c10d
+
+namespace ddprun::store {
+
+C10dLoop::C10dLoop() : impl_(std::make_unique<c10d::Loop>()) {}
 C10dLoop::~C10dLoop() = default;
 
 }  // namespace ddprun::store

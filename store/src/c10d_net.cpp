@@ -55,7 +55,7 @@ int listen_on(const std::string& host, std::uint16_t port) {
   if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, kBacklog) != 0) {
     const int err = errno;
     ::close(fd);
-    throw Error(Error::Kind::io,
+    throw Error(err == EADDRINUSE ? Error::Kind::address_in_use : Error::Kind::io,
                 fmt::format("the workers' store cannot listen on {}: {}", where, std::strerror(err)),
                 "listen", where);
   }

@@ -175,6 +175,10 @@ void TcpStore::watch(const std::string& label, Millis liveness, const std::vecto
   q.number = clamp_timeout(liveness).count();
   q.keys = keys;
   impl_->call(q);
+  // What came before the answer was pushed for the keys watched until now (a standby's earlier round's
+  // abort): not this watch's news. The server pushes the new keys' present values after its answer.
+  std::lock_guard lk(impl_->ev_mu);
+  impl_->events.clear();
 }
 
 bool TcpStore::heartbeat(bool want_pong) {

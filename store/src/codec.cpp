@@ -88,6 +88,71 @@ std::vector<std::string> read_keys(Reader& r, const Limits& l, bool may_be_empty
   return keys;
 }
 
+// The operation a request's first byte names; any other code is a protocol error.
+Op op_of(std::uint8_t code) {
+  switch (static_cast<Op>(code)) {
+    case Op::set:
+    case Op::get:
+    case Op::add:
+    case Op::compare_set:
+    case Op::check:
+    case Op::del:
+    case Op::num_keys:
+    case Op::wait:
+    case Op::wait_any:
+    case Op::ping:
+    case Op::heartbeat:
+    case Op::watch:
+      return static_cast<Op>(code);
+  }
+  bad(fmt::format("unknown operation code {}", code));
+}
+
+// The fields after the operation code, as q.op has them.
+void read_operands(Reader& r, Request& q, const Limits& l) {
+  switch (q.op) {
+    case Op::set:
+      q.key = r.str(l.max_key, "key");
+      q.value = r.str(l.max_value, "value");
+      break;
+    case Op::get:
+      q.key = r.str(l.max_key, "key");
+      q.timeout_ms = r.be<std::uint64_t>("timeout");
+      break;
+    case Op::add:
+      q.key = r.str(l.max_key, "key");
+      q.number = static_cast<std::int64_t>(r.be<std::uint64_t>("delta"));
+      break;
+    case Op::compare_set:
+      q.key = r.str(l.max_key, "key");
+      q.value = r.str(l.max_value, "expected value");
+      q.value2 = r.str(l.max_value, "desired value");
+      break;
+    case Op::check:
+      q.keys = read_keys(r, l);
+      break;
+    case Op::wait:
+    case Op::wait_any:
+      q.keys = read_keys(r, l);
+      q.timeout_ms = r.be<std::uint64_t>("timeout");
+      break;
+    case Op::del:
+      q.key = r.str(l.max_key, "key");
+      break;
+    case Op::num_keys:
+    case Op::ping:
+      break;
+    case Op::heartbeat:
+      q.number = r.u8() & 1;
+      break;
+    case Op::watch:
+      q.key = r.str(l.max_id, "label");
+      q.number = static_cast<std::int64_t>(r.be<std::uint64_t>("liveness"));  // the server bounds it
+      q.keys = read_keys(r, l, /*may_be_empty=*/true);
+      break;
+  }
+}
+
 }  // namespace
 
 const char* to_string(Op op) {
@@ -206,62 +271,8 @@ std::string encode_request(const Request& q) {
 Request decode_request(std::string_view payload, const Limits& l) {
   Reader r(payload);
   Request q;
-  const std::uint8_t op = r.u8();
-  switch (op) {
-    case static_cast<std::uint8_t>(Op::set):
-      q.op = Op::set;
-      q.key = r.str(l.max_key, "key");
-      q.value = r.str(l.max_value, "value");
-      break;
-    case static_cast<std::uint8_t>(Op::get):
-      q.op = Op::get;
-      q.key = r.str(l.max_key, "key");
-      q.timeout_ms = r.be<std::uint64_t>("timeout");
-      break;
-    case static_cast<std::uint8_t>(Op::add):
-      q.op = Op::add;
-      q.key = r.str(l.max_key, "key");
-      q.number = static_cast<std::int64_t>(r.be<std::uint64_t>("delta"));
-      break;
-    case static_cast<std::uint8_t>(Op::compare_set):
-      q.op = Op::compare_set;
-      q.key = r.str(l.max_key, "key");
-      q.value = r.str(l.max_value, "expected value");
-      q.value2 = r.str(l.max_value, "desired value");
-      break;
-    case static_cast<std::uint8_t>(Op::check):
-      q.op = Op::check;
-      q.keys = read_keys(r, l);
-      break;
-    case static_cast<std::uint8_t>(Op::wait):
-    case static_cast<std::uint8_t>(Op::wait_any):
-      q.op = static_cast<Op>(op);
-      q.keys = read_keys(r, l);
-      q.timeout_ms = r.be<std::uint64_t>("timeout");
-      break;
-    case static_cast<std::uint8_t>(Op::del):
-      q.op = Op::del;
-      q.key = r.str(l.max_key, "key");
-      break;
-    case static_cast<std::uint8_t>(Op::num_keys):
-      q.op = Op::num_keys;
-      break;
-    case static_cast<std::uint8_t>(Op::ping):
-      q.op = Op::ping;
-      break;
-    case static_cast<std::uint8_t>(Op::heartbeat):
-      q.op = Op::heartbeat;
-      q.number = r.u8() & 1;
-      break;
-    case static_cast<std::uint8_t>(Op::watch):
-      q.op = Op::watch;
-      q.key = r.str(l.max_id, "label");
-      q.number = static_cast<std::int64_t>(r.be<std::uint64_t>("liveness"));  // the server bounds it
-      q.keys = read_keys(r, l, /*may_be_empty=*/true);
-      break;
-    default:
-      bad(fmt::format("unknown operation code {}", op));
-  }
+  q.op = op_of(r.u8());
+  read_operands(r, q, l);
   r.finish();
   return q;
 }

@@ -25,7 +25,6 @@
 
 #include "server_impl.hpp"
 #include "store/answer.hpp"
-#include "store/c10d_server.hpp"
 #include "store/error.hpp"
 #include "store/sockaddr.hpp"
 
@@ -85,7 +84,7 @@ void StoreServer::Impl::listen() {
   if (ec) {
     boost::system::error_code ignored;
     acceptor.close(ignored);
-    throw Error(Error::Kind::io,
+    throw Error(ec == asio::error::address_in_use ? Error::Kind::address_in_use : Error::Kind::io,
                 fmt::format("cannot serve the rendezvous store on {}: {}; free the port or "
                             "choose another one (--rdzv-endpoint HOST:PORT)",
                             where, ec.message()),
@@ -275,7 +274,7 @@ std::vector<std::string> StoreServer::peer_hosts() const {
   asio::post(impl_->io, [impl = impl_.get(), result] {
     std::set<std::string> hosts;
     for (const auto& c : impl->conns) {
-      if (c->hello_done) hosts.insert(normalize_address(numeric_host_of(c->peer_addr)));
+      if (c->hello_done) hosts.insert(numeric_host_of(c->peer_addr));
     }
     result->set_value(std::vector<std::string>(hosts.begin(), hosts.end()));
   });

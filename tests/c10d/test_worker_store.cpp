@@ -12,13 +12,14 @@
 #include <thread>
 
 #include "e2e/procs.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kWorker = std::string(DDPRUN_SOURCE_DIR) + "/tests/c10d/store_worker.py";
+const std::string kWorker = ddprun_test::source_dir() + "/tests/c10d/store_worker.py";
 
 // The interpreters to run the workers with: Debian's torch 1.13, and the project's torch 2.x venv when
 // it is installed (scripts/setup.sh; CMake passes its path).
@@ -43,7 +44,7 @@ struct Job {
   void start(int nodes, const std::string& python, const std::string& mode,
              std::vector<std::string> extra = {}, const std::string& nnodes = "") {
     for (int n = 0; n < nodes; ++n) {
-      std::vector<std::string> argv = {DDPRUN_EXE,
+      std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                        "--nnodes",
                                        nnodes.empty() ? std::to_string(nodes) : nnodes,
                                        "--node-rank",

@@ -3,14 +3,15 @@
 #include <nlohmann/json.hpp>
 
 #include "run_process.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 
 TEST_CASE("dry-run JSON with a Latin-1 argument and environment value is valid JSON",
           "[cli][dryrun][bytes]") {
   const std::string latin1 = "caf\xe9";  // 'café' in Latin-1: not UTF-8
-  const auto r = run_process({DDPRUN_EXE, "--dry-run", "--format", "json", "--nproc-per-node", "2",
-                              "--no-python", "--", "/bin/echo", latin1},
+  const auto r = run_process({ddprun_test::ddprun_exe(), "--dry-run", "--format", "json", "--nproc-per-node",
+                              "2", "--no-python", "--", "/bin/echo", latin1},
                              {{"OMP_NUM_THREADS", latin1}});
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -32,13 +33,14 @@ TEST_CASE("dry-run in an salloc shell: GPU counts come from the nodes, and no no
                                                      {"SLURM_NTASKS", "2"},
                                                      {"SLURM_TASKS_PER_NODE", "1(x2)"}};
   const auto r = run_process(
-      {DDPRUN_EXE, "--dry-run", "--nproc-per-node", "gpu", "--no-python", "--", "/bin/true"}, salloc);
+      {ddprun_test::ddprun_exe(), "--dry-run", "--nproc-per-node", "gpu", "--no-python", "--", "/bin/true"},
+      salloc);
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out.find("each node's agent counts its own GPUs") != std::string::npos);
   CHECK(r.out.find("this node") == std::string::npos);
-  const auto j = run_process({DDPRUN_EXE, "--dry-run", "--format", "json", "--nproc-per-node", "gpu",
-                              "--no-python", "--", "/bin/true"},
+  const auto j = run_process({ddprun_test::ddprun_exe(), "--dry-run", "--format", "json", "--nproc-per-node",
+                              "gpu", "--no-python", "--", "/bin/true"},
                              salloc);
   REQUIRE(j.code == 0);
   CHECK(nlohmann::json::parse(j.out).at("gpus_from_nodes") == true);
@@ -46,8 +48,8 @@ TEST_CASE("dry-run in an salloc shell: GPU counts come from the nodes, and no no
 
 TEST_CASE("ddprun started by a ddprun worker says launchers do not nest", "[cli][error]") {
   // The worker's command runs ddprun again: the inner one must refuse at once, naming the outer run.
-  const auto r = run_process({DDPRUN_EXE, "--nproc-per-node", "1", "--no-python", "--", DDPRUN_EXE,
-                              "--no-python", "--", "/bin/true"},
+  const auto r = run_process({ddprun_test::ddprun_exe(), "--nproc-per-node", "1", "--no-python", "--",
+                              ddprun_test::ddprun_exe(), "--no-python", "--", "/bin/true"},
                              {{"DDPRUN_RDZV_AUTH", "none"}});
   INFO(r.err);
   CHECK(r.code == 2);

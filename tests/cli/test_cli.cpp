@@ -18,13 +18,14 @@
 #include <sstream>
 
 #include "run_process.hpp"
+#include "support/paths.hpp"
 
 using ddprun::test::run_process;
 
 namespace {
 
 std::vector<std::string> cmdline(std::vector<std::string> args) {
-  args.insert(args.begin(), DDPRUN_EXE);
+  args.insert(args.begin(), ddprun_test::ddprun_exe());
   return args;
 }
 
@@ -190,6 +191,11 @@ TEST_CASE("a bad PET_* or DDPRUN_* value is one line naming the variable, exit 2
   check_bad({"--dry-run", "true"}, "PET_STANDALONE=yes please", {{"PET_STANDALONE", "yes please"}});
   check_bad({"--dry-run", "true"}, "DDPRUN_MAX_RESTARTS=x",
             {{"PET_MAX_RESTARTS", "1"}, {"DDPRUN_MAX_RESTARTS", "x"}});
+  // Read with the options, on every node: before any rendezvous (node 0's store at this endpoint never
+  // answers), not when node 0's workers' store starts.
+  check_bad({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-timeout", "5",
+             "--no-python", "--", "/bin/true"},
+            "DDPRUN_WORKER_STORE_LEGACY=2.0", {{"DDPRUN_WORKER_STORE_LEGACY", "2.0"}});
 }
 
 TEST_CASE("virtual local rank: each worker's LOCAL_RANK is 0 and it sees only its own GPUs",
@@ -791,7 +797,8 @@ TEST_CASE("log format json: spawn_failed says whether -m was used", "[cli][event
 // ddprun started in `dir` (a relative --log-dir or TMPDIR is relative to it), as `cd DIR && ddprun ARGS`.
 ddprun::test::ProcResult run_in(const std::string& dir, const std::vector<std::string>& args,
                                 std::map<std::string, std::string> env = {}) {
-  std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir, DDPRUN_EXE};
+  std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir,
+                                   ddprun_test::ddprun_exe()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_process(argv, std::move(env));
 }
@@ -974,7 +981,7 @@ TEST_CASE("rdzv endpoint HOST:0: the master serves on a free port, says which, a
 // "Slurm job 123 has no running step ... has the job finished", about a job that may well be running.
 TEST_CASE("top and stacks --job: squeue not on PATH is said as it is, in one line", "[cli][observe]") {
   for (const std::string cmd : {"top", "stacks"}) {
-    std::vector<std::string> argv = {DDPRUN_EXE, cmd, "--job", "123"};
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(), cmd, "--job", "123"};
     if (cmd == "top") argv.push_back("--once");
     const auto r = run_process(argv, {{"PATH", "/nonexistent"}});
     INFO(cmd << ": " << r.err);
@@ -990,8 +997,8 @@ TEST_CASE("top and stacks --job: squeue not on PATH is said as it is, in one lin
 TEST_CASE("health check: it runs with stdin, stdout and stderr alone, as a worker does", "[cli][health]") {
   const int inherited = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC: ddprun inherits it
   REQUIRE(inherited > 2);
-  const auto r = run_process({DDPRUN_EXE, "--standalone", "--nproc-per-node", "1", "--health-check",
-                              "ls /proc/$$/fd; exit 1", "--", "true"});
+  const auto r = run_process({ddprun_test::ddprun_exe(), "--standalone", "--nproc-per-node", "1",
+                              "--health-check", "ls /proc/$$/fd; exit 1", "--", "true"});
   ::close(inherited);
   INFO(r.err);
   CHECK(r.code == 125);

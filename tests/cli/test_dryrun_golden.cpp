@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "run_process.hpp"
+#include "support/paths.hpp"
 
 using ddprun::test::run_process;
 
@@ -78,7 +79,7 @@ std::vector<Shape> shapes() {
 }
 
 std::string golden_path(const std::string& name) {
-  return std::string(DDPRUN_SOURCE_DIR) + "/tests/cli/golden/" + name;
+  return ddprun_test::source_dir() + "/tests/cli/golden/" + name;
 }
 
 std::string read_file(const std::string& path) {
@@ -94,7 +95,7 @@ TEST_CASE("dry-run output is byte-identical to the snapshot for every shape", "[
   const bool update = std::getenv("DDPRUN_UPDATE_GOLDEN") != nullptr;
   for (const auto& s : shapes()) {
     for (const std::string format : {"text", "json"}) {
-      std::vector<std::string> argv = {DDPRUN_EXE, "--dry-run", "--format", format};
+      std::vector<std::string> argv = {ddprun_test::ddprun_exe(), "--dry-run", "--format", format};
       argv.insert(argv.end(), s.args.begin(), s.args.end());
       const auto r = run_process(argv, s.env);
       const std::string file = golden_path(s.name + "." + format);

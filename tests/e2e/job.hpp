@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "e2e/procs.hpp"
+#include "support/paths.hpp"
 
 namespace ddprun::test {
 
@@ -24,7 +25,7 @@ struct Job {
   void start(int nnodes, int nproc, const std::vector<std::string>& command,
              std::vector<std::string> extra = {}) {
     for (int n = 0; n < nnodes; ++n) {
-      std::vector<std::string> argv = {DDPRUN_EXE,
+      std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                        "--nnodes",
                                        std::to_string(nnodes),
                                        "--node-rank",
@@ -61,6 +62,6 @@ inline std::vector<std::string> sh(const std::string& script) {
   return {"/bin/sh", "-c", script};
 }
 
-inline const std::string kFake = FAKE_WORKER;
+inline const std::string kFake = ddprun_test::fake_worker();
 
 }  // namespace ddprun::test

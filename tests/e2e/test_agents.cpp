@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -153,7 +154,7 @@ TEST_CASE("a stopping signal right after the run never changes the root cause's 
   // raises SIGTERM in each agent the moment its run has ended, the narrowest place for it to land.
   Job job;
   for (int n = 0; n < 2; ++n) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      "2",
                                      "--node-rank",
@@ -181,7 +182,7 @@ TEST_CASE("a stopping signal between a failed attempt and its restart stops the 
           "[e2e][signals]") {
   Job job;
   job.agents.push_back(start(
-      {DDPRUN_EXE, "--nproc-per-node", "1", "--max-restarts", "3", "--", "/bin/sh", "-c",
+      {ddprun_test::ddprun_exe(), "--nproc-per-node", "1", "--max-restarts", "3", "--", "/bin/sh", "-c",
        "echo x >> \"$DIR/runs\"; exit 7"},
       {{"DDPRUN_TEST_TOKEN", job.token}, {"DIR", job.dir.path()}, {"DDPRUN_TEST_RAISE_AFTER_RUN", "15"}},
       job.dir.path(), "agent0"));
@@ -238,11 +239,16 @@ TEST_CASE("restarts: a new round with TORCHELASTIC_RESTART_COUNT incremented", "
 
 TEST_CASE("restarts with --worker-store relay: no node reports node 0's store lost", "[e2e][restart]") {
   // Node 0 resets the workers' store for the next attempt; the other nodes' relays of the attempt that
-  // ended are gone by then, so an ordinary restart is silent.
+  // ended are gone by then, so an ordinary restart is silent. Rank 1 fails only once ranks 0 and 2 have
+  // started the attempt, so every attempt is seen on every node.
   Job job;
   job.start(3, 1,
             sh("echo \"$TORCHELASTIC_RESTART_COUNT\" >> \"$DIR/attempts_$RANK\"; "
-               "[ \"$TORCHELASTIC_RESTART_COUNT\" != 2 ] || exit 0; [ \"$RANK\" != 1 ] || exit 5; "
+               "[ \"$TORCHELASTIC_RESTART_COUNT\" != 2 ] || exit 0; "
+               "if [ \"$RANK\" = 1 ]; then for i in $(seq 1 3000); do "
+               "[ $(cat \"$DIR/attempts_0\" \"$DIR/attempts_2\" 2>/dev/null | grep -cx "
+               "\"$TORCHELASTIC_RESTART_COUNT\") "
+               "-ge 2 ] && break; sleep 0.01; done; exit 5; fi; "
                "exec " +
                kFake + " hang"),
             {"--max-restarts", "2", "--worker-store", "relay"});
@@ -325,8 +331,8 @@ TEST_CASE("per-task mode: every task runs exactly its own worker, with Slurm's r
                                                     {"CUDA_VISIBLE_DEVICES", "NoDevFiles"},
                                                     {"DDPRUN_TEST_TOKEN", token}};
     tasks.push_back(
-        start({DDPRUN_EXE, "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port), "--rdzv-auth", "none",
-               "--rdzv-timeout", "60", "--no-prefix", "-q", "--", "/bin/sh", "-c",
+        start({ddprun_test::ddprun_exe(), "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port),
+               "--rdzv-auth", "none", "--rdzv-timeout", "60", "--no-prefix", "-q", "--", "/bin/sh", "-c",
                "echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK GROUP_RANK=$GROUP_RANK WORLD_SIZE=$WORLD_SIZE"},
               env, dir.path(), "task" + std::to_string(p)));
   }

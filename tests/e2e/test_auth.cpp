@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "e2e/procs.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -27,7 +28,7 @@ struct AuthJob {
   // One agent of a 2-node job; `token` empty = no DDPRUN_TOKEN.
   void start_agent(int rank, const std::string& token, const std::string& script,
                    const std::string& timeout = "60") {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      "2",
                                      "--node-rank",
@@ -128,7 +129,7 @@ TEST_CASE("agents reading the token through a symbolic link meet", "[e2e][auth]"
   // ~/.ddprun-token -> the real file, as a shared home or a secrets mount arranges it.
   std::filesystem::create_symlink(file, job.dir / "token-link");
   for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      "2",
                                      "--node-rank",
@@ -231,7 +232,7 @@ TEST_CASE("bad authentication setup stops the agent with one line and exit code 
   ::chmod(file.c_str(), 0644);
   auto run = [&](std::vector<std::string> extra, std::map<std::string, std::string> env,
                  const std::string& name) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      "2",
                                      "--node-rank",
@@ -266,7 +267,7 @@ TEST_CASE("bad authentication setup stops the agent with one line and exit code 
 // Two agents with --rdzv-auth auto, where neither munged nor a token is there; `extra` before the command.
 void start_open_job(AuthJob& job, const std::vector<std::string>& extra) {
   for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      "2",
                                      "--node-rank",
@@ -317,7 +318,7 @@ TEST_CASE("single-node runs open no store: the token never reaches a worker, aut
   ::chmod(file.c_str(), 0644);
   auto run = [&](std::vector<std::string> extra, std::map<std::string, std::string> env,
                  const std::string& script, const std::string& name) {
-    std::vector<std::string> argv = {DDPRUN_EXE, "--nproc-per-node", "2"};
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(), "--nproc-per-node", "2"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
     env["DDPRUN_TEST_TOKEN"] = job.tag;

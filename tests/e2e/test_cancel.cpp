@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -33,6 +34,10 @@ void expect_stopped(Job& job, int code = 143, std::chrono::milliseconds limit = 
 
 // Every attempt's worker appends its attempt to attempts.RANK.
 const std::string kRecord = "echo \"$TORCHELASTIC_RESTART_COUNT\" >> \"$DIR/attempts.$RANK\"; ";
+// For rank 1: waits until rank 0 has recorded the attempt, so that a failure of rank 1 never comes before
+// rank 0 ran (each test checks that both ranks ran attempt 0).
+const std::string kAfterRank0 =
+    "for i in $(seq 1 3000); do [ -s \"$DIR/attempts.0\" ] && break; sleep 0.01; done; ";
 
 // Attempt 0: rank 1 fails once ranks 0 and 2 run; rank 0 stops at once on TERM, rank 2 takes 4 s
 // (a rank saving its state), so node 0's agent, its own rank gone, collects the attempt's records
@@ -49,7 +54,7 @@ const std::string kSlowToStop =
 void start_elastic(Job& job, int agents, const std::string& nnodes, const std::vector<std::string>& command,
                    const std::vector<std::string>& extra) {
   for (int n = 0; n < agents; ++n) {
-    std::vector<std::string> argv = {DDPRUN_EXE,
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                      "--nnodes",
                                      nnodes,
                                      "--node-rank",
@@ -143,7 +148,8 @@ TEST_CASE("cancel between a failed attempt and its restart: every node exits 143
   // The test hook raises SIGTERM in each agent the moment its run has ended.
   Job job;
   job.env["DDPRUN_TEST_RAISE_AFTER_RUN"] = "15";
-  job.start(2, 1, sh(kRecord + "if [ $RANK = 1 ]; then exit 7; fi; exec " + kFake + " hang"),
+  job.start(2, 1,
+            sh(kRecord + "if [ $RANK = 1 ]; then " + kAfterRank0 + "exit 7; fi; exec " + kFake + " hang"),
             {"--max-restarts", "3"});
   expect_stopped(job);
   CHECK(one_attempt(job, 2));
@@ -156,7 +162,8 @@ TEST_CASE("cancel in a restart's round: the waiting node and the node in its hea
   job.extra_of[1] = {"--health-check",
                      "[ -f \"$DIR/failed\" ] || exit 0; touch \"$DIR/checking\"; sleep 120; true"};
   job.start(2, 1,
-            sh(kRecord + "if [ $RANK = 1 ]; then touch \"$DIR/failed\"; exit 3; fi; exec " + kFake + " hang"),
+            sh(kRecord + "if [ $RANK = 1 ]; then " + kAfterRank0 +
+               "touch \"$DIR/failed\"; exit 3; fi; exec " + kFake + " hang"),
             {"--max-restarts", "3"});
   REQUIRE(wait_file(job.dir / "checking"));
   cancel(job);

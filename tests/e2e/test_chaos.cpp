@@ -15,17 +15,18 @@
 #include <utility>
 
 #include "e2e/procs.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kFake = FAKE_WORKER;
+const std::string kFake = ddprun_test::fake_worker();
 
 std::vector<std::string> agent_argv(int nnodes, int node, int port, std::vector<std::string> cmd,
                                     std::vector<std::string> extra = {}, int term_timeout = 2) {
-  std::vector<std::string> argv = {DDPRUN_EXE,
+  std::vector<std::string> argv = {ddprun_test::ddprun_exe(),
                                    "--nnodes",
                                    std::to_string(nnodes),
                                    "--node-rank",

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -62,8 +63,8 @@ Proc run_two(TempDir& dir, const std::string& mode, const std::set<int>& inherit
     for (int c : inherit) CPU_SET(static_cast<std::size_t>(c), &narrow);
     REQUIRE(::sched_setaffinity(0, sizeof narrow, &narrow) == 0);
   }
-  Proc p = start({DDPRUN_EXE, "--standalone", "--nproc-per-node", "2", "--cpu-bind", mode, "--no-python",
-                  "--", "/usr/bin/python3", "-c", kReport},
+  Proc p = start({ddprun_test::ddprun_exe(), "--standalone", "--nproc-per-node", "2", "--cpu-bind", mode,
+                  "--no-python", "--", "/usr/bin/python3", "-c", kReport},
                  {{"DIR", dir.path()}}, dir.path(), "ddprun-" + mode);
   ::sched_setaffinity(0, sizeof saved, &saved);
   REQUIRE(wait_for(p, 120s));

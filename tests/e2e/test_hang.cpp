@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 #include "support/torch_python.hpp"
 
 using namespace ddprun::test;
@@ -14,7 +15,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/hang_worker.py";
+const std::string kScript = ddprun_test::source_dir() + "/tests/e2e/hang_worker.py";
 
 std::vector<std::string> python_flags(const std::string& timeout) {
   return {"--hang-timeout", timeout, "--python", torch_python()};

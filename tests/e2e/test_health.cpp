@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -21,9 +22,9 @@ void start_agents(Job& job, int count, const std::string& nnodes, const std::str
                   const std::vector<std::string>& more = {},
                   const std::string& worker = "touch \"$DIR/started.$RANK\"") {
   for (int n = 0; n < count; ++n) {
-    std::vector<std::string> argv = {DDPRUN_EXE, "--nnodes", nnodes, "--node-rank", std::to_string(n),
-                                     "--rdzv-endpoint", "127.0.0.1:" + std::to_string(job.port),
-                                     "--nproc-per-node", "1",
+    std::vector<std::string> argv = {ddprun_test::ddprun_exe(), "--nnodes", nnodes, "--node-rank",
+                                     std::to_string(n), "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(job.port), "--nproc-per-node", "1",
                                      // Far above the test's wait: an agent that waited for it fails the test.
                                      "--rdzv-timeout", "600", "--term-timeout", "3", "--health-check", check};
     argv.insert(argv.end(), more.begin(), more.end());
@@ -82,7 +83,7 @@ TEST_CASE("health check: a node that fails it ends the job on every node at once
 
 TEST_CASE("health check: a check that hangs is killed with its group at the timeout", "[e2e][health]") {
   TempDir dir;
-  Proc p = start({DDPRUN_EXE, "--standalone", "--nproc-per-node", "1", "--health-check",
+  Proc p = start({ddprun_test::ddprun_exe(), "--standalone", "--nproc-per-node", "1", "--health-check",
                   "echo probing; sleep 600 & echo $! > \"$DIR/bg.pid\"; wait", "--health-check-timeout", "1",
                   "--", "/bin/sh", "-c", "touch \"$DIR/started.0\""},
                  {{"DIR", dir.path()}}, dir.path(), "ddprun");

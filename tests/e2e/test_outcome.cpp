@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -118,9 +119,9 @@ TEST_CASE("after SIGUSR1 every rank stops on its own: node 0's job summary says 
   Job job;
   for (int n = 0; n < 2; ++n) {
     job.agents.push_back(
-        start({DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(n), "--rdzv-endpoint",
-               "127.0.0.1:" + std::to_string(job.port), "--term-timeout", "10", "--", kFake, "exit-on", "10",
-               "0", "140", "touch", job.dir / ("ready_" + std::to_string(n)), "hang"},
+        start({ddprun_test::ddprun_exe(), "--nnodes", "2", "--node-rank", std::to_string(n),
+               "--rdzv-endpoint", "127.0.0.1:" + std::to_string(job.port), "--term-timeout", "10", "--",
+               kFake, "exit-on", "10", "0", "140", "touch", job.dir / ("ready_" + std::to_string(n)), "hang"},
               {{"DDPRUN_TEST_TOKEN", job.token}}, job.dir.path(), "agent" + std::to_string(n)));
   }
   REQUIRE(wait_file(job.dir / "ready_0"));

@@ -48,6 +48,12 @@ TEST_CASE("no progress: a job failing at the same step stops after K restarts wi
                Catch::Contains("no progress in 2 restarts in a row (--max-restarts-without-progress 2)") &&
                    Catch::Contains("the last attempt failed at step 1200, the best step is 1200"));
   }
+  // The last attempt's report names the job's code, not its root cause's 3: node 0's report and table,
+  // node 1's one line.
+  CHECK_THAT(job.agents[0].err(),
+             Catch::Contains("ddprun: job failed with exit code 123 (attempt 2, node 0") &&
+                 Catch::Contains("FAILED, exit code 123"));
+  CHECK_THAT(job.agents[1].err(), Catch::Contains("failed, exit 123, root cause rank 1"));
   // The first attempt and two restarts, not the ten --max-restarts allows.
   CHECK(attempts_started(job.dir.path()) == 3);
 }

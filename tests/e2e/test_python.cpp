@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 #include "support/torch_python.hpp"
 
 using namespace ddprun::test;
@@ -18,7 +19,7 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string script(const std::string& name) {
-  return std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/" + name;
+  return ddprun_test::source_dir() + "/tests/e2e/" + name;
 }
 
 // What is left in `tmp` of ddprun's private error-file directories.

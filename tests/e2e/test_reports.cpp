@@ -135,7 +135,7 @@ TEST_CASE("three nodes succeed: one job-wide summary on node 0, one line on the 
   const std::string lead = job.agents[0].err();
   INFO(lead);
   CHECK(job.agents[0].code == 0);
-  CHECK(count(lead, "ddprun: job summary (attempt 0): success, 3 nodes, 6 workers exited 0") == 1);
+  CHECK(count(lead, "ddprun: job summary (attempt 0): success, 6 workers on 3 nodes exited 0") == 1);
   CHECK(count(lead, " ok ") == 3);
   for (int node : {1, 2}) {
     const auto& a = job.agents[static_cast<std::size_t>(node)];
@@ -221,6 +221,26 @@ TEST_CASE("the failure report shows a worker's control bytes escaped, never raw"
     raw += ((u < 0x20 && c != '\n') || u >= 0x7f) ? 1 : 0;
   }
   CHECK(raw == 0);
+}
+
+TEST_CASE("a root cause on another node shows its bytes that are not UTF-8 escaped, as a local one does",
+          "[e2e][logs]") {
+  Job job;
+  // Rank 1 (node 1) writes bytes that are not UTF-8 to stderr once both ranks started, then exits 7.
+  job.start(
+      2, 1,
+      sh("touch \"$DIR/ready_$RANK\"; if [ \"$RANK\" = 1 ]; then "
+         "for i in $(seq 1 3000); do [ $(ls \"$DIR\" | grep -c ready_) -ge 2 ] && break; sleep 0.01; done; "
+         "printf 'bad \\377\\376 bytes\\n' >&2; exit 7; fi; exec " +
+         kFake + " hang"));
+  job.wait_all();
+  const std::string node0 = job.agents[0].err();
+  INFO(node0 << "\nnode 1:\n" << job.agents[1].err());
+  CHECK(job.agents[0].code == 7);
+  const auto report = node0.find("Root cause (first observed failure):");
+  REQUIRE(report != std::string::npos);
+  CHECK_THAT(node0.substr(report),
+             Catch::Contains("| bad \\xff\\xfe bytes") && !Catch::Contains("\xEF\xBF\xBD"));
 }
 
 TEST_CASE("the summary table stars every worker ddprun stopped, one that exited 0 on its TERM too",

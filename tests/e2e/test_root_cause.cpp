@@ -10,13 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kHangScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/hang_worker.py";
+const std::string kHangScript = ddprun_test::source_dir() + "/tests/e2e/hang_worker.py";
 
 nlohmann::json read_json(const std::string& path) {
   const std::string text = read_file(path);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -48,7 +49,7 @@ struct Run {
 Run run_cmd(Job& job, const std::string& sub, const std::vector<std::string>& args,
             const std::string& token = kSecret) {
   static int n = 0;
-  std::vector<std::string> argv = {DDPRUN_EXE, sub};
+  std::vector<std::string> argv = {ddprun_test::ddprun_exe(), sub};
   argv.insert(argv.end(), args.begin(), args.end());
   auto p = start(argv, {{"DDPRUN_TOKEN", token}}, job.dir.path(), sub + std::to_string(n++));
   Run r;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -44,7 +45,7 @@ struct TopRun {
 TopRun run_top(Job& job, const std::vector<std::string>& args, const std::string& token = kSecret,
                std::map<std::string, std::string> env = {}, const std::string& sub = "top") {
   static int n = 0;
-  std::vector<std::string> argv = {DDPRUN_EXE, sub};
+  std::vector<std::string> argv = {ddprun_test::ddprun_exe(), sub};
   argv.insert(argv.end(), args.begin(), args.end());
   if (!token.empty()) env["DDPRUN_TOKEN"] = token;
   auto p = start(argv, env, job.dir.path(), sub + std::to_string(n++));
@@ -177,6 +178,33 @@ TEST_CASE("ddprun top shows the step a rank wrote to its heartbeat file", "[e2e]
   }
 }
 
+TEST_CASE("ddprun top: a rank whose output is a progress bar is running, its last line the latest redraw",
+          "[e2e][top][bars]") {
+  Job job;
+  job.env["DDPRUN_TOKEN"] = kSecret;
+  // A tqdm-style bar on stderr, redrawn with \r every 0.05 s and no newline until $DIR/go exists.
+  job.start(2, 1, {ddprun_test::source_dir() + "/tests/e2e/bar_worker.py", "bar", "go"},
+            {"--rdzv-id", "barjob", "--rdzv-auth", "token", "--python", "/usr/bin/python3"});
+  const auto redraw = [](const nlohmann::json& j) {
+    return j["ranks"].size() == 2 ? j["ranks"][0]["last_line"].get<std::string>() : std::string();
+  };
+  const auto snap =
+      snapshot_until(job, "barjob", [&](const nlohmann::json& j) { return !redraw(j).empty(); });
+  CHECK(snap["ranks"][0]["state"] == "running");
+  CHECK_THAT(redraw(snap), Catch::Matches(R"(train: +\d+%\|[# ]{10}\| \d+/1000)"));
+  // A later snapshot has a later redraw.
+  const auto later = snapshot_until(job, "barjob", [&](const nlohmann::json& j) {
+    return !redraw(j).empty() && redraw(j) != redraw(snap);
+  });
+  CHECK_THAT(redraw(later), Catch::StartsWith("train:"));
+  std::ofstream(job.dir / "go").put('\n');
+  job.wait_all();
+  for (auto& a : job.agents) {
+    INFO(a.err());
+    CHECK(a.code == 0);
+  }
+}
+
 TEST_CASE("ddprun top: a wrong id, a wrong token and a finished job are one line and exit 1", "[e2e][top]") {
   Job job;
   start_job(job, "rightid");
@@ -230,7 +258,7 @@ PtyRun run_top_in_pty(Job& job, const std::string& id, const std::string& keys,
   REQUIRE(::openpty(&master, &slave, nullptr, nullptr, &ws) == 0);
   termios before{};
   REQUIRE(::tcgetattr(slave, &before) == 0);
-  std::vector<std::string> argv = {DDPRUN_EXE, "top"};
+  std::vector<std::string> argv = {ddprun_test::ddprun_exe(), "top"};
   for (const auto& a : target(job, id)) argv.push_back(a);
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);

@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "e2e/job.hpp"
+#include "support/paths.hpp"
 #include "support/torch_python.hpp"
 
 using namespace ddprun::test;
@@ -15,12 +16,12 @@ TEST_CASE("real PyTorch workers all_reduce across two agents", "[e2e][torch][tor
   TempDir dir;
   const int port = free_port();
   // The default MASTER_PORT: the master claims it, so no job beside this one takes it before rank 0 binds.
-  const std::string script = std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/allreduce.py";
+  const std::string script = ddprun_test::source_dir() + "/tests/e2e/allreduce.py";
   std::vector<Proc> agents;
   for (int n = 0; n < 2; ++n) {
-    agents.push_back(start({DDPRUN_EXE, "--nnodes", "2", "--node-rank", std::to_string(n), "--rdzv-endpoint",
-                            "127.0.0.1:" + std::to_string(port), "--nproc-per-node", "2", "--python", python,
-                            "--rdzv-timeout", "60", script, dir.path()},
+    agents.push_back(start({ddprun_test::ddprun_exe(), "--nnodes", "2", "--node-rank", std::to_string(n),
+                            "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port), "--nproc-per-node", "2",
+                            "--python", python, "--rdzv-timeout", "60", script, dir.path()},
                            {}, dir.path(), "agent" + std::to_string(n)));
   }
   for (auto& a : agents) {
@@ -47,7 +48,7 @@ TEST_CASE("SIGTERM: real PyTorch ranks stop at the same step, rank 0's torch.sav
   const std::string python = torch_python();
   Job job;
   // A generous grace: the checkpoint, not the time it takes, is what is tested.
-  job.start(2, 1, {std::string(DDPRUN_SOURCE_DIR) + "/tests/e2e/checkpoint_worker.py"},
+  job.start(2, 1, {ddprun_test::source_dir() + "/tests/e2e/checkpoint_worker.py"},
             {"--python", python, "--term-timeout", "60", "--rdzv-timeout", "120"});
   REQUIRE(wait_file(job.dir / "ready_0", 180s));
   REQUIRE(wait_file(job.dir / "ready_1", 180s));

@@ -12,6 +12,9 @@
 //   exit-on N MS CODE on signal N sleep MS milliseconds (a checkpoint being written), then exit CODE
 //   lines N WHERE     print N lines "line I" fast to out, err or both
 //   partial TEXT      print TEXT to stdout without a newline
+//   write TEXT        write TEXT to stdout as it is, after \r, \n, \\ and \xNN escapes; ewrite: to stderr
+//   bar N MS          a progress bar on stderr: "\rbar I/N" for I = 1..N, MS milliseconds apart, no newline
+//   dots N MS         N dots on stdout, MS milliseconds apart, no newline
 //   print TEXT        print TEXT and a newline to stdout;  eprint TEXT: the same to stderr
 //   env NAME          print "NAME=value" or "NAME unset"
 //   fds               print "fds: 0 1 2 ..." (descriptors open in this process)
@@ -84,6 +87,34 @@ void install(int sig, void (*handler)(int)) {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   ::sigaction(sig, &sa, nullptr);
+}
+
+void sleep_ms(long ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  while (::nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+// TEXT with \r, \n, \\ and \xNN replaced by the bytes they name.
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 >= text.size()) {
+      out += text[i];
+    } else if (text[i + 1] == 'x' && i + 3 < text.size()) {
+      out += static_cast<char>(std::stoi(text.substr(i + 2, 2), nullptr, 16));
+      i += 3;
+    } else {
+      const char c = text[++i];
+      out += c == 'r' ? '\r' : c == 'n' ? '\n' : c;
+    }
+  }
+  return out;
+}
+
+void write_now(std::FILE* f, const std::string& bytes) {
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fflush(f);
 }
 
 bool exists(const std::string& path) {
@@ -164,6 +195,22 @@ int main(int argc, char** argv) {
     } else if (a == "partial") {
       std::fputs(arg("partial").c_str(), stdout);
       std::fflush(stdout);
+    } else if (a == "write" || a == "ewrite") {
+      write_now(a == "write" ? stdout : stderr, unescape(arg("write")));
+    } else if (a == "bar") {
+      const long n = num("bar");
+      const long ms = num("bar");
+      for (long k = 1; k <= n; ++k) {
+        write_now(stderr, "\rbar " + std::to_string(k) + "/" + std::to_string(n));
+        sleep_ms(ms);
+      }
+    } else if (a == "dots") {
+      const long n = num("dots");
+      const long ms = num("dots");
+      for (long k = 0; k < n; ++k) {
+        write_now(stdout, ".");
+        sleep_ms(ms);
+      }
     } else if (a == "print" || a == "eprint") {
       std::FILE* f = a == "print" ? stdout : stderr;
       std::fprintf(f, "%s\n", arg("print").c_str());

@@ -40,7 +40,8 @@ expect_job "$j" FAILED 3:0
 note "scancel sends SIGTERM to the step's tasks"
 cat > term.sh <<'EOS'
 #!/bin/bash
-srun bash -c 'trap "echo TERM on \$(hostname) >> term.log; exit 143" TERM; echo ready >> ready.log; sleep 300 & wait'
+# The host name is read before: the handler forks nothing, so it is done before srun's SIGKILL follows.
+srun bash -c 'h=$(hostname); trap "echo TERM on $h >> term.log; exit 143" TERM; echo ready >> ready.log; sleep 300 & wait'
 EOS
 j=$(submit -N2 -w 'node[1-2]' -o term.out term.sh)
 deadline=$((SECONDS + 60))

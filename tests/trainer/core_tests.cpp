@@ -265,7 +265,7 @@ TEST_CASE("the models' layer widths, at the default depths and deeper") {
   CHECK_THROWS_WITH(layer_widths("mlp", -1), Catch::Contains("--layers -1"));
 }
 
-TEST_CASE("pipeline stages split the layers into equal consecutive ranges, or say which P fit") {
+TEST_CASE("pipeline stages split the layers into consecutive ranges as evenly as they go, the first longer") {
   struct Case {
     int layers, stages, stage, first, last;
   };
@@ -274,19 +274,43 @@ TEST_CASE("pipeline stages split the layers into equal consecutive ranges, or sa
                                          {4, 2, 1, 2, 4},
                                          {8, 4, 3, 6, 8},
                                          {3, 3, 1, 1, 2},
-                                         {6, 6, 5, 5, 6}}) {
+                                         {6, 6, 5, 5, 6},
+                                         {3, 2, 0, 0, 2},  // the default MLP in 2 stages: 2 + 1
+                                         {3, 2, 1, 2, 3},
+                                         {8, 3, 0, 0, 3},  // 3 + 3 + 2
+                                         {8, 3, 1, 3, 6},
+                                         {8, 3, 2, 6, 8},
+                                         {5, 4, 3, 4, 5}}) {
     CAPTURE(c.layers, c.stages, c.stage);
     const auto r = stage_layers(c.layers, c.stages, c.stage, "toy");
     CHECK(r.first == c.first);
     CHECK(r.last == c.last);
   }
+  // Every split covers every layer once, in order, no stage empty, no two differing by more than one.
+  for (int layers = 1; layers <= 12; ++layers) {
+    for (int stages = 1; stages <= layers; ++stages) {
+      int next = 0;
+      for (int s = 0; s < stages; ++s) {
+        const auto r = stage_layers(layers, stages, s, "toy");
+        CAPTURE(layers, stages, s);
+        CHECK(r.first == next);
+        CHECK(r.last - r.first >= layers / stages);
+        CHECK(r.last - r.first <= layers / stages + 1);
+        next = r.last;
+      }
+      CHECK(next == layers);
+    }
+  }
   CHECK_THROWS_WITH(
-      stage_layers(3, 2, 0, "mlp"),
-      Catch::Contains("DDPRUN_MP_SIZE=2 (ddprun --procs-per-replica 2) does not divide the 3 layers "
-                      "of --model mlp") &&
-          Catch::Contains("use --procs-per-replica 1 or 3, or --layers N with N a multiple of 2"));
-  CHECK_THROWS(stage_layers(4, 8, 0, "toy"));  // more stages than layers: 8 does not divide 4
+      stage_layers(4, 8, 0, "toy"),
+      "DDPRUN_MP_SIZE=8 (ddprun --procs-per-replica 8) is more than the 4 layers of --model toy: "
+      "every pipeline stage needs a layer; use --procs-per-replica 4 or fewer, or --layers N with N "
+      "at least 8");
   CHECK_THROWS(stage_layers(4, 2, 2, "toy"));
+  CHECK(stage_split_text(4, 2) == "2 layers");
+  CHECK(stage_split_text(3, 3) == "1 layer");
+  CHECK(stage_split_text(3, 2) == "2 + 1 layers");
+  CHECK(stage_split_text(8, 3) == "3 + 3 + 2 layers");
 }
 
 TEST_CASE("micro-batches split a rank's share in order, the first ones larger, never more than its samples") {

@@ -52,6 +52,9 @@ struct RunResult {
   int attempt = 0;
   int node_rank = 0;
   std::string host;
+  // This failed run ends the job for want of progress (--max-restarts-without-progress, after_attempt):
+  // the job exits kNoProgressExitCode, not exit_code, which stays the run's own.
+  bool no_progress = false;
 };
 
 // What the attempts loop does after an attempt: start another, or exit with `exit_code`.
@@ -65,6 +68,11 @@ struct AttemptDecision {
 // 124 and the health check's 125, so a batch script can tell it from a crash and not requeue it.
 inline constexpr int kNoProgressExitCode = 123;
 
+// The code the job exits with when this run is its last, as the text reports say it.
+inline int job_code(const RunResult& r) {
+  return r.no_progress ? kNoProgressExitCode : r.exit_code;
+}
+
 // The steps the attempts reached, as every node knows them: each attempt's step is its root cause's
 // (Failure::step), the same record on every node.
 struct StepHistory {
@@ -76,6 +84,11 @@ struct StepHistory {
 // `h` with attempt `attempt` recorded. A restart (attempt > 0) made progress when its step is higher
 // than every earlier attempt's; one without a step made none. The first attempt is no restart.
 StepHistory record_step(StepHistory h, std::optional<Step> step, int attempt);
+
+// `h` with the attempt that ended with `root` recorded, as record_step with its step; except an attempt
+// ended by a lost node (Failure::lost), which carries no step because no worker failed: it neither counts
+// as a restart without progress nor resets the count (only attempts that ran and failed count).
+StepHistory record_attempt(StepHistory h, const std::optional<Failure>& root, int attempt);
 
 // --max-restarts-without-progress: `limit` restarts in a row without progress (0: off), and the
 // history with this attempt recorded.
@@ -92,6 +105,11 @@ struct ProgressRule {
 // came after another root cause is not weighed here but by after_stop.
 AttemptDecision after_attempt(const RunResult& r, int attempt, int max_restarts,
                               const ProgressRule& progress = {});
+
+// Whether this run, with its root cause's step recorded after `before` (the attempts so far), ends
+// the job for want of progress: after_attempt's no_progress, known before the attempts loop asks, so
+// that the run's report says the job's code (RunResult::no_progress).
+bool ends_without_progress(const RunResult& r, int attempt, int limit, const StepHistory& before);
 
 // The one line that says why the job stopped without progress.
 std::string no_progress_line(const ProgressRule& progress);

@@ -9,6 +9,7 @@
 // SIGKILLed. Blocks the caller: never call it on the supervisor's loop.
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,9 @@ struct CommandRequest {
   std::optional<std::string> path_env;  // PATH for argv[0]; default: the agent's own
   std::vector<int> ignored_signals;     // the command starts with these ignored (spawn.hpp)
   bool stop_on_held_signal = false;     // end the run at once when held_stop_signal() (signals.hpp) says so
+  // End the run when this says so (asked every 100 ms while the command runs, as a held signal is): the
+  // caller's own reason to stop waiting (the health check: the job ended meanwhile).
+  std::function<bool()> stop_when;
 };
 
 struct CommandResult {
@@ -37,10 +41,13 @@ struct CommandResult {
   bool not_found = false;                  // ... because argv[0] is not on PATH
   bool timed_out = false;                  // its group was killed at the deadline
   bool stopped = false;                    // its group was killed for a held stopping signal
+  bool stopped_when = false;               // its group was killed because stop_when said so
   ExitStatus status;                       // how it ended, when it started and ended in time
   std::string output;
   std::size_t dropped = 0;  // output bytes past the cap
-  bool succeeded() const { return !not_started && !timed_out && !stopped && status.exit_code == 0; }
+  bool succeeded() const {
+    return !not_started && !timed_out && !stopped && !stopped_when && status.exit_code == 0;
+  }
 };
 
 CommandResult run_command(const CommandRequest& req);

@@ -37,8 +37,14 @@ struct AgentOptions {
   bool tee = false;                                 // accepted for torchrun users; needs log_dir
   std::optional<std::string> log_dir;               // per-rank files, layout in log_paths.hpp
   std::optional<std::set<int>> local_ranks_filter;  // local ranks shown on the console
-  std::optional<std::string> error_file;            // JSON report of a failed run; may hold {node_rank}
-  int attempt = 0;                                  // restarts of this launch (--max-restarts)
+  // A line a worker redraws in place (a progress bar) goes to a file or pipe as a line at most this
+  // often (output_relay.hpp); a terminal gets it drawn in place ten times a second.
+  std::chrono::milliseconds redraw_interval{5000};
+  std::optional<std::string> error_file;  // JSON report of a failed run; may hold {node_rank}
+  int attempt = 0;                        // restarts of this launch (--max-restarts)
+  // The steps of this launch's attempts before this one: with max_restarts_without_progress, the report
+  // of a run that ends the job for want of progress says the job's code (RunResult::no_progress).
+  StepHistory steps;
   int elastic_events = 0;        // membership changes of an elastic job so far (`ddprun top`'s header)
   int plan_nodes = 0;            // active nodes of this attempt's plan (`ddprun top`); 0: `agents`
   int requeue = 0;               // SLURM_RESTART_COUNT: Slurm requeues of the job

@@ -48,6 +48,7 @@ struct Options {
   std::optional<std::string> start_method;  // torchrun's --start_method: checked, ignored
   std::string cpu_bind = "none";            // none | cores | numa | gpu (core/cpu_bind.hpp)
   std::string worker_store = "agent";       // agent | rank0 | relay (core/worker_store.hpp)
+  std::string worker_store_legacy = "1";    // 1 | 2.1: clients without VALIDATE (docs/protocol.md)
   std::string rank_order = "slurm";         // slurm | topology (core/rank_order.hpp)
 
   // How to run the command.
@@ -155,7 +156,8 @@ struct Resolved {
   // --rank-order: topology lets node 0 order the node ranks by each agent's SLURM_TOPOLOGY_ADDR, which
   // travels in its join record (docs/slurm.md, "Topology-aware node ranks").
   RankOrder rank_order = RankOrder::slurm;
-  std::string topology_addr;  // this node's SLURM_TOPOLOGY_ADDR, "" when unset
+  std::string topology_addr;       // this node's SLURM_TOPOLOGY_ADDR, "" when unset
+  bool legacy_clients_21 = false;  // --worker-store-legacy 2.1: clients without VALIDATE are torch 2.1's
 };
 
 // Deterministic ports for a Slurm step ("JOBID.STEPID"; a batch context plans with the job id): every

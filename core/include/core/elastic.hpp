@@ -25,16 +25,20 @@ struct AfterLoss {
   std::string message;            // when !go_on: one line naming the lost nodes and why the job ends
 };
 
-// The rule (docs/elastic.md, "Failure bounds"): the survivors go on when the job is elastic, at
-// least MIN of them remain, and they are a strict majority of the round's members (so that two
-// halves of a partitioned job can never both go on).
+// The rule (docs/elastic.md, "Failure bounds"): the survivors go on when the job is elastic (it has
+// --max-restarts), at least MIN nodes remain, standbys included (`waiting`: agents that were no member of
+// the round and wait for the next one, late standbys), and the survivors are a strict majority of the
+// round's members (so that two halves of a partitioned job can never both go on; a waiting agent adds
+// nothing to that side).
 AfterLoss after_loss(const std::vector<Member>& members, const std::vector<int>& lost, int nnodes_min,
-                     bool elastic);
+                     bool elastic, int waiting = 0);
 
-// Why the job ends after an attempt that lost `lost`, if it ends for that: a fail-fast job always
-// says so (the job is not elastic), restarts left or not, so a lost node is never left unexplained;
-// an elastic job only when a restart was due and after_loss stops it (without a restart due, the job
-// ends for another reason: --max-restarts used up, a signal).
+// Why the job ends after an attempt that lost `lost`, if the survivors can tell alone: a job without
+// restarts (not elastic) always says so, restarts left or not, so a lost node is never left
+// unexplained; an elastic job only when a restart was due and the survivors are no strict majority
+// while MIN of them remain. Fewer than MIN is for the next round to judge, where standbys that no
+// survivor knows of (late ones) may wait; without a restart due the job ends for another reason
+// (--max-restarts used up, a signal).
 std::optional<std::string> loss_ends_job(const std::vector<Member>& members, const std::vector<int>& lost,
                                          int nnodes_min, bool elastic, bool restart_due);
 

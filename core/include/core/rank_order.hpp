@@ -44,6 +44,9 @@ struct OrderedNode {
 // group last, in Slurm's order (the store node stays first even without one). Deterministic.
 std::vector<OrderedNode> topology_order(const std::vector<OrderInput>& nodes);
 
+// "node rank 4" or "node ranks 4-7": the node ranks first to last, both included.
+std::string node_rank_range(std::size_t first, std::size_t last);
+
 // The order as one line per run of node ranks in one group, for node 0's start-up message:
 // "node ranks 0-1: switch/block s0.s1 (n[1,3])". `hosts` by input index.
 std::vector<std::string> describe_order(const std::vector<OrderedNode>& order,

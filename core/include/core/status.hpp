@@ -60,6 +60,10 @@ struct NodeStatus {
 std::string encode_node_status(const NodeStatus& s);
 NodeStatus decode_node_status(std::string_view record);
 
+// What a terminal shows of a line that redraws itself with carriage returns (a progress bar): the
+// text after the last carriage return that has text after it.
+std::string_view visible_part(std::string_view line);
+
 // A line of worker output made safe to show and to carry: the text after its last carriage return
 // (a progress bar redraws with \r), control characters as spaces, cut to `max` bytes at a UTF-8
 // character boundary; invalid UTF-8 becomes U+FFFD.

@@ -47,15 +47,9 @@ void record_self_launch_result(int code);
 // that never come. The hint the rendezvous adds to its first "waiting" line there; nullopt elsewhere. Pure.
 std::optional<std::string> pty_step_hint(const core::EnvSnapshot& env, const core::Resolved& r);
 
-// --requeue-on (docs/slurm.md, "Requeue on exit codes"), in the batch script's ddprun after the step:
-// with a listed `code` and requeues left (core::requeue_verdict), runs `scontrol requeue` for the job
-// (ARRAYJOB_TASK for an array task) and says so in one line; a failed scontrol is one line too.
-// Returns `code` unchanged either way.
-int requeue_if_asked(const core::Resolved& r, int code);
-
 // Fail-fast: replaces this process with srun (so signals and the exit code pass straight through).
-// With --requeue-on, srun runs as a child and requeue_if_asked decides on its code.
-// Elastic: runs srun as a child, passes on TERM, HUP, QUIT, USR1 and USR2 (Ctrl-C reaches srun from the
+// With --requeue-on, srun runs as a child and requeue_if_asked (launcher/src/requeue.hpp) decides on its
+// code. Elastic: runs srun as a child, passes on TERM, HUP, QUIT, USR1 and USR2 (Ctrl-C reaches srun from the
 // terminal itself), and exits with elastic_exit_code. Returns only on failure, with an Error.
 [[noreturn]] void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv);
 

@@ -14,6 +14,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
+#include "core/slurm_text.hpp"
 #include "launcher/auth_setup.hpp"
 #include "probe.hpp"
 #include "store/client.hpp"
@@ -124,22 +125,11 @@ std::vector<JobTarget> failover_targets(const std::vector<std::string>& hosts,
 
 std::map<std::string, std::string> parse_node_addrs(const std::string& text) {
   std::map<std::string, std::string> out;
-  const auto field = [](const std::string& line, const std::string& name) -> std::string {
-    // Fields are separated by spaces; a name at the start of the line or after a space.
-    std::size_t at = line.rfind(name + "=", 0) == 0 ? 0 : line.find(" " + name + "=");
-    if (at == std::string::npos) return {};
-    at = line.find('=', at) + 1;
-    return line.substr(at, line.find(' ', at) - at);
-  };
-  std::size_t start = 0;
-  while (start < text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(start, end - start);
-    start = end + 1;
-    const std::string name = field(line, "NodeName");
-    const std::string addr = field(line, "NodeAddr");
-    if (!name.empty() && !addr.empty() && addr != name && addr != "(null)") out[name] = addr;
+  for (const std::string_view line : core::split_lines(text)) {
+    const std::string_view name = core::scontrol_field(line, "NodeName").value_or("");
+    const std::string_view addr = core::scontrol_field(line, "NodeAddr").value_or("");
+    if (!name.empty() && !addr.empty() && addr != name && addr != "(null)")
+      out[std::string(name)] = std::string(addr);
   }
   return out;
 }
@@ -179,12 +169,8 @@ bool all_digits(const std::string& s) {
 
 std::vector<SlurmStep> parse_squeue_steps(const std::string& text) {
   std::vector<SlurmStep> out;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(start, end - start);
-    start = end + 1;
+  for (const std::string_view view : core::split_lines(text)) {
+    const std::string line(view);
     const auto bar1 = line.find('|');
     const auto bar2 = bar1 == std::string::npos ? std::string::npos : line.find('|', bar1 + 1);
     if (bar2 == std::string::npos) continue;
@@ -323,6 +309,7 @@ std::shared_ptr<store::TcpStore> find_step_store(const SlurmStep& st, const std:
     return s;
   }
   std::vector<std::uint16_t> ports;
+  ports.reserve(targets.size());
   for (const auto& t : targets) ports.push_back(t.port);
   const std::string where =
       addrs.at(first).empty() ? first : fmt::format("{} (at {})", first, addrs.at(first));
@@ -373,12 +360,9 @@ std::shared_ptr<store::TcpStore> connect_slurm_job(const JobQuery& q, const core
   // srun --resv-ports: the store is on the step's first reserved port, MASTER_PORT on the second.
   std::optional<core::ReservedPorts> reserved;
   const std::string show = command_output({"scontrol", "show", "step", job + "." + chosen->step_id});
-  if (const auto at = show.find("ResvPorts="); at != std::string::npos) {
-    const auto end = show.find_first_of(" \n", at);
-    const std::string value =
-        show.substr(at + 10, end == std::string::npos ? std::string::npos : end - at - 10);
+  if (const auto value = core::scontrol_field(show, "ResvPorts")) {
     try {
-      reserved = core::parse_reserved_ports("ResvPorts", value == "(null)" ? "" : value);
+      reserved = core::parse_reserved_ports("ResvPorts", *value == "(null)" ? "" : std::string(*value));
     } catch (const core::Error&) {
       // Unknown form: the derived ports are tried.
     }

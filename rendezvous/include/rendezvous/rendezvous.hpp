@@ -94,11 +94,20 @@ struct RendezvousOptions {
   // (on node 0, which nodes are still missing). Unset: silent.
   std::function<void(const std::string& message)> on_progress;
   std::chrono::milliseconds progress_interval{10000};
-  // Elastic (docs/elastic.md): agents beyond nnodes_max are standbys; a round after a restart closes
-  // as soon as every survivor of the last one is back, and waits at most rejoin_timeout for them.
+  // Elastic, any job with restarts (--max-restarts, docs/elastic.md): agents beyond nnodes_max are
+  // standbys, and standbys count towards MIN; an agent that arrives after a round closed waits as a
+  // standby for the next one; an agent that declines (a failed --health-check) is not waited for; a
+  // round after a restart closes as soon as every survivor of the last one is back, and waits at most
+  // rejoin_timeout for them.
   bool elastic = false;
   int nagents = 0;  // agents node 0 waits for in the first round, standbys included (0: nnodes_max)
+  // nagents is every agent there can be (a Slurm step's nodes): no standby node 0 has not heard of may
+  // still come, so a first round short of MIN fails as soon as every node is in or declined.
+  bool agents_known = false;
   std::chrono::milliseconds rejoin_timeout{60000};
+  // Called once when this agent arrived after a round had closed (elastic) and waits, as a standby, for
+  // the next round or the job's end: a one-line message. Unset: silent.
+  std::function<void(const std::string& message)> on_waiting;
   // Called when this agent learns that another agent could not start (fail_start, before the round
   // closed), before it says it has read that, and on the agent that failed before it publishes: each
   // then leaves with that agent's exit code, which a signal from srun --kill-on-bad-exit, sent once the
@@ -121,6 +130,10 @@ struct Joined {
   int node_rank = 0;  // this node's rank among the joined nodes (0..nnodes-1, in node-rank order)
   int nnodes = 0;
   std::vector<core::Member> members;  // every agent of the round in node order, standbys last
+  int attempt = 0;  // the round's attempt: an agent that came late joined a later one than it asked for
+  // The job ended before this agent had a place in a round (it came late, or after the end): node 0's
+  // exit code for the job. Nothing else is set then.
+  std::optional<int> ended;
 };
 
 // The liveness timing of a round of `nnodes` (docs/rendezvous.md, "Liveness"): the heartbeat
@@ -196,7 +209,29 @@ class Rendezvous {
   core::Failure fail_start(const core::Failure& cause);
   // Set when join() failed because an agent could not start (fail_start): that agent's cause, whose
   // exit_code every agent exits with. join() threw Error(join) naming it, after every agent read it.
+  // Also set when node 0 failed a round for a declined node: its exit code.
   const std::optional<core::Failure>& start_failure() const;
+
+  // Elastic: this agent will not join the next round (its --health-check failed): node 0 stops waiting
+  // for it and goes on without it (a standby takes its place), or fails the round with `cause` when too
+  // few are left. Unlike fail_start it ends nothing by itself. Returns once the round is decided: at
+  // once when it goes on, else once every agent has read why it failed (at most the join timeout), as
+  // fail_start does. Never throws.
+  void decline(const core::Failure& cause);
+
+  // Before the first round, while this agent's --health-check runs (agent other than node 0): connects
+  // (waiting for node 0 as join does) and subscribes to the job's end, so that a check that outlasts the
+  // job does not keep this agent waiting. interrupted() then tells, without waiting, whether it came (or
+  // the store is gone): join() then returns Joined::ended. Throws what connecting throws.
+  void wait_beside_check();
+  bool interrupted();
+
+  // Node 0 (the serving agent), when the job ends with `exit_code`: publishes it to the agents that
+  // wait for a round (late standbys, agents in their health check), which leave with it, and keeps
+  // serving until they have gone (at most the heartbeat timeout). After failovers it also leaves the code
+  // in every earlier store host's store (a node 0 that was only stopped reads it when it resumes),
+  // about a second each at most. Never throws.
+  void finish(int exit_code);
 
   // Bounded barrier over the nodes of the plan. True when every node arrived; false on timeout or
   // abort. A node that arrives is leaving: its disconnection is no longer an error, and after a
@@ -234,6 +269,19 @@ class Rendezvous {
   // ended (core::failover_host). That agent starts a fresh store; the others connect there.
   void fail_over(int host_rank, const std::string& addr, std::uint16_t port);
   int failovers() const;
+
+  // Whether this agent was cut off during the attempt: it did not run (stopped, starved) for longer than
+  // the others wait before they declare it lost (node 0: the node-0 timeout; any other agent: the agent
+  // timeout, liveness_timing). The longest such gap; nullopt when there was none.
+  std::optional<std::chrono::milliseconds> cut_off() const;
+  // A cut-off agent that may go on as a standby: stops serving its store (if it is node 0) and uses the
+  // store at `addr`:`port` from the next join on, where it comes late and waits for a round or the job's
+  // end. `addr` empty: the store it uses now (an agent node 0 declared lost). False when no store of this
+  // run answers there within the heartbeat timeout (nothing changes).
+  bool follow(const std::string& addr, std::uint16_t port);
+  // On the node 0 of a job that failed over: the job's exit code when the store host of its last round
+  // left it here when the job ended (finish tells every earlier store host); nullopt otherwise.
+  std::optional<int> outcome_left_here();
 
   // A standby's attempt (elastic): it waits, without bound, for the attempt's end. nullopt: every
   // active node finished (the exit barrier passed); otherwise the root cause or a lost node 0.

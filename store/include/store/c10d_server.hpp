@@ -16,16 +16,22 @@
 
 namespace ddprun::store {
 
-// One epoll thread. Servers and relays get their own unless given one to share (the bench puts
-// thousands of relays on one).
+namespace c10d {
+class Loop;
+}
+
+// The thread (an Asio io_context) that serves workers' stores and relays. Each server and relay gets
+// its own unless given one to share (the bench puts thousands of relays on one).
 class C10dLoop {
  public:
   C10dLoop();
   ~C10dLoop();
   C10dLoop(const C10dLoop&) = delete;
   C10dLoop& operator=(const C10dLoop&) = delete;
-  struct Impl;
-  std::shared_ptr<Impl> impl_;
+
+ private:
+  friend struct C10dLoopAccess;
+  std::unique_ptr<c10d::Loop> impl_;
 };
 
 struct C10dServerOptions {
@@ -74,10 +80,12 @@ class C10dServer {
   std::uint64_t dropped_count() const;  // connections closed for a protocol error or a limit
   std::size_t key_count() const;
   std::uint64_t request_count() const;
-
-  struct Impl;
+  // Bytes its connections hold: requests not yet whole, answers not yet sent, and what was consumed of
+  // them and not yet dropped.
+  std::size_t buffered_bytes() const;
 
  private:
+  struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 
@@ -118,16 +126,11 @@ class C10dRelay {
   bool upstream_connected() const;
   std::uint64_t forwarded_count() const;  // requests sent to node 0
   std::uint64_t request_count() const;    // requests read from workers
-
-  struct Impl;
+  std::size_t buffered_bytes() const;     // as C10dServer's, for the workers' connections
 
  private:
+  struct Impl;
   std::shared_ptr<Impl> impl_;
 };
-
-// This host's own addresses (numeric), loopback included: the peers a filtering server always admits.
-std::vector<std::string> local_addresses();
-// A numeric address in the form allow_peers() and the filter compare (IPv4-mapped IPv6 as IPv4).
-std::string normalize_address(const std::string& numeric);
 
 }  // namespace ddprun::store

@@ -85,7 +85,8 @@ class TcpStore final : public Store {
   // ---- one connection per agent (docs/protocol.md): watch, heartbeat, pushed events
 
   // Sets this connection's label and liveness promise (0: none) and subscribes it to `keys`: the
-  // value of each, now if present and after every write, arrives as an event (poll_events).
+  // value of each, now if present and after every write, arrives as an event (poll_events). Events of
+  // the keys watched before, not yet polled, are dropped.
   void watch(const std::string& label, Millis liveness, const std::vector<std::string>& keys);
   // Sends a heartbeat frame at once, even while another thread's call is blocked on this
   // connection. With `want_pong` the server answers it out of band (a pong), which last_heard()

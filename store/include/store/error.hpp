@@ -10,12 +10,13 @@ namespace ddprun::store {
 class Error : public std::runtime_error {
  public:
   enum class Kind {
-    io,         // connect/read/write failed, connection lost
-    timeout,    // a deadline passed
-    protocol,   // malformed or unexpected bytes
-    rejected,   // the peer refused us (run id, version, duplicate node rank, ...)
-    usage,      // bad argument (key too long, ...)
-    other_run,  // the endpoint is a store of another run (its run id differs): refused, like rejected
+    io,              // connect/read/write failed, connection lost
+    timeout,         // a deadline passed
+    protocol,        // malformed or unexpected bytes
+    rejected,        // the peer refused us (run id, version, duplicate node rank, ...)
+    usage,           // bad argument (key too long, ...)
+    other_run,       // the endpoint is a store of another run (its run id differs): refused, like rejected
+    address_in_use,  // listen: another socket holds the address and port (EADDRINUSE)
   };
 
   Error(Kind kind, const std::string& message, std::string op = {}, std::string endpoint = {},

@@ -18,8 +18,10 @@
 
 #include "agent/coordinator.hpp"
 #include "agent/supervisor.hpp"
+#include "core/json.hpp"
 #include "core/plan.hpp"
 #include "report.hpp"
+#include "support/paths.hpp"
 #include "support/temp_dir.hpp"
 
 namespace agent_test {
@@ -28,7 +30,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 inline std::string fake_worker() {
-  return DDPRUN_BINARY_DIR "/tests/helpers/fake_worker";
+  return ddprun_test::fake_worker();
 }
 
 using ddprun::test::TempDir;
@@ -101,7 +103,7 @@ inline ChildRun run_agent_in_child(const TempDir& dir, const std::vector<ddprun:
       if (setup) setup();
       ddprun::agent::LocalCoordinator coord;
       const auto r = ddprun::agent::run_workers(workers, world_size, opts, coord);
-      std::ofstream(res) << ddprun::agent::report_to_json(r).dump();
+      std::ofstream(res) << ddprun::core::dump_json(ddprun::agent::report_to_json(r));  // as ddprun writes it
       ::_exit(0);
     } catch (const std::exception& ex) {
       std::fprintf(stderr, "exception: %s\n", ex.what());

@@ -122,6 +122,12 @@ TEST_CASE("node record: what one node's run ended with, and its codec", "[summar
   REQUIRE(read);
   CHECK_FALSE(read->hung);
   CHECK(read->success);
+  // A hung rank's stack with bytes that are not UTF-8 reaches node 0 as it was (shown as \xNN there).
+  NodeRecord hung = node_record(ok_node(1));
+  hung.root_stack = "File \"/data/caf\xe9.py\", line 3 in stuck\n";
+  const auto stack = decode_node_record(encode_node_record(hung));
+  REQUIRE(stack);
+  CHECK(stack->root_stack == hung.root_stack);
 }
 
 TEST_CASE("who prints what at the end of a run", "[summary]") {
@@ -219,10 +225,28 @@ TEST_CASE("job summary: one row per node, the root cause marked", "[summary]") {
         "  * stopped by ddprun during teardown\n");
   const std::vector<PeerRecord> ok = {peer(ok_node(0)), peer(ok_node(1))};
   CHECK(format_job_summary(ok_node(0), ok, false) ==
-        "ddprun: job summary (attempt 0): success, 2 nodes, 4 workers exited 0\n"
+        "ddprun: job summary (attempt 0): success, 4 workers on 2 nodes exited 0\n"
         "   node  host  ranks  result   duration\n"
         "      0  h0    0-1    ok          0.50s\n"
         "      1  h1    2-3    ok          0.50s\n");
+}
+
+TEST_CASE("job summary of a success counts the workers of the nodes that reported, the others apart",
+          "[summary]") {
+  // Node 2's record did not come in time: its workers are not counted, and the header says why.
+  const std::vector<PeerRecord> late = {peer(ok_node(0)), peer(ok_node(1)), {2, "h2", {}}};
+  CHECK_THAT(
+      format_job_summary(ok_node(0), late, false),
+      Catch::StartsWith("ddprun: job summary (attempt 0): success, 4 workers on 2 nodes exited 0, 1 more "
+                        "node did not report\n"));
+  // A node whose record counts no worker.
+  RunResult idle = ok_node(2);
+  idle.exits.clear();
+  const std::vector<PeerRecord> with_idle = {peer(ok_node(0)), peer(idle)};
+  CHECK_THAT(
+      format_job_summary(ok_node(0), with_idle, false),
+      Catch::StartsWith("ddprun: job summary (attempt 0): success, 2 workers on 1 node exited 0, 1 more "
+                        "node ran no worker\n"));
 }
 
 TEST_CASE("job summary: a missing or lost node, a stopped agent", "[summary]") {
@@ -286,7 +310,7 @@ TEST_CASE("job summary of a big job stays short: failures first, the rest counte
   std::vector<PeerRecord> ok;
   for (int n = 0; n < 21; ++n) ok.push_back(peer(ok_node(n)));
   const std::string s = format_job_summary(ok_node(0), ok, false, 16);
-  CHECK_THAT(s, Catch::Contains("success, 21 nodes, 42 workers exited 0") &&
+  CHECK_THAT(s, Catch::Contains("success, 42 workers on 21 nodes exited 0") &&
                     Catch::Contains("  ... 5 more nodes: 5 ok\n"));
 }
 
@@ -354,8 +378,7 @@ TEST_CASE("job summary in per-task mode counts tasks and the nodes they ran on",
     tasks.push_back({t, r.host, encode_node_record(node_record(r))});
   }
   const std::string s = format_job_summary(ok_node(0), tasks, false, 16, true);
-  CHECK_THAT(s, Catch::StartsWith(
-                    "ddprun: job summary (attempt 0): success, 4 tasks on 2 nodes, 4 workers exited 0\n"));
+  CHECK_THAT(s, Catch::StartsWith("ddprun: job summary (attempt 0): success, 4 tasks on 2 nodes exited 0\n"));
   CHECK_THAT(format_job_summary(ok_node(0), tasks, false, 2, true),
              Catch::Contains("  ... 2 more tasks: 2 ok\n"));
 }

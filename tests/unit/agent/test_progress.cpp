@@ -8,6 +8,7 @@
 
 #include "agent/heartbeat_step.hpp"
 #include "agent/result.hpp"
+#include "report.hpp"
 
 using namespace ddprun::agent;
 using namespace std::string_literals;
@@ -136,6 +137,48 @@ TEST_CASE("record_step: a restart makes progress only with a step above every ea
   }
 }
 
+TEST_CASE("record_attempt: an attempt ended by a lost node neither stalls nor resets the count") {
+  // Each attempt's root cause: a worker's failure at a step (or none), or a lost node ('L', no step).
+  struct Row {
+    std::vector<std::optional<Step>> steps;
+    std::string lost;  // 'L' where that attempt ended by a lost node
+    int stalled;
+    std::optional<Step> best;
+  };
+  const std::vector<Row> rows{
+      {{100, std::nullopt, std::nullopt}, ".LL", 0, 100},  // losses in a row: no restart stalled
+      {{std::nullopt, std::nullopt, std::nullopt}, "LLL", 0, std::nullopt},
+      {{100, std::nullopt, 100}, ".L.", 1, 100},              // the failure after a loss still counts
+      {{100, 100, std::nullopt}, "..L", 1, 100},              // a loss keeps the count it found
+      {{100, std::nullopt, 200}, ".L.", 0, 200},              // and progress after it resets it
+      {{std::nullopt, std::nullopt}, "..", 1, std::nullopt},  // a failure without a step still stalls
+  };
+  for (const auto& r : rows) {
+    StepHistory h;
+    for (std::size_t i = 0; i < r.steps.size(); ++i) {
+      Failure f;
+      f.step = r.steps[i];
+      f.lost = r.lost[i] == 'L';
+      h = record_attempt(h, f, static_cast<int>(i));
+    }
+    CAPTURE(r.lost, r.stalled);
+    CHECK(h.stalled == r.stalled);
+    CHECK(h.best == r.best);
+  }
+  // The rule after the second of two losses in a row, with K = 1: restart, not 123.
+  ProgressRule p{1, {}};
+  RunResult lost;
+  lost.exit_code = 1;
+  lost.root_cause = Failure{};
+  lost.root_cause->lost = true;
+  lost.root_cause->exit_code = 1;
+  p.history = record_attempt(p.history, lost.root_cause, 0);
+  p.history = record_attempt(p.history, lost.root_cause, 1);
+  const AttemptDecision d = after_attempt(lost, 1, 5, p);
+  CHECK(d.restart);
+  CHECK_FALSE(d.no_progress);
+}
+
 TEST_CASE("after_attempt: K restarts in a row without progress stop the job with exit 123") {
   // Fails at step 100 every time: attempt 0, then restarts 1 and 2 make no progress; K = 2 stops after 2.
   auto d = run({100, 100, 100, 100, 100}, 10, 2);
@@ -195,6 +238,47 @@ TEST_CASE("after_attempt: what ends the job anyway keeps its own code, progress 
   RunResult spawn = failed_at(std::nullopt, 127);
   spawn.spawn_failed = true;
   CHECK(after_attempt(spawn, 3, 5, p).exit_code == 127);
+}
+
+TEST_CASE("ends_without_progress: the run's own answer is the attempts loop's, and the report says 123") {
+  // Every prefix of every history: the run knows what after_attempt will decide.
+  for (const auto& steps : std::vector<std::vector<std::optional<Step>>>{
+           {100, 100, 100}, {10, 20, 30}, {std::nullopt, std::nullopt}, {5, 9, 6, 8}}) {
+    for (const int limit : {0, 1, 2}) {
+      StepHistory before;
+      for (int attempt = 0; attempt < static_cast<int>(steps.size()); ++attempt) {
+        RunResult r = failed_at(steps[static_cast<std::size_t>(attempt)], 3);
+        const bool ends = ends_without_progress(r, attempt, limit, before);
+        before = record_attempt(before, r.root_cause, attempt);
+        CAPTURE(attempt, limit);
+        CHECK(ends == after_attempt(r, attempt, 10, ProgressRule{limit, before}).no_progress);
+        r.no_progress = ends;
+        CHECK(job_code(r) == (ends ? kNoProgressExitCode : 3));
+      }
+    }
+  }
+  // Attempts that lost nodes ended carry no step and are no restarts without progress: the run's
+  // report never says 123 for them, as the attempts loop restarts them.
+  for (const int limit : {1, 2}) {
+    StepHistory before;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      RunResult lost = failed_at(attempt == 0 ? std::optional<Step>(100) : std::nullopt, 1);
+      lost.root_cause->lost = attempt > 0;
+      const bool ends = ends_without_progress(lost, attempt, limit, before);
+      before = record_attempt(before, lost.root_cause, attempt);
+      CAPTURE(attempt, limit);
+      CHECK(ends == after_attempt(lost, attempt, 10, ProgressRule{limit, before}).no_progress);
+      CHECK_FALSE(ends);
+    }
+  }
+  // Its report's header and table say the job's code; the root cause keeps the run's own.
+  RunResult r = failed_at(100, 3);
+  r.no_progress = true;
+  CHECK_THAT(format_report(r),
+             Catch::StartsWith("ddprun: job failed with exit code 123 (attempt 0, node 0, host ") &&
+                 Catch::Contains("  exit code : 3\n"));
+  CHECK_THAT(format_summary(r),
+             Catch::StartsWith("ddprun: summary (attempt 0, node 0): FAILED, exit code 123\n"));
 }
 
 TEST_CASE("no_progress_line names the limit, the last step and the best") {

@@ -331,4 +331,14 @@ TEST_CASE("report puts the root cause first and the summary has one row per work
   const auto j = report_to_json(r);
   CHECK(j.at("root_cause").at("rank") == 1);
   CHECK(j.at("workers").size() == 2);
+  // A hang this node declared: the hung rank's row says it hung before how the teardown ended it.
+  r.root_cause->hang = true;
+  r.root_cause->rank = 0;
+  r.root_cause->silent = {{0, 2.5}};
+  r.exits = {a};
+  const std::string hung = format_summary(r);
+  CHECK_THAT(hung, Catch::Contains("      0     0  n1    hung, SIGTERM (143) *     1.50s\n"));
+  // Another node's hang: this node's ranks were only stopped.
+  r.root_cause->node_rank = 1;
+  CHECK_THAT(format_summary(r), Catch::Contains("  SIGTERM (143) *") && !Catch::Contains("hung,"));
 }

@@ -83,6 +83,33 @@ TEST_CASE("run_command: at the deadline its whole process group is killed", "[ru
   CHECK(eventually([&] { return !alive(bg); }));
 }
 
+TEST_CASE("run_command: stop_when ends the run at once, its whole group killed, no exit status", "[run]") {
+  TempDir dir;
+  CommandRequest req{shell_command("sleep 600 & echo $! > " + dir / "bg" + "; echo started; sleep 600"), 60s};
+  int asked = 0;
+  req.stop_when = [&] {  // once the background child is known, at a later look
+    const std::string bg = read_file(dir / "bg");
+    return !bg.empty() && bg.back() == '\n' && ++asked >= 2;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_command(req);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  CHECK(r.stopped_when);
+  CHECK_FALSE(r.timed_out);
+  CHECK_FALSE(r.stopped);
+  CHECK_FALSE(r.succeeded());
+  CHECK(r.status.exit_code == 0);
+  CHECK(r.status.signal == 0);
+  const pid_t bg = std::stoi(read_file(dir / "bg"));
+  CHECK(eventually([&] { return !alive(bg); }));
+  // A command that ends before stop_when says so is not stopped.
+  CommandRequest quick{shell_command("exit 4"), 60s};
+  quick.stop_when = [] { return false; };
+  const auto q = run_command(quick);
+  CHECK_FALSE(q.stopped_when);
+  CHECK(q.status.exit_code == 4);
+}
+
 TEST_CASE("run_command: a background child holding the output keeps no one waiting, and goes with the run",
           "[run]") {
   TempDir dir;

@@ -87,6 +87,10 @@ TEST_CASE("cpu-bind cores: more workers than cores is a one-line error", "[cpubi
   CHECK_THROWS_WITH(decide_cpu_binding(CpuBind::cores, t, all_of(t), no_gpus(4)),
                     "--cpu-bind cores: 4 workers but only 2 cores available to this agent; run at most 2 "
                     "workers per node, or use --cpu-bind numa or none");
+  const Topology one = machine(1, 1, 1);
+  CHECK_THROWS_WITH(decide_cpu_binding(CpuBind::cores, one, all_of(one), no_gpus(2)),
+                    "--cpu-bind cores: 2 workers but only 1 core available to this agent; run at most 1 "
+                    "worker per node, or use --cpu-bind numa or none");
   // Hyper-threads are not cores: 2 cores with 4 PUs still take 2 workers at most.
   CHECK_THROWS_AS(decide_cpu_binding(CpuBind::cores, t, all_of(t), no_gpus(3)), Error);
   CHECK_THROWS_WITH(decide_cpu_binding(CpuBind::cores, t, {99}, no_gpus(1)),

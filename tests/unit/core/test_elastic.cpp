@@ -23,7 +23,26 @@ TEST_CASE("after a loss the survivors go on while MIN remain and they hold a maj
     CHECK_FALSE(d.go_on);
     CHECK(d.message ==
           "lost b (node rank 1), d (node rank 3); 2 nodes left, fewer than the minimum of 3 "
-          "(--nnodes 3:MAX)");
+          "(--nnodes 3:MAX), and no standby was waiting");
+  }
+  SECTION("agents waiting for the next round count towards MIN, not towards the majority") {
+    CHECK_FALSE(after_loss(four(), {3}, 4, true).go_on);
+    CHECK(after_loss(four(), {3}, 4, true, 1).go_on);
+    const auto d = after_loss(four(), {1, 3}, 4, true, 1);
+    CHECK_FALSE(d.go_on);
+    CHECK(
+        d.message ==
+        "lost b (node rank 1), d (node rank 3); 3 nodes left with the standbys, fewer than the minimum of 4 "
+        "(--nnodes 4:MAX)");
+    CHECK(after_loss(four(), {0, 1}, 1, true, 3).message.find("2 of 4 left, not a strict majority") !=
+          std::string::npos);
+  }
+  SECTION("standbys of the round count towards MIN") {
+    auto m = four();
+    m[3].standby = true;
+    CHECK(after_loss(m, {0}, 3, true).go_on);
+    CHECK(after_loss(m, {0, 1}, 3, true).message.find("2 nodes left with the standbys, fewer than") !=
+          std::string::npos);
   }
   SECTION("half is not a majority") {
     const auto d = after_loss(four(), {0, 1}, 1, true);
@@ -56,7 +75,9 @@ TEST_CASE("a lost node in a fail-fast job is always explained, in an elastic one
       {{3}, 4, false, false, "lost d (node rank 3); the job is not elastic"},  // no --max-restarts
       {{2}, 3, true, true, nullptr},                                           // goes on without it
       {{2}, 3, true, false, nullptr},  // restarts used up: the job ends for that, not for the loss
-      {{1, 3}, 3, true, true, "lost b (node rank 1), d (node rank 3); 2 nodes left"},
+      // Fewer than MIN: the next round judges, with the standbys (late ones too) that wait there.
+      {{1, 3}, 3, true, true, nullptr},
+      {{0, 1}, 1, true, true, "lost a (node rank 0), b (node rank 1); 2 of 4 left, not a strict majority"},
       {{1, 3}, 3, true, false, nullptr},
       {{}, 4, false, false, nullptr},  // nothing lost
   };

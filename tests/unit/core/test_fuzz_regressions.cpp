@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/hostlist.hpp"
+#include "support/paths.hpp"
 
 using ddprun::core::compress_hostlist;
 using ddprun::core::expand_hostlist;
@@ -16,8 +17,7 @@ using ddprun::core::expand_hostlist;
 namespace {
 
 std::string regression_input(const std::string& name) {
-  std::ifstream in(std::string(DDPRUN_SOURCE_DIR) + "/tests/fuzz/regressions/hostlist/" + name,
-                   std::ios::binary);
+  std::ifstream in(ddprun_test::source_dir() + "/tests/fuzz/regressions/hostlist/" + name, std::ios::binary);
   REQUIRE(in);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }

@@ -85,6 +85,12 @@ TEST_CASE("the order's description names each run of node ranks and its group", 
                                  "node rank 3: no SLURM_TOPOLOGY_ADDR, kept in node-rank order (n4)"});
 }
 
+TEST_CASE("a run of node ranks is named as one rank or a range", "[rank_order]") {
+  CHECK(node_rank_range(4, 4) == "node rank 4");
+  CHECK(node_rank_range(4, 5) == "node ranks 4-5");
+  CHECK(node_rank_range(0, 127) == "node ranks 0-127");
+}
+
 TEST_CASE("a lost node's place goes to a free standby of its switch or block first",
           "[rank_order][elastic]") {
   struct Row {

@@ -292,6 +292,7 @@ const std::vector<Sample>& samples() {
       {"--local-addr", "10.0.0.7"},
       {"--master-port", "1234"},
       {"--worker-store", "rank0"},
+      {"--worker-store-legacy", "2.1"},
       {"--rank-order", "topology"},
       {"--rdzv-backend", "c10d", true},
       {"--rdzv-conf", "a=b", true},

@@ -77,6 +77,23 @@ TEST_CASE("health check runner: code, output, timeout", "[launcher][health]") {
   CHECK(hung.output == "started\n");
 }
 
+TEST_CASE("health check runner: the caller's stop test ends the check, with no verdict and no stop held",
+          "[launcher][health]") {
+  // The job ended while a standby's check ran: the check is killed, neither failed nor timed out.
+  int asked = 0;
+  const auto run =
+      ddprun::launcher::run_health_check("echo started; sleep 600", 60, [&] { return ++asked >= 3; });
+  CHECK(run.interrupted);
+  CHECK_FALSE(run.timed_out);
+  CHECK(run.stopped == 0);
+  CHECK(ddprun::agent::held_stop_signal() == 0);
+  CHECK_FALSE(ddprun::launcher::judge_health_check(run, "n1", 1, 60));
+  // A check that ends first is judged as ever.
+  const auto bad = ddprun::launcher::run_health_check("exit 3", 60, [] { return false; });
+  CHECK_FALSE(bad.interrupted);
+  CHECK(bad.status == 3);
+}
+
 TEST_CASE("health check runner: a stop ends the check and what it started, and stays held",
           "[launcher][health]") {
   // scancel while a node checks itself: before, the agent died at once and the check's children ran on.

@@ -83,7 +83,7 @@ TEST_CASE("ports: the agent-served workers' store replaces a busy MASTER_PORT be
   const std::uint16_t planned = testnet::unused_port();
   auto other = PortHold::take(planned);  // another ddprun job on this machine holds the planned port
   REQUIRE(other);
-  WorkerStoreHost host([](const std::string&) {});
+  WorkerStoreHost host([](const std::string&) {}, /*legacy_21=*/false);
   const std::uint16_t port = host.serve("127.0.0.1", planned, 0, false, false, {});
   const auto [low, high] = ephemeral_port_range();
   CHECK(port != planned);

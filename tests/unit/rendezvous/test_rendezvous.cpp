@@ -894,6 +894,11 @@ TEST_CASE("the master's round orders the nodes by topology and promotes a lost n
     const std::vector<JoinInfo> back = {five[1], five[2], five[3], five[4]};
     CHECK(arranged(arrange_round(back, 3, core::RankOrder::topology, 2, before, {})) == "2 1 3 4s ");
   }
+  SECTION("slurm, after a failover the store node comes first, also before an old node 0 that came back") {
+    const std::vector<core::Member> before = {{1, "n1", false}, {2, "n2", false}, {3, "n3", false}};
+    const std::vector<JoinInfo> back = {five[0], five[1], five[2], five[3]};
+    CHECK(arranged(arrange_round(back, 3, core::RankOrder::slurm, 1, before, {})) == "1 0 2 3s ");
+  }
 }
 
 TEST_CASE("a malformed plan record is one protocol error", "[plan_record]") {

@@ -277,3 +277,23 @@ TEST_CASE("relay: a worker beyond the descriptor limit is closed at once and not
   fresh.send(Op::add, {"init/"}, {}, 1);
   CHECK(fresh.read_i64() == 2);
 }
+
+TEST_CASE("relay: a worker that streams requests costs what is not yet a request, not all it ever sent",
+          "[c10d][relay]") {
+  Pair p;
+  C10dClient w(p.relay->port(), Layout::v22);
+  // 64 SETs of 256 KiB in one stream (16 MiB), then half of one more: every read of the relay but the
+  // last ends inside a request, and the last request never ends.
+  Request set;
+  set.op = Op::set;
+  set.keys = {"/big"};
+  set.values = {std::string(256 * 1024, 'v')};
+  const std::string one = *encode_request(Layout::v22, set);
+  std::string stream;
+  for (int i = 0; i < 64; ++i) stream += one;
+  stream += one.substr(0, one.size() / 2);
+  w.send_raw(stream);
+  REQUIRE(eventually([&] { return p.relay->request_count() == 1 + 64; }));  // VALIDATE and the SETs
+  // What it holds is about the half request, whatever went before it.
+  CHECK(p.relay->buffered_bytes() < 1024 * 1024);
+}

@@ -328,5 +328,29 @@ TEST_CASE("worker store: a busy port is one error naming the address", "[c10d]")
     FAIL("the second server bound a busy port");
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("127.0.0.1:" + std::to_string(first.port())) != std::string::npos);
+    CHECK(e.kind() == Error::Kind::address_in_use);  // what WorkerStoreHost tests, never the text
   }
+}
+
+TEST_CASE("worker store: the keys a closed client awaited no longer count against max_waiting", "[c10d]") {
+  C10dServerOptions o = loopback();
+  o.max_waiting = 3;
+  C10dServer s(o);
+  {
+    C10dClient gone(s.port(), Layout::v22);
+    gone.send(Op::wait, {"/a", "/b", "/c"});
+    gone.send(Op::ping, {}, {}, 0, 1);  // its echo: the WAIT is registered
+    REQUIRE(gone.read(4));
+  }
+  C10dClient next(s.port(), Layout::v22);
+  next.send(Op::ping, {}, {}, 0, 2);
+  REQUIRE(next.read(4));
+  for (int i = 0; i < 1000 && s.connection_count() != 1; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(s.connection_count() == 1);  // the server has seen the first client go
+  next.send(Op::wait, {"/d"});
+  CHECK(next.silent_for(200ms));  // waiting, not closed
+  C10dClient writer(s.port(), Layout::v22);
+  writer.send(Op::set, {"/d"}, {"x"});
+  CHECK(next.read_u8() == kStopWaiting);
+  CHECK(s.dropped_count() == 0);
 }

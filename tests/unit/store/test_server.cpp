@@ -432,6 +432,7 @@ TEST_CASE("server: cannot listen on a busy port: one clear line", "[server]") {
     const std::string what = e.what();
     CHECK(what.find(std::to_string(first.port())) != std::string::npos);
     CHECK(what.find("in use") != std::string::npos);
+    CHECK(e.kind() == Error::Kind::address_in_use);  // what callers test, never the text
   }
 }
 

@@ -158,3 +158,24 @@ TEST_CASE("limits: a peer over the cap is told the limit and the fix", "[limits]
   }
   a.ping();
 }
+
+TEST_CASE("watch: a new watch drops what was pushed for the keys watched before it", "[watch]") {
+  // A standby waited in attempt 0's round while node 0 aborted attempt 0: that abort must not reach the
+  // watch of attempt 1, which it then joins on the same connection.
+  StoreServer server(opts());
+  TcpStore writer(copts(server.port()));
+  TcpStore watcher(copts(server.port()));
+  watcher.watch("agent/0/4", 0ms, {"0/abort"});
+  writer.set("0/abort", "attempt 0's cause");
+  CHECK(writer.get("0/abort", 0ms) == "attempt 0's cause");  // the server has it, and has pushed it
+  // A call after the push reads it first and sets it aside, as the standby's wait for the plan does.
+  CHECK(watcher.add("0/count", 1) == 1);
+  watcher.watch("agent/1/4", 0ms, {"1/abort"});
+  CHECK(watcher.poll_events(300ms).empty());
+  // The new watch still hears its own keys: a value there before it, and later writes.
+  writer.set("1/abort", "attempt 1's cause");
+  const auto ev = events_of(watcher, 1);
+  REQUIRE(ev.size() == 1);
+  CHECK(ev[0].index == 0);
+  CHECK(ev[0].value == "attempt 1's cause");
+}
