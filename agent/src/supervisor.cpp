@@ -429,25 +429,19 @@ core::NodeStatus Supervisor::status_snapshot() const {
     if (const auto beat = hang_.last_progress(i); beat && *beat > start) {
       progress = progress ? std::max(*progress, *beat) : *beat;
     }
+    const bool hung = std::find(hung_workers_.begin(), hung_workers_.end(), i) != hung_workers_.end();
+    r.state = core::rank_state({p->end.exited, p->end.stopped_by_ddprun, hung, progress.has_value()});
     if (p->end.exited) {
-      r.state = p->end.stopped_by_ddprun ? core::RankState::stopped : core::RankState::exited;
       r.exit_code = p->end.status.exit_code;
       r.run_seconds = secs(p->end.duration);
     } else {
       all_exited = false;
-      const bool hung = std::find(hung_workers_.begin(), hung_workers_.end(), i) != hung_workers_.end();
-      r.state = hung       ? core::RankState::hung
-                : progress ? core::RankState::running
-                           : core::RankState::starting;
       r.run_seconds = secs(now - start);
       r.progress_age = secs(now - progress.value_or(start));
     }
     s.ranks.push_back(std::move(r));
   }
-  s.agent_state = all_exited            ? "finished"
-                  : hang_.collecting()  ? "collecting_stacks"
-                  : teardown_.started() ? "stopping"
-                                        : "running";
+  s.agent_state = core::agent_state_of(all_exited, hang_.collecting(), teardown_.started());
   return s;
 }
 

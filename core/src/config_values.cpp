@@ -6,19 +6,16 @@
 #include <fmt/format.h>
 
 #include "core/config.hpp"
+#include "core/derived_port.hpp"
 #include "core/hostlist.hpp"
 
 namespace ddprun::core {
 
 namespace {
 
-// An even port of 20000-32767 for `text`. FNV-1a: stable across builds and machines, unlike std::hash.
+// An even port of 20000-32767 for `text` (its hash as core/derived_port.hpp's).
 std::uint16_t even_port(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (char c : text) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ULL;
-  }
+  const std::uint64_t h = port_hash(text);
   constexpr std::uint64_t kSlots = (32767 - 20000) / 2;
   return static_cast<std::uint16_t>(20000 + 2 * (h % kSlots));
 }

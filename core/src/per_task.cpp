@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/derived_port.hpp"
 #include "core/error.hpp"
 
 namespace ddprun::core {
@@ -29,18 +30,7 @@ TaskPlace task_place(const std::vector<int>& tasks_per_node, int node, int local
 
 std::uint16_t node_store_port(const std::string& run_id, int node, std::uint16_t store_port,
                               std::uint16_t master_port) {
-  // FNV-1a, as derive_ports: stable across builds and machines.
-  std::uint64_t h = 1469598103934665603ULL;
-  for (char c : fmt::format("{}/node/{}", run_id, node)) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ULL;
-  }
-  constexpr std::uint64_t kFirst = 20000;
-  constexpr std::uint64_t kSlots = 32767 - kFirst + 1;
-  for (std::uint64_t i = 0;; ++i) {
-    const auto port = static_cast<std::uint16_t>(kFirst + (h + i) % kSlots);
-    if (port != store_port && port != master_port) return port;
-  }
+  return derived_port(fmt::format("{}/node/{}", run_id, node), {store_port, master_port});
 }
 
 }  // namespace ddprun::core

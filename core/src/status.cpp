@@ -187,4 +187,16 @@ std::string status_key(int node_rank) {
   return fmt::format("/status/{}", node_rank);
 }
 
+RankState rank_state(const WorkerFacts& w) {
+  if (w.exited) return w.stopped_by_ddprun ? RankState::stopped : RankState::exited;
+  if (w.hung) return RankState::hung;
+  return w.progressed ? RankState::running : RankState::starting;
+}
+
+const char* agent_state_of(bool all_exited, bool collecting_stacks, bool stopping) {
+  if (all_exited) return "finished";
+  if (collecting_stacks) return "collecting_stacks";
+  return stopping ? "stopping" : "running";
+}
+
 }  // namespace ddprun::core

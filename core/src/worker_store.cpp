@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/derived_port.hpp"
+
 namespace ddprun::core {
 
 const char* to_string(WorkerStore s) {
@@ -15,18 +17,7 @@ std::optional<WorkerStore> parse_worker_store(std::string_view s) {
 }
 
 std::uint16_t relay_port(const std::string& run_id, int node, std::uint16_t master_port) {
-  // FNV-1a, as derive_ports and node_store_port: stable across builds and machines.
-  std::uint64_t h = 1469598103934665603ULL;
-  for (char c : fmt::format("{}/worker-relay/{}", run_id, node)) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ULL;
-  }
-  constexpr std::uint64_t kFirst = 20000;
-  constexpr std::uint64_t kSlots = 32767 - kFirst + 1;
-  for (std::uint64_t i = 0;; ++i) {
-    const auto port = static_cast<std::uint16_t>(kFirst + (h + i) % kSlots);
-    if (port != master_port) return port;
-  }
+  return derived_port(fmt::format("{}/worker-relay/{}", run_id, node), {master_port});
 }
 
 bool is_loopback(std::string_view a) {

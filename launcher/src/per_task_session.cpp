@@ -12,6 +12,7 @@
 #include "core/status.hpp"
 #include "launcher/system.hpp"
 #include "node_relay.hpp"
+#include "session_common.hpp"
 #include "store/client.hpp"
 #include "store/error.hpp"
 #include "worker_store.hpp"

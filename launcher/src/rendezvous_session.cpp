@@ -13,6 +13,7 @@
 #include "core/node_count.hpp"
 #include "core/rank_order.hpp"
 #include "core/status.hpp"
+#include "launcher/auth_setup.hpp"
 #include "launcher/health_check.hpp"
 #include "launcher/job.hpp"
 #include "launcher/observe/metrics_server.hpp"
@@ -20,6 +21,7 @@
 #include "membership_report.hpp"
 #include "per_task_session.hpp"
 #include "session.hpp"
+#include "session_common.hpp"
 #include "store_coordinator.hpp"
 #include "worker_store.hpp"
 
@@ -433,16 +435,6 @@ bool shares_start_errors(const core::Options& o, const core::Resolved& r) {
 }
 
 }  // namespace
-
-core::Failure start_failure(const core::Resolved& r, const std::string& what, int code) {
-  core::Failure f;
-  f.host = r.self.host.value_or("");
-  f.node_rank = r.job.node_rank;
-  f.exit_code = code;
-  f.reason = what;
-  f.fatal = true;  // input that cannot start, a node that failed its check: no restart helps
-  return f;
-}
 
 void publish_start_error(const core::Options& o, const core::Resolved& r, const std::string& what, int code) {
   const bool per_task_check = r.mode == core::Mode::per_task && !o.dry_run && code == kHealthCheckExitCode;

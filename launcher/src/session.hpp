@@ -1,6 +1,5 @@
 #pragma once
 // How one node meets the others for each attempt (job.cpp's attempts loop). Private to the launcher.
-#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -79,34 +78,11 @@ class Session {
   }
 };
 
-// What a node that cannot start (or cannot join a restart's round) publishes as the root cause: its
-// host and node rank, `what` and exit code `code`.
-core::Failure start_failure(const core::Resolved& r, const std::string& what, int code);
-
 // Agent mode's rendezvous options: the common ones, the store's endpoint, the node counts.
 rdzv::RendezvousOptions agent_rdzv_options(const core::Options& o, const core::Resolved& r,
                                            store::auth::Config auth, agent::Events& ev);
 
 std::unique_ptr<Session> make_rendezvous_session(const core::Options& o, const core::Resolved& r,
                                                  store::auth::Config auth, agent::Events& ev);
-
-inline std::chrono::milliseconds to_ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<long>(seconds * 1000.0));
-}
-
-// Who may talk to the store (docs/security.md): the token (then removed from the environment, so that
-// no worker inherits it) or MUNGE, or none (`quiet`: no warning about an open store in text mode).
-// Throws core::Error on a bad set-up.
-store::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Events& ev);
-
-// The settings every rendezvous of this agent shares: run id, auth, timeouts, where its messages go.
-rdzv::RendezvousOptions common_rdzv_options(const core::Options& o, const core::Resolved& r,
-                                            store::auth::Config auth, agent::Events& ev);
-
-// Where the workers' store's lines go: a worker_store event, or a "ddprun: ..." line on stderr.
-std::function<void(const std::string&)> worker_store_log(agent::Events& ev);
-
-// The plan node 0 publishes, parsed; a malformed one is a protocol error naming the store.
-core::PlanTable parse_published_plan(const std::string& text, const std::string& endpoint);
 
 }  // namespace ddprun::launcher

@@ -19,6 +19,7 @@
 #include "c10d_loop.hpp"
 #include "store/auth.hpp"
 #include "store/c10d_codec.hpp"
+#include "store/c10d_server.hpp"
 #include "store/limits.hpp"
 
 namespace ddprun::store::c10d {
@@ -61,14 +62,9 @@ class Dispatch {
   virtual std::optional<std::string> refusal(const sockaddr_storage& peer) = 0;
 };
 
-struct ConnOptions {
+struct ConnOptions : C10dConnOptions {
   std::string who;    // how its log lines begin: "worker store", "worker store relay"
   std::string where;  // where the open-file limit is raised: "node 0", "this node"
-  Limits limits;
-  Layout legacy = Layout::v1;
-  std::size_t max_connections = 0;  // 0: from RLIMIT_NOFILE, raised to its hard limit
-  std::size_t max_unsent = 64u << 20;
-  std::function<void(const std::string& line)> log;  // unset: stderr
 };
 
 class Conns {

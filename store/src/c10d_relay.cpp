@@ -39,18 +39,6 @@ std::string coalesce_key(const Request& q) {
   return k;
 }
 
-c10d::ConnOptions conn_options(const C10dRelayOptions& o) {
-  c10d::ConnOptions c;
-  c.who = "worker store relay";
-  c.where = "this node";
-  c.limits = o.limits;
-  c.legacy = o.legacy;
-  c.max_connections = o.max_connections;
-  c.max_unsent = o.max_unsent;
-  c.log = o.log;
-  return c;
-}
-
 c10d::UpstreamOptions upstream_options(const C10dRelayOptions& o) {
   return {o.upstream_host, o.upstream_port, o.source_host, o.connect_timeout};
 }
@@ -105,7 +93,7 @@ C10dRelay::Impl::Impl(C10dRelayOptions o)
     : opts(std::move(o)),
       loop_owner(opts.loop ? opts.loop : std::make_shared<C10dLoop>()),
       loop(C10dLoopAccess::of(*loop_owner)),
-      workers(loop, *this, conn_options(opts)) {
+      workers(loop, *this, c10d::ConnOptions{opts, "worker store relay", "this node"}) {
   c10d::UpstreamHooks hooks;
   hooks.answer = [this](std::uint32_t tag, std::string_view body) { on_answer(tag, body); };
   hooks.state = [this](bool is_up) { connected = is_up; };

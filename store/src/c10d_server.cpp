@@ -16,18 +16,6 @@ namespace ddprun::store {
 
 namespace {
 
-c10d::ConnOptions conn_options(const C10dServerOptions& o) {
-  c10d::ConnOptions c;
-  c.who = "worker store";
-  c.where = "node 0";
-  c.limits = o.limits;
-  c.legacy = o.legacy;
-  c.max_connections = o.max_connections;
-  c.max_unsent = o.max_unsent;
-  c.log = o.log;
-  return c;
-}
-
 c10d::KeyspaceLimits keyspace_limits(const C10dServerOptions& o) {
   return {o.max_stored_bytes, o.max_reply, o.max_waiting};
 }
@@ -56,7 +44,7 @@ struct C10dServer::Impl final : c10d::Dispatch, c10d::Outbox {
       : opts(std::move(o)),
         loop_owner(opts.loop ? opts.loop : std::make_shared<C10dLoop>()),
         loop(C10dLoopAccess::of(*loop_owner)),
-        conns(loop, *this, conn_options(opts)),
+        conns(loop, *this, c10d::ConnOptions{opts, "worker store", "node 0"}),
         keys(keyspace_limits(opts), *this) {
     admit_only({});
   }

@@ -41,6 +41,20 @@ struct RankStatus {
   int restarts = 0;
 };
 
+// What an agent knows of one worker when it makes its record.
+struct WorkerFacts {
+  bool exited = false;
+  bool stopped_by_ddprun = false;  // with `exited`: ddprun's teardown stopped it
+  bool hung = false;               // named by the hang watch (--hang-timeout)
+  bool progressed = false;         // an output line or a heartbeat touch since its start
+};
+// The state `top` shows for the worker: stopped (by ddprun) or exited once it ended; else hung, running
+// after any progress, or starting.
+RankState rank_state(const WorkerFacts& w);
+// The agent's state in its record: finished once every worker exited, else collecting_stacks (a hang's
+// stacks), stopping (the teardown), or running.
+const char* agent_state_of(bool all_exited, bool collecting_stacks, bool stopping);
+
 // One node's record. The job fields (attempt, world size, nodes, elastic events) ride on every
 // node's record: `top` reads them from node rank 0's.
 struct NodeStatus {

@@ -1,10 +1,13 @@
 #pragma once
 // Who may talk to the rendezvous store under Slurm (docs/security.md): where munged is, what
-// --rdzv-auth auto does when it finds neither MUNGE nor a token, and the per-job token of a self-launch.
+// --rdzv-auth auto does when it finds neither MUNGE nor a token, and the per-job token of a self-launch;
+// resolve_auth applies them to this run.
 #include <string>
 
+#include "agent/events.hpp"
 #include "core/config.hpp"
 #include "core/slurm_env.hpp"
+#include "store/auth.hpp"
 
 namespace ddprun::launcher {
 
@@ -25,5 +28,10 @@ bool self_launch_needs_token(const std::string& policy, bool have_token, bool mu
 // (SLURM_CONF, else /etc/slurm/slurm.conf, else the configless cache /run/slurm/conf/slurm.conf), else
 // "" (libmunge's default socket). Reads the file.
 std::string munge_socket(const core::EnvSnapshot& env);
+
+// Who may talk to the store (docs/security.md): the token (then removed from the environment, so that
+// no worker inherits it) or MUNGE, or none (`quiet`: no warning about an open store in text mode).
+// Reads the environment and probes munged. Throws core::Error on a bad set-up.
+store::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Events& ev);
 
 }  // namespace ddprun::launcher

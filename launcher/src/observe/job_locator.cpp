@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -22,25 +21,6 @@
 #include "store_search.hpp"
 
 namespace ddprun::launcher {
-
-void add_job_options(CLI::App& app, JobQuery& q) {
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", q.rdzv_endpoint,
-                 "The job's store, HOST:PORT, as the job was started with")
-      ->envname("DDPRUN_RDZV_ENDPOINT");
-  app.add_option("--rdzv-id,--rdzv_id", q.rdzv_id, "The job's --rdzv-id")->envname("DDPRUN_RDZV_ID");
-  app.add_option("--rdzv-auth", q.rdzv_auth, "As the job's agents: auto, munge, token or none")
-      ->check(CLI::IsMember({"auto", "munge", "token", "none"}))
-      ->envname("DDPRUN_RDZV_AUTH");
-  // The agents' variable: one name wherever the token file is read.
-  app.add_option("--rdzv-token-file", q.rdzv_token_file,
-                 "File holding the job's shared secret, as the agents' (else DDPRUN_TOKEN)")
-      ->envname("DDPRUN_TOKEN_FILE");
-  app.add_option(
-      "--job", q.slurm_job,
-      "A Slurm job (JOBID or JOBID.STEPID) instead of --rdzv-endpoint; default inside an allocation: "
-      "SLURM_JOB_ID");
-  app.add_option("--step", q.slurm_step, "With --job: the step (default: the newest ddprun step)");
-}
 
 std::string JobTarget::endpoint() const {
   return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)

@@ -1,6 +1,5 @@
 #include "launcher/observe/stacks.hpp"
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -15,8 +14,8 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/stack_groups.hpp"
+#include "job_query.hpp"
 #include "launcher/observe/job_locator.hpp"
-#include "launcher/system.hpp"
 #include "store/client.hpp"
 #include "store/error.hpp"
 
@@ -38,27 +37,19 @@ struct StacksOptions {
 
 StacksOptions parse_stacks(int argc, const char* const* argv) {
   StacksOptions o;
-  CLI::App app{
+  JobQueryCli cli(
+      "stacks",
       "Print every rank's current stack of a running ddprun job without stopping it (Python workers "
       "through faulthandler, native ones through eu-stack), ranks in the same frames grouped.",
-      "ddprun stacks"};
-  app.set_help_flag("-h,--help", "Print this help and exit");
-  add_job_options(app, o.query);
+      o.query);
+  CLI::App& app = cli.app();
   app.add_option("--rank", o.ranks, "Only these ranks: 3,7-9");
   app.add_option("--timeout", o.timeout_s,
                  "Seconds to wait for every node's answer (default 15); a node that does not answer in time "
                  "is an error (exit 1)")
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--format", o.format, "text or json")->check(CLI::IsMember({"text", "json"}));
-  std::vector<const char*> args(argv + 1, argv + argc);  // "stacks" stands for the program's name
-  try {
-    app.parse(static_cast<int>(args.size()), args.data());
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    o.help = true;
-  } catch (const CLI::ParseError& e) {
-    throw core::Error(fmt::format("{}; see ddprun stacks --help", e.what()));
-  }
+  o.help = !cli.parse(argc, argv);
   return o;
 }
 
@@ -179,24 +170,15 @@ int run_stacks(const StacksOptions& o, const JobTarget& t, store::TcpStore& stor
 }  // namespace
 
 int stacks_main(int argc, const char* const* argv) {
-  try {
+  return run_job_query("stacks", [&] {
     const StacksOptions o = parse_stacks(argc, argv);
     if (o.help) return 0;
     if (o.ranks) core::parse_rank_selection(*o.ranks);  // a bad selection before any connection
-    const auto env = snapshot_environ();
-    const bool slurm = !o.query.rdzv_endpoint && (o.query.slurm_job || env.count("SLURM_JOB_ID") != 0);
-    if (!slurm) locate_job(o.query);  // a usage error before anything else
-    const auto auth = observer_auth(o.query, env);
+    const JobAccess access = prepare_access(o.query);
     JobTarget t;
-    const auto store = connect_to_job(o.query, env, auth, t, kObserveTimeout);
+    const auto store = connect_to(o.query, access, t);
     return run_stacks(o, t, *store);
-  } catch (const core::Error& e) {
-    fmt::print(stderr, "ddprun stacks: error: {}\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "ddprun stacks: error: {}\n", e.what());
-    return kObserveExit;
-  }
+  });
 }
 
 }  // namespace ddprun::launcher

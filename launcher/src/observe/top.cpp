@@ -5,7 +5,6 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -18,9 +17,9 @@
 
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "job_query.hpp"
 #include "launcher/observe/job_locator.hpp"
 #include "launcher/observe/top_view.hpp"
-#include "launcher/system.hpp"
 #include "store/client.hpp"
 #include "store/error.hpp"
 
@@ -255,25 +254,17 @@ int run_live(const TopOptions& o, JobTarget t, std::shared_ptr<store::TcpStore> 
 
 TopOptions parse_top(int argc, const char* const* argv) {
   TopOptions o;
-  CLI::App app{
+  JobQueryCli cli(
+      "top",
       "Show a running ddprun job's ranks: pid, state, last output line, seconds since progress, RSS, "
       "CPU%; live like top (q or Ctrl-C quits, n toggles per node / per rank), or once.",
-      "ddprun top"};
-  app.set_help_flag("-h,--help", "Print this help and exit");
-  add_job_options(app, o.query);
+      o.query);
+  CLI::App& app = cli.app();
   app.add_flag("--once", o.once, "Print one snapshot and exit");
   app.add_option("--format", o.format, "text or json (json prints one snapshot)")
       ->check(CLI::IsMember({"text", "json"}));
   app.add_flag("--nodes", o.by_node, "One line per node instead of per rank");
-  std::vector<const char*> args(argv + 1, argv + argc);  // "top" stands for the program's name
-  try {
-    app.parse(static_cast<int>(args.size()), args.data());
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    o.help = true;
-  } catch (const CLI::ParseError& e) {
-    throw core::Error(fmt::format("{}; see ddprun top --help", e.what()));
-  }
+  o.help = !cli.parse(argc, argv);
   if (o.format == "json") o.once = true;
   return o;
 }
@@ -281,37 +272,28 @@ TopOptions parse_top(int argc, const char* const* argv) {
 }  // namespace
 
 int top_main(int argc, const char* const* argv) {
-  try {
+  return run_job_query("top", [&] {
     const TopOptions o = parse_top(argc, argv);
     if (o.help) return 0;
-    const auto env = snapshot_environ();
-    const bool slurm = !o.query.rdzv_endpoint && (o.query.slurm_job || env.count("SLURM_JOB_ID") != 0);
-    if (!slurm) locate_job(o.query);  // a usage error before anything else
-    const auto auth = observer_auth(o.query, env);
+    const JobAccess access = prepare_access(o.query);
     if (!o.once && ::isatty(STDOUT_FILENO) == 0) {
       throw core::Error("the live view needs a terminal; use --once (or --format json) for a snapshot");
     }
     JobTarget t;
-    auto store = connect_to_job(o.query, env, auth, t, kObserveTimeout);
+    auto store = connect_to(o.query, access, t);
     if (o.once) return run_once(o, t, *store);
     // The same job again: the Slurm step found, or the endpoint given.
     JobQuery again = o.query;
     if (!t.slurm_step.empty()) again.slurm_job = t.slurm_step;
-    const Refind refind = [again, env, auth](JobTarget& found) -> std::shared_ptr<store::TcpStore> {
+    const Refind refind = [again, access](JobTarget& found) -> std::shared_ptr<store::TcpStore> {
       try {
-        return connect_to_job(again, env, auth, found, kObserveTimeout);
+        return connect_to(again, access, found);
       } catch (const core::Error&) {
         return nullptr;
       }
     };
     return run_live(o, t, watching_end(std::move(store)), refind);
-  } catch (const core::Error& e) {
-    fmt::print(stderr, "ddprun top: error: {}\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "ddprun top: error: {}\n", e.what());
-    return kObserveExit;
-  }
+  });
 }
 
 }  // namespace ddprun::launcher

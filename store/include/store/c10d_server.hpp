@@ -34,27 +34,31 @@ class C10dLoop {
   std::unique_ptr<c10d::Loop> impl_;
 };
 
-struct C10dServerOptions {
-  // Numeric addresses to listen on, one listener each ("0.0.0.0", "::", "10.1.2.3").
-  std::vector<std::string> hosts{"0.0.0.0"};
-  std::uint16_t port = 0;  // 0 = ephemeral; port() tells which
+// How the server and the relay treat the connections of workers, alike.
+struct C10dConnOptions {
   c10d::Limits limits;
   c10d::Layout legacy = c10d::Layout::v1;  // how connections without VALIDATE are read (codec)
   // 0: follows the machine (RLIMIT_NOFILE raised to its hard limit, store/limits.hpp). Peers over
   // the cap are closed at once, with a rate-limited log line naming the cap and the fix.
   std::size_t max_connections = 0;
+  // Answers not yet taken by a peer's socket: over this, no more requests are read from it until
+  // they drain (a client that never reads costs this much, then nothing).
+  std::size_t max_unsent = 64u << 20;
+  std::function<void(const std::string& line)> log;  // unset: stderr
+};
+
+struct C10dServerOptions : C10dConnOptions {
+  // Numeric addresses to listen on, one listener each ("0.0.0.0", "::", "10.1.2.3").
+  std::vector<std::string> hosts{"0.0.0.0"};
+  std::uint16_t port = 0;                               // 0 = ephemeral; port() tells which
   std::size_t max_stored_bytes = std::size_t{4} << 30;  // keys and values of the whole store
   std::size_t max_reply = 256u << 20;                   // one MULTI_GET's answer
   std::size_t max_waiting = 16u << 20;                  // keys awaited by pending WAITs, in all
-  // Answers not yet taken by a peer's socket: over this, the server reads no more requests from
-  // it until they drain (a client that never reads costs this much, then nothing).
-  std::size_t max_unsent = 64u << 20;
   // true: only peers from the addresses given to allow_peers() connect, and (admit_local) from
   // this host's own addresses and loopback.
   bool filter_peers = false;
   bool admit_local = true;
-  std::function<void(const std::string& line)> log;  // unset: stderr
-  std::shared_ptr<C10dLoop> loop;                    // unset: its own thread
+  std::shared_ptr<C10dLoop> loop;  // unset: its own thread
 };
 
 class C10dServer {
@@ -89,7 +93,7 @@ class C10dServer {
   std::shared_ptr<Impl> impl_;
 };
 
-struct C10dRelayOptions {
+struct C10dRelayOptions : C10dConnOptions {
   std::string host = "127.0.0.1";  // where this node's workers connect (numeric)
   std::uint16_t port = 0;          // 0 = ephemeral
   std::string upstream_host;       // node 0's workers' store
@@ -101,13 +105,8 @@ struct C10dRelayOptions {
   // attempt starts, so this is for a network hiccup). Requests wait meanwhile; past it, the workers'
   // connections are closed.
   std::chrono::milliseconds connect_timeout{60000};
-  c10d::Limits limits;
-  c10d::Layout legacy = c10d::Layout::v1;
-  std::size_t max_connections = 0;        // 0: from RLIMIT_NOFILE
-  std::size_t max_unsent = 64u << 20;     // per worker, as the server's
   std::size_t max_upstream = 256u << 20;  // requests not yet taken by node 0's socket
-  std::function<void(const std::string& line)> log;
-  std::shared_ptr<C10dLoop> loop;
+  std::shared_ptr<C10dLoop> loop;         // unset: its own thread
 };
 
 // Serves its node's workers as C10dServer does and forwards every request to node 0's store over one

@@ -176,3 +176,32 @@ TEST_CASE("status_interval_ms: 1 s, then node rank 0 takes at most kMaxStatusRat
   }
   CHECK(status_key(3) == "/status/3");
 }
+
+TEST_CASE(
+    "rank_state: an ended worker is stopped or exited, else hung, running after progress, or starting") {
+  struct Row {
+    WorkerFacts w;
+    RankState state;
+  };
+  const Row rows[] = {
+      {{false, false, false, false}, RankState::starting},
+      {{false, false, false, true}, RankState::running},
+      {{false, false, true, false}, RankState::hung},  // hung before any output line: hung
+      {{false, false, true, true}, RankState::hung},
+      {{true, false, false, true}, RankState::exited},
+      {{true, false, true, true}, RankState::exited},  // hung, then it exited on its own
+      {{true, true, false, false}, RankState::stopped},
+      {{true, true, true, true}, RankState::stopped},  // the hang's teardown stopped it
+  };
+  for (const auto& r : rows) {
+    INFO(r.w.exited << r.w.stopped_by_ddprun << r.w.hung << r.w.progressed);
+    CHECK(rank_state(r.w) == r.state);
+  }
+}
+
+TEST_CASE("agent_state_of: finished, then collecting_stacks, stopping, running") {
+  CHECK(std::string(agent_state_of(true, true, true)) == "finished");
+  CHECK(std::string(agent_state_of(false, true, true)) == "collecting_stacks");
+  CHECK(std::string(agent_state_of(false, false, true)) == "stopping");
+  CHECK(std::string(agent_state_of(false, false, false)) == "running");
+}

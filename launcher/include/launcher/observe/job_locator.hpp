@@ -19,10 +19,6 @@
 #include "core/status.hpp"
 #include "store/auth.hpp"
 
-namespace CLI {
-class App;
-}
-
 namespace ddprun::store {
 class TcpStore;
 }
@@ -43,10 +39,6 @@ struct JobQuery {
   std::optional<std::string> slurm_job;
   std::optional<std::string> slurm_step;
 };
-
-// The options `top` and `stacks` share: the job (--rdzv-endpoint and --rdzv-id, or --job and --step) and
-// the credential, read from the same variables as the agents' (DDPRUN_TOKEN_FILE, DDPRUN_RDZV_AUTH, ...).
-void add_job_options(CLI::App& app, JobQuery& q);
 
 // The store refused our credential (connect_job): final, wherever else the job might be.
 class CredentialRefused : public core::Error {
