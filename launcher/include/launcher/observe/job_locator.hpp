@@ -120,9 +120,6 @@ bool serves_step(const std::string& served, const std::string& step_run);
 // the names that do not resolve where `top` runs; a node whose NodeAddr is its name is left out.
 std::map<std::string, std::string> parse_node_addrs(const std::string& text);
 
-// What bounds every connect and read of `top` and `stacks`: a stopped node 0 is one line, not a wait.
-constexpr std::chrono::milliseconds kObserveTimeout{3000};
-
 // Finds the job named by `q` and connects: --rdzv-endpoint and --rdzv-id, else the Slurm job (--job, else
 // SLURM_JOB_ID in `env`). Where the store was is tried first, then where a node-0 failover moved it;
 // a store that serves the Slurm step under another run id (--rdzv-id) is taken. `found` says where it
