@@ -16,7 +16,7 @@ constexpr std::size_t kReadChunk = 16 * 1024;
 }  // namespace
 
 Proc::Proc(asio::io_context& io, std::size_t index, const core::Worker& w, std::string host)
-    : index_(index), w_(&w), host_(std::move(host)), pidfd_(io), out_(io), err_(io) {}
+    : index_(index), w_(&w), host_(std::move(host)), exit_fd_(io), out_(io), err_(io) {}
 
 Proc::~Proc() {
   if (pid_ > 0 && !end.exited) ::killpg(pid_, SIGKILL);
@@ -42,7 +42,7 @@ void Proc::start(const ResolvedCommand& cmd, const std::vector<std::string>& env
   Spawned s = spawn_process(req);
   pid_ = s.pid;
   start_ = std::chrono::steady_clock::now();
-  pidfd_.assign(s.pidfd.release());
+  exit_fd_.assign(s.exit_fd.release());
   out_.sd.assign(s.stdout_fd.release());
   err_.sd.assign(s.stderr_fd.release());
   for (Pipe* p : {&out_, &err_}) {
@@ -102,7 +102,7 @@ WorkerExit Proc::exit_record() const {
 }
 
 void Proc::arm_exit() {
-  pidfd_.async_wait(asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+  exit_fd_.async_wait(asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
     if (ec) return;
     // WNOWAIT: read the status but leave the zombie (see reaped_).
     siginfo_t info{};
@@ -125,7 +125,7 @@ void Proc::record_exit(const ExitStatus& status) {
   end.time = core::failure_now();
   end.status = status;
   boost::system::error_code ignored;
-  pidfd_.close(ignored);
+  exit_fd_.close(ignored);
 }
 
 void Proc::arm_read(bool is_err) {

@@ -1,6 +1,7 @@
 #pragma once
 // One worker process on the supervisor's event loop: started with spawn_process, its exit watched
-// through a pidfd, its stdout and stderr pipes read in chunks and split into lines.
+// through Spawned::exit_fd (a pidfd, or a pipe on kernels before 5.3), its stdout and stderr pipes read in
+// chunks and split into lines.
 #include <sys/types.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -109,7 +110,7 @@ class Proc {
   // group's id, cannot be reused meanwhile, so the reaper can never kill another group by that id.
   bool reaped_ = false;
   std::chrono::steady_clock::time_point start_{};
-  boost::asio::posix::stream_descriptor pidfd_;
+  boost::asio::posix::stream_descriptor exit_fd_;  // Spawned::exit_fd
   Pipe out_;
   Pipe err_;
   ProcListener* listener_ = nullptr;

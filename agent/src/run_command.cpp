@@ -56,7 +56,7 @@ bool collect(const Spawned& s, const CommandRequest& req, CommandResult& r) {
   for (;;) {
     pollfd fds[3];
     nfds_t n = 0;
-    if (!exited) fds[n++] = {s.pidfd.get(), POLLIN, 0};
+    if (!exited) fds[n++] = {s.exit_fd.get(), POLLIN, 0};
     for (const int fd : pipes) {
       if (fd >= 0) fds[n++] = {fd, POLLIN, 0};
     }
@@ -82,7 +82,7 @@ bool collect(const Spawned& s, const CommandRequest& req, CommandResult& r) {
     }
     for (nfds_t i = 0; i < n; ++i) {
       if (fds[i].revents == 0) continue;
-      if (fds[i].fd == s.pidfd.get()) {
+      if (fds[i].fd == s.exit_fd.get()) {
         exited = true;
         continue;
       }

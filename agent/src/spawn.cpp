@@ -19,6 +19,7 @@
 
 #include "agent/error.hpp"
 #include "agent/signals.hpp"
+#include "exit_watch.hpp"
 
 extern char** environ;
 
@@ -110,6 +111,7 @@ const rlimit kInitialNofile = [] {
 struct ChildSetup {
   pid_t parent;
   int devnull, out_w, err_w, sync_w;
+  int fd_bound;  // descriptors below it are marked close-on-exec when close_range cannot (fd_bound())
   const CpuMask* cpus;
   const sigset_t* ignored;  // signals kept ignored across exec
 };
@@ -146,12 +148,10 @@ struct ChildSetup {
   // Before exec, so the program and everything it starts inherit the binding from the first instruction.
   if (c.cpus->size != 0 && ::sched_setaffinity(0, c.cpus->size, c.cpus->set.get()) != 0)
     child_fail(sync_w, 2);
-  // Every other descriptor closes at exec (the sync pipe must survive until then).
+  // Every other descriptor closes at exec (the sync pipe must survive until then). close_range is
+  // Linux 5.9 and its CLOEXEC flag 5.11 (ENOSYS, then EINVAL before): then one fcntl a descriptor.
   if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-    rlimit rl{};
-    const long max_fd =
-        ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? static_cast<long>(rl.rlim_cur) : 65536L;
-    for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    for (int fd = 3; fd < c.fd_bound; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
   if (kInitialNofile.rlim_cur != RLIM_INFINITY) {
     rlimit rl{};
@@ -162,6 +162,13 @@ struct ChildSetup {
   }
   ::execve(program, argv, envp);
   child_fail(sync_w, 0);
+}
+
+// The descriptors the fallback loop covers: those below the soft RLIMIT_NOFILE (every open one, unless the
+// limit was lowered since), at most 65536 calls. Read before fork.
+int fd_bound() {
+  rlimit rl{};
+  return ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? static_cast<int>(rl.rlim_cur) : 65536;
 }
 
 UniqueFd open_checked(const char* path, int flags) {
@@ -237,7 +244,8 @@ Spawned spawn_process(const SpawnRequest& req) {
   sigemptyset(&ignored);
   for (const int sig : req.ignored_signals) sigaddset(&ignored, sig);
   const int stderr_w = req.stderr_to_stdout ? out_w.get() : err_w.get();
-  const ChildSetup setup{::getpid(), devnull.get(), out_w.get(), stderr_w, sync_w.get(), &cpus, &ignored};
+  const ChildSetup setup{::getpid(),   devnull.get(), out_w.get(), stderr_w,
+                         sync_w.get(), fd_bound(),    &cpus,       &ignored};
   AllSignalsBlocked blocked;  // across fork: the child resets the handlers first
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -258,16 +266,14 @@ Spawned spawn_process(const SpawnRequest& req) {
 
   Spawned s;
   s.pid = pid;
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) {
-    const int err = errno;
+  try {
+    s.exit_fd = watch_exit(pid);
+  } catch (const Error&) {
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    throw Error(std::string("pidfd_open failed (ddprun needs Linux 5.3 or newer): ") + std::strerror(err), 1);
+    throw;
   }
-  ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-  s.pidfd.reset(pidfd);
   s.stdout_fd = std::move(out_r);
   s.stderr_fd = std::move(err_r);
   return s;

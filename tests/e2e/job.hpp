@@ -20,6 +20,7 @@ struct Job {
   std::map<std::string, std::string> env;            // more variables for the agents
   std::map<int, int> port_of;                        // node rank -> another rendezvous port (a ByteProxy's)
   std::map<int, std::vector<std::string>> extra_of;  // node rank -> more options for that agent alone
+  std::vector<std::string> wrapper;                  // each agent runs through it (e.g. old_kernel)
 
   // Starts `nnodes` agents, each running `nproc` workers of `command`.
   void start(int nnodes, int nproc, const std::vector<std::string>& command,
@@ -38,6 +39,7 @@ struct Job {
                                        "60",
                                        "--term-timeout",
                                        "3"};
+      argv.insert(argv.begin(), wrapper.begin(), wrapper.end());
       argv.insert(argv.end(), extra.begin(), extra.end());
       if (const auto it = extra_of.find(n); it != extra_of.end())
         argv.insert(argv.end(), it->second.begin(), it->second.end());

@@ -18,4 +18,7 @@ std::string binary_dir() {
 std::string fake_worker() {
   return FAKE_WORKER;
 }
+std::string old_kernel() {
+  return OLD_KERNEL;
+}
 }  // namespace ddprun_test

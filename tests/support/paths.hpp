@@ -9,4 +9,5 @@ std::string ddprun_exe();   // the ddprun binary of this build, or DDPRUN_TEST_E
 std::string source_dir();   // the source tree
 std::string binary_dir();   // the build tree
 std::string fake_worker();  // tests/helpers/fake_worker of this build
+std::string old_kernel();   // tests/helpers/old_kernel: runs a program as on Linux 4.18
 }  // namespace ddprun_test

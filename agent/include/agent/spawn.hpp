@@ -53,7 +53,7 @@ struct SpawnRequest {
 
 struct Spawned {
   pid_t pid = -1;      // also the worker's process group id
-  UniqueFd pidfd;      // readable when the worker exits
+  UniqueFd exit_fd;    // readable once the worker has exited (a pidfd, or a pipe: exit_watch.hpp)
   UniqueFd stdout_fd;  // read ends of the worker's stdout/stderr pipes
   UniqueFd stderr_fd;  // not open with SpawnRequest::stderr_to_stdout
 };
