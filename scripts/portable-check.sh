@@ -7,7 +7,8 @@
 #   2. `auditwheel show` finds each wheel manylinux_2_28 for its architecture;
 #   3. the x86_64 wheel installs into a fresh venv (pip), with `pip install --user` and `uv tool install` too,
 #      with the native binary itself on PATH; then the loopback e2e suite's named part runs with it
-#      (DDPRUN_TEST_EXE) instead of the Debian build, torch 2.x workers from the project's venv included;
+#      (DDPRUN_TEST_EXE) instead of the Debian build, torch 2.x workers from the project's venv included, and the
+#      old-kernel e2e tests (Linux 4.18's system calls, tests/helpers/old_kernel);
 #   4. it runs a 2-agent job with shell workers, token auth (OpenSSL 1.1) and --cpu-bind (hwloc 2.4) in a Debian
 #      bullseye chroot (glibc 2.31, GCC 10's libstdc++), where the Debian build cannot start;
 #   5. in a chroot holding only the binary, the loader and libc it runs a 2-agent job, and what needs a missing
@@ -140,6 +141,13 @@ DDPRUN_TEST_EXE=$work/venv/bin/ddprun DDPRUN_TEST_PYTHON=$DDPRUN_TORCH2_PYTHON \
   fail "the e2e suite with the wheel's ddprun"
 }
 ok "e2e with the wheel's ddprun: $(tail -2 "$work/e2e.log" | tr -s '\n' ' ')"
+# The same binary as on Linux 4.18 (RHEL 8's kernel: no pidfd_open, close_range, clone3): the old-kernel e2e tests,
+# whose agents run under tests/helpers/old_kernel's seccomp filter.
+DDPRUN_TEST_EXE=$work/venv/bin/ddprun timeout 300 build/tests/e2e/e2e_old_kernel_tests >"$work/old.log" 2>&1 || {
+  tail -60 "$work/old.log" >&2
+  fail "the old-kernel e2e tests with the wheel's ddprun"
+}
+ok "as on Linux 4.18 with the wheel's ddprun: $(tail -2 "$work/old.log" | tr -s '\n' ' ')"
 
 # 4. and 5. Chroots. in-root ROOT CMD... runs CMD inside ROOT, in a private mount namespace (unshare -m) with /proc
 # and /dev mounted: they vanish with it, whatever happens.
