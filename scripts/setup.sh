@@ -47,6 +47,9 @@ TEST_PACKAGES=(
   elfutils
   # benchmarks: plots
   gnuplot-nox
+  # the portable build's checks (scripts/portable-check.sh): a Debian bullseye chroot, the aarch64 binary under
+  # qemu-user with arm64's glibc
+  debootstrap qemu-user-static libc6:arm64
 )
 
 PACKAGES=("${DEMO_PACKAGES[@]}")
@@ -76,6 +79,10 @@ else
   fi
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # libc6:arm64 is a package of a foreign architecture: apt lists arm64's packages once it is added.
+  if [[ " ${missing[*]} " == *":arm64 "* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+  fi
   $SUDO apt-get update -qq
   # dpkg syncs every file it unpacks; on a fresh machine that is 40% of the install (3.3 min vs 1.9 min for the
   # demo's packages, docs/install.md). Unsynced, a power loss mid-install can leave a package to reinstall;
@@ -104,5 +111,46 @@ else
   /usr/bin/python3 -m venv "$DDPRUN_TORCH2_VENV"
   "$DDPRUN_TORCH2_VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$DDPRUN_TORCH2_VERSION" numpy
   echo "setup: torch $("$DDPRUN_TORCH2_PYTHON" -c 'import torch; print(torch.__version__)') installed"
+fi
+# The portable build's tools and chroot (scripts/portable-env.sh says where): PyPI's zig, scikit-build-core, build,
+# auditwheel and uv, pinned (scripts/portable-requirements.txt), in a venv of their own outside the clone (about
+# 500 MB); and a Debian bullseye root (glibc 2.31) with OpenSSL 1.1, hwloc and MUNGE's libraries, made once with
+# debootstrap from the mirror apt uses (about 220 MB, 2 minutes). DDPRUN_SKIP_PORTABLE=1 skips both (the test
+# command then skips its portable stage, saying so).
+. "$(dirname "$0")/portable-env.sh"
+requirements="$(dirname "$0")/portable-requirements.txt"
+if [ "$mode" = demo ] || [ "${DDPRUN_SKIP_PORTABLE:-0}" = 1 ]; then
+  echo "setup: the portable build's tools not installed (--demo or DDPRUN_SKIP_PORTABLE=1)"
+else
+  if "$DDPRUN_PORTABLE_PYTHON" -m pip freeze --disable-pip-version-check 2>/dev/null | sort |
+    cmp -s - <(grep -v '^#' "$requirements" | sort); then
+    echo "setup: the portable build's tools present in $DDPRUN_PORTABLE_VENV"
+  else
+    echo "setup: installing the portable build's tools (zig, scikit-build-core, auditwheel, uv) into $DDPRUN_PORTABLE_VENV"
+    rm -rf "$DDPRUN_PORTABLE_VENV"
+    /usr/bin/python3 -m venv "$DDPRUN_PORTABLE_VENV"
+    "$DDPRUN_PORTABLE_VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$requirements"
+  fi
+  if [ -e "$DDPRUN_BULLSEYE_ROOT/usr/lib/x86_64-linux-gnu/libcrypto.so.1.1" ]; then
+    echo "setup: the bullseye chroot present in $DDPRUN_BULLSEYE_ROOT"
+  elif [ "$(id -u)" -ne 0 ]; then
+    echo "setup: the bullseye chroot ($DDPRUN_BULLSEYE_ROOT) needs root to make: run scripts/setup.sh as root" >&2
+    exit 1
+  else
+    # The mirror apt already uses (deb822 or one-line sources).
+    mirror=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1)
+    [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
+    echo "setup: making a Debian bullseye chroot in $DDPRUN_BULLSEYE_ROOT (debootstrap from $mirror)"
+    rm -rf "$DDPRUN_BULLSEYE_ROOT.new"
+    mkdir -p "$(dirname "$DDPRUN_BULLSEYE_ROOT")"
+    debootstrap --variant=minbase --include=libssl1.1,libhwloc15,libmunge2 bullseye "$DDPRUN_BULLSEYE_ROOT.new" \
+      "$mirror" >"$DDPRUN_BULLSEYE_ROOT.log" 2>&1 || {
+      tail -20 "$DDPRUN_BULLSEYE_ROOT.log" >&2
+      echo "setup: debootstrap failed (log: $DDPRUN_BULLSEYE_ROOT.log)" >&2
+      exit 1
+    }
+    rm -rf "$DDPRUN_BULLSEYE_ROOT"
+    mv "$DDPRUN_BULLSEYE_ROOT.new" "$DDPRUN_BULLSEYE_ROOT"
+  fi
 fi
 echo "setup: done"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test: the format gate, clang-tidy over the five layers, a plain Release
-# build, the main build (all suites, including the real local Slurm cluster and real PyTorch workers), then
-# the unit tests again under ASan/UBSan and the unit and loopback tests under TSan.
+# build, the main build (all suites, including the real local Slurm cluster and real PyTorch workers), the
+# portable build and its checks, then the unit tests again under ASan/UBSan and the unit and loopback tests under
+# TSan.
 #
 # Two lanes (docs/install.md, "The test command's time"): the main build and its tests in the foreground; in
-# the background, at the lowest CPU priority, clang-tidy, the plain Release build and the sanitizer builds,
-# which use the CPU that the main tests leave idle while they wait on processes, sockets and Slurm. The
+# the background, at the lowest CPU priority, clang-tidy, the plain Release build, the sanitizer builds and the
+# portable build and its checks, which use the CPU that the main tests leave idle while they wait on processes,
+# sockets and Slurm. The
 # sanitizer builds build only the test programs their tests run. Each stage's wall time is in
 # build-ci/times.txt and printed at the end.
 set -euo pipefail
@@ -104,6 +106,12 @@ gpu_kit() {
   PYTHON="$DDPRUN_TORCH2_PYTHON" bash scripts/gpu-check.sh
 }
 
+# The portable build (zig, glibc 2.28) for x86_64 and aarch64, its wheels and tarballs in dist/, and the proof
+# that they run where the Debian build cannot: symbols, auditwheel, a fresh venv running the e2e suite's named
+# part with the main build's e2e_tests, a bullseye chroot, a chroot of the binary and libc alone, aarch64 under
+# qemu (docs/install.md). DDPRUN_PORTABLE_ARCHS=x86_64 checks that one alone.
+portable() { bash scripts/portable-check.sh; }
+
 main_tests() { ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600; }
 
 asan_tests() {
@@ -123,6 +131,7 @@ background() {
   stage "plain Release build (no preset, without MUNGE) and its checks" plain_release
   if [ "${DDPRUN_SKIP_ASAN:-0}" != 1 ]; then stage "ASan + UBSan build (the unit tests' programs)" asan_build; fi
   if [ "${DDPRUN_SKIP_TSAN:-0}" != 1 ]; then stage "TSan build (the unit and loopback tests' programs)" tsan_build; fi
+  if [ "${DDPRUN_SKIP_PORTABLE:-0}" != 1 ]; then stage "portable build and its checks (scripts/portable-check.sh)" portable; fi
 }
 
 show_times() {
@@ -155,7 +164,7 @@ else
 fi
 stage "tests (main build, every suite)" main_tests
 
-echo "== waiting for the background lane (clang-tidy, plain Release, sanitizer builds)"
+echo "== waiting for the background lane (clang-tidy, plain Release, sanitizer builds, portable build)"
 lane_rc=0
 wait $lane || lane_rc=$?
 trap - EXIT

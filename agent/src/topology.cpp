@@ -1,6 +1,5 @@
 #include "agent/topology.hpp"
 
-#include <hwloc.h>
 #include <sched.h>
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "agent/error.hpp"
+#include "hwloc_lib.hpp"
 
 namespace ddprun::agent {
 
@@ -23,11 +23,12 @@ using TopologyPtr = std::unique_ptr<hwloc_topology, decltype(&hwloc_topology_des
 // kept; without, hwloc's I/O filters stay at "none", so its PCI discovery (the pci plugin and its
 // libpciaccess) does not even start: --cpu-bind cores and numa read CPUs and NUMA nodes only.
 TopologyPtr load(const std::function<int(hwloc_topology_t)>& source, const std::string& what, bool io) {
+  const hwloc::Api& h = hwloc::api();
   hwloc_topology_t t = nullptr;
-  if (hwloc_topology_init(&t) != 0) throw Error(fmt::format("hwloc: cannot initialise ({})", what), 1);
-  TopologyPtr p(t, &hwloc_topology_destroy);
-  if (io) hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-  if (source(t) != 0 || hwloc_topology_load(t) != 0) {
+  if (h.topology_init(&t) != 0) throw Error(fmt::format("hwloc: cannot initialise ({})", what), 1);
+  TopologyPtr p(t, h.topology_destroy);
+  if (io) h.set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (source(t) != 0 || h.topology_load(t) != 0) {
     throw Error(fmt::format("hwloc cannot read the topology of {}: {}; run with --cpu-bind none", what,
                             std::strerror(errno)),
                 1);
@@ -36,29 +37,30 @@ TopologyPtr load(const std::function<int(hwloc_topology_t)>& source, const std::
 }
 
 std::vector<int> bits(hwloc_const_bitmap_t set) {
+  const hwloc::Api& h = hwloc::api();
   std::vector<int> out;
-  for (int i = hwloc_bitmap_first(set); i != -1; i = hwloc_bitmap_next(set, i)) out.push_back(i);
+  for (int i = h.bitmap_first(set); i != -1; i = h.bitmap_next(set, i)) out.push_back(i);
   return out;
 }
 
 // Cores in hwloc's logical order (package, NUMA node, core); machines or synthetic topologies that
 // report no cores count each hardware thread as one.
 std::vector<core::Core> cores_of(hwloc_topology_t t) {
-  const hwloc_obj_type_t unit =
-      hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+  const hwloc::Api& h = hwloc::api();
+  const hwloc_obj_type_t unit = h.nbobjs_by_type(t, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
   std::vector<core::Core> out;
-  for (hwloc_obj_t o = hwloc_get_next_obj_by_type(t, unit, nullptr); o != nullptr;
-       o = hwloc_get_next_obj_by_type(t, unit, o)) {
-    if (o->cpuset == nullptr || hwloc_bitmap_iszero(o->cpuset)) continue;
-    const int numa = o->nodeset != nullptr ? hwloc_bitmap_first(o->nodeset) : 0;
+  for (hwloc_obj_t o = h.next_obj_by_type(t, unit, nullptr); o != nullptr;
+       o = h.next_obj_by_type(t, unit, o)) {
+    if (o->cpuset == nullptr || h.bitmap_iszero(o->cpuset)) continue;
+    const int numa = o->nodeset != nullptr ? h.bitmap_first(o->nodeset) : 0;
     out.push_back({bits(o->cpuset), std::max(numa, 0)});
   }
   return out;
 }
 
 // The NUMA nodes an I/O object is attached near: those of its first non-I/O ancestor.
-std::vector<int> locality(hwloc_topology_t t, hwloc_obj_t io) {
-  hwloc_obj_t a = hwloc_get_non_io_ancestor_obj(t, io);
+std::vector<int> locality(hwloc_obj_t io) {
+  hwloc_obj_t a = hwloc::Api::non_io_ancestor(io);
   return a != nullptr && a->nodeset != nullptr ? bits(a->nodeset) : std::vector<int>{};
 }
 
@@ -74,13 +76,15 @@ std::optional<std::string> index_after(const char* name, const char* prefix) {
 
 // GPUs from the NVML or CUDA OS devices (hwloc's optional plugins): index, and NVML's UUID.
 std::map<std::string, std::vector<int>> gpus_from_osdevs(hwloc_topology_t t) {
+  const hwloc::Api& h = hwloc::api();
   std::map<std::string, std::vector<int>> out;
   for (const char* prefix : {"nvml", "cuda"}) {
-    for (hwloc_obj_t o = hwloc_get_next_osdev(t, nullptr); o != nullptr; o = hwloc_get_next_osdev(t, o)) {
+    for (hwloc_obj_t o = h.next_obj_by_type(t, HWLOC_OBJ_OS_DEVICE, nullptr); o != nullptr;
+         o = h.next_obj_by_type(t, HWLOC_OBJ_OS_DEVICE, o)) {
       const auto idx = index_after(o->name, prefix);
       if (!idx) continue;
-      out.emplace(*idx, locality(t, o));
-      if (const char* uuid = hwloc_obj_get_info_by_name(o, "NVIDIAUUID")) out.emplace(uuid, locality(t, o));
+      out.emplace(*idx, locality(o));
+      if (const char* uuid = hwloc::Api::info_by_name(o, "NVIDIAUUID")) out.emplace(uuid, locality(o));
     }
     if (!out.empty()) return out;
   }
@@ -91,8 +95,10 @@ std::map<std::string, std::vector<int>> gpus_from_osdevs(hwloc_topology_t t) {
 std::map<std::string, std::vector<int>> gpus_from_pci(hwloc_topology_t t) {
   constexpr unsigned kNvidia = 0x10de;
   constexpr unsigned kDisplayClass = 0x03;
+  const hwloc::Api& h = hwloc::api();
   std::vector<hwloc_obj_t> devs;
-  for (hwloc_obj_t o = hwloc_get_next_pcidev(t, nullptr); o != nullptr; o = hwloc_get_next_pcidev(t, o)) {
+  for (hwloc_obj_t o = h.next_obj_by_type(t, HWLOC_OBJ_PCI_DEVICE, nullptr); o != nullptr;
+       o = h.next_obj_by_type(t, HWLOC_OBJ_PCI_DEVICE, o)) {
     const auto& pci = o->attr->pcidev;
     if (pci.vendor_id == kNvidia && (pci.class_id >> 8) == kDisplayClass) devs.push_back(o);
   }
@@ -102,7 +108,7 @@ std::map<std::string, std::vector<int>> gpus_from_pci(hwloc_topology_t t) {
   };
   std::sort(devs.begin(), devs.end(), [&](hwloc_obj_t a, hwloc_obj_t b) { return key(a) < key(b); });
   std::map<std::string, std::vector<int>> out;
-  for (std::size_t i = 0; i < devs.size(); ++i) out.emplace(std::to_string(i), locality(t, devs[i]));
+  for (std::size_t i = 0; i < devs.size(); ++i) out.emplace(std::to_string(i), locality(devs[i]));
   return out;
 }
 
@@ -121,16 +127,15 @@ core::Topology read_topology(bool with_gpus) {
 }
 
 core::Topology topology_from_synthetic(const std::string& description) {
-  return to_model(
-      load([&](hwloc_topology_t t) { return hwloc_topology_set_synthetic(t, description.c_str()); },
-           fmt::format("synthetic '{}'", description), true)
-          .get());
+  return to_model(load([&](hwloc_topology_t t) { return hwloc::api().set_synthetic(t, description.c_str()); },
+                       fmt::format("synthetic '{}'", description), true)
+                      .get());
 }
 
 core::Topology topology_from_xml(const std::string& xml) {
   return to_model(load(
                       [&](hwloc_topology_t t) {
-                        return hwloc_topology_set_xmlbuffer(t, xml.c_str(), static_cast<int>(xml.size()) + 1);
+                        return hwloc::api().set_xmlbuffer(t, xml.c_str(), static_cast<int>(xml.size()) + 1);
                       },
                       "an XML topology", true)
                       .get());

@@ -22,9 +22,35 @@ bool ends_job(const Failure& root) {
   return root.fatal || (root.rank < 0 && root.signal != 0) || root.after_signal != 0;
 }
 
+namespace {
+
+// The names glibc's sigabbrev_np gives, by this architecture's numbers. A table of our own: sigabbrev_np is
+// glibc 2.32's, newer than the portable build's 2.28 (docs/architecture.md, "The portable build").
+struct SignalName {
+  int sig;
+  const char* name;
+};
+constexpr SignalName kSignalNames[] = {
+    {SIGHUP, "HUP"},       {SIGINT, "INT"},     {SIGQUIT, "QUIT"}, {SIGILL, "ILL"},   {SIGTRAP, "TRAP"},
+    {SIGABRT, "ABRT"},     {SIGBUS, "BUS"},     {SIGFPE, "FPE"},   {SIGKILL, "KILL"}, {SIGUSR1, "USR1"},
+    {SIGSEGV, "SEGV"},     {SIGUSR2, "USR2"},   {SIGPIPE, "PIPE"}, {SIGALRM, "ALRM"}, {SIGTERM, "TERM"},
+#ifdef SIGSTKFLT
+    {SIGSTKFLT, "STKFLT"},
+#endif
+    {SIGCHLD, "CHLD"},     {SIGCONT, "CONT"},   {SIGSTOP, "STOP"}, {SIGTSTP, "TSTP"}, {SIGTTIN, "TTIN"},
+    {SIGTTOU, "TTOU"},     {SIGURG, "URG"},     {SIGXCPU, "XCPU"}, {SIGXFSZ, "XFSZ"}, {SIGVTALRM, "VTALRM"},
+    {SIGPROF, "PROF"},     {SIGWINCH, "WINCH"}, {SIGPOLL, "POLL"},
+#ifdef SIGPWR
+    {SIGPWR, "PWR"},
+#endif
+    {SIGSYS, "SYS"},
+};
+
+}  // namespace
+
 std::string signal_name(int sig) {
-  if (sig > 0 && sig < SIGRTMIN) {
-    if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  for (const auto& [number, name] : kSignalNames) {
+    if (number == sig) return std::string("SIG") + name;
   }
   return "signal " + std::to_string(sig);
 }

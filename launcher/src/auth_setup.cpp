@@ -77,6 +77,13 @@ store::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Eve
       }
       break;
     case OpenStore::private_token:
+      // The private token is checked with HMAC-SHA256 too: without libcrypto, refused like an open store.
+      if (const auto crypto = store::auth::crypto_library(); !crypto.found) {
+        throw core::Error(
+            fmt::format("--rdzv-auth auto under Slurm guards the store with a private token: {}, or "
+                        "pass --rdzv-auth none to run unauthenticated",
+                        crypto.error));
+      }
       cfg.mode = store::auth::Mode::token;
       cfg.token = store::auth::random_token();
       break;
@@ -86,9 +93,10 @@ store::auth::Config resolve_auth(const core::Resolved& r, bool quiet, agent::Eve
           "rendezvous store open to other users: start munged or set DDPRUN_MUNGE_SOCKET, export one "
           "DDPRUN_TOKEN for every node before srun (or start ddprun from the batch script, which makes "
           "one), or pass --rdzv-auth none to run unauthenticated",
-          !store::auth::munge_built() ? std::string("this ddprun was built without it")
-          : socket.empty()            ? std::string("munged does not answer on its default socket")
-                                      : fmt::format("munged does not answer on {}", socket)));
+          !store::auth::munge_built()           ? std::string("this ddprun was built without it")
+          : !store::auth::munge_library().found ? store::auth::munge_library().name + " is not installed"
+          : socket.empty()                      ? std::string("munged does not answer on its default socket")
+                                                : fmt::format("munged does not answer on {}", socket)));
   }
   return cfg;
 }

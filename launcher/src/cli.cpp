@@ -13,6 +13,7 @@
 #include "cli_options.hpp"
 #include "cli_variables.hpp"
 #include "core/defaults.hpp"
+#include "launcher/version.hpp"
 
 namespace ddprun::launcher {
 
@@ -284,7 +285,9 @@ CLI::App* build_app(CLI::App& app, core::Options& o, TeeLevels& levels, std::vec
   // As torchrun (argparse): a repeated option takes its last value, so wrappers can append flags.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_help_flag("-h,--help", "Print this help and exit");
-  app.set_version_flag("-V,--version", version_string(), "Print version and build information");
+  // A callback: the optional libraries are looked for only when --version asks.
+  app.set_version_flag("-V,--version", std::function<std::string()>(version_string),
+                       "Print version and build information, and which optional libraries were found");
   auto formatter = std::make_shared<HelpFormatter>();
   formatter->column_width(36);
   app.formatter(formatter);

@@ -228,6 +228,13 @@ void exec_self_launch(const core::Resolved& r, int argc, const char* const* argv
   const char* token = std::getenv("DDPRUN_TOKEN");
   const bool have_token = (token != nullptr && *token != '\0') || r.rdzv_token_file.has_value();
   if (self_launch_needs_token(r.rdzv_auth, have_token, store::auth::munge_usable(munge_socket(env)))) {
+    // The agents check that token with HMAC-SHA256: without libcrypto, say so here, before srun starts them.
+    if (const auto crypto = store::auth::crypto_library(); !crypto.found) {
+      throw core::Error(
+          fmt::format("--rdzv-auth auto found no MUNGE, so the agents would share a per-job token: {}, or "
+                      "pass --rdzv-auth none to run unauthenticated",
+                      crypto.error));
+    }
     ::setenv("DDPRUN_TOKEN", store::auth::random_token().c_str(), 1);
   }
   // The step plans with the job id, as this batch context did (its dry run shows the run's run id and ports).

@@ -4,62 +4,59 @@
 
 namespace ddprun::store {
 
-using proto::Op;
-using proto::Status;
-
 Answer answer(StoreData& data, proto::Request q) {
   Answer a;
   proto::Response& r = a.reply;
   switch (q.op) {
-    case Op::set:
+    case proto::Op::set:
       data.set(q.key, std::move(q.value));
       a.changed = std::move(q.key);
       break;
-    case Op::get:
+    case proto::Op::get:
       if (const auto* v = data.find(q.key)) {
         r.value = *v;
       } else {
-        r.status = q.timeout_ms == 0 ? Status::not_found : Status::timeout;
+        r.status = q.timeout_ms == 0 ? proto::Status::not_found : proto::Status::timeout;
       }
       break;
-    case Op::add:
+    case proto::Op::add:
       try {
         r.number = data.add(q.key, q.number);
         a.changed = std::move(q.key);
       } catch (const Error& e) {
-        r.status = Status::error;
+        r.status = proto::Status::error;
         r.value = e.what();
       }
       break;
-    case Op::compare_set: {
+    case proto::Op::compare_set: {
       auto [value, written] = data.compare_set(q.key, q.value, q.value2);
       r.value = std::move(value);
       r.number = written ? 1 : 0;
       if (written) a.changed = std::move(q.key);
       break;
     }
-    case Op::check:
+    case proto::Op::check:
       r.number = data.check(q.keys) ? 1 : 0;
       break;
-    case Op::del:
+    case proto::Op::del:
       r.number = data.del(q.key) ? 1 : 0;
       break;
-    case Op::num_keys:
+    case proto::Op::num_keys:
       r.number = data.num_keys();
       break;
-    case Op::wait:
-      if (!data.check(q.keys)) r.status = Status::timeout;
+    case proto::Op::wait:
+      if (!data.check(q.keys)) r.status = proto::Status::timeout;
       break;
-    case Op::wait_any:
+    case proto::Op::wait_any:
       if (auto i = data.first_present(q.keys)) {
         r.number = static_cast<std::int64_t>(*i);
       } else {
-        r.status = Status::timeout;
+        r.status = proto::Status::timeout;
       }
       break;
-    case Op::ping:
-    case Op::heartbeat:  // the server answers these two itself (connection.cpp)
-    case Op::watch:
+    case proto::Op::ping:
+    case proto::Op::heartbeat:  // the server answers these two itself (connection.cpp)
+    case proto::Op::watch:
       break;
   }
   return a;
@@ -67,11 +64,11 @@ Answer answer(StoreData& data, proto::Request q) {
 
 bool ready(const StoreData& data, const proto::Request& q) {
   switch (q.op) {
-    case Op::get:
+    case proto::Op::get:
       return data.find(q.key) != nullptr;
-    case Op::wait:
+    case proto::Op::wait:
       return data.check(q.keys);
-    case Op::wait_any:
+    case proto::Op::wait_any:
       return data.first_present(q.keys).has_value();
     default:
       return true;

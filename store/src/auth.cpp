@@ -1,9 +1,14 @@
 #include "store/auth.hpp"
 
-// SHA256_Init/Update/Final are deprecated since OpenSSL 3.0 but present in every 3.x; see hmac_sha256.
+// SHA256_Init/Update/Final are deprecated since OpenSSL 3.0 but present in every 1.1 and 3.x; see
+// hmac_sha256. libcrypto is loaded at run time (sha256_api); its header, where the build has it, only checks
+// the ABI below.
 #define OPENSSL_SUPPRESS_DEPRECATED
-#include <fcntl.h>
+#if __has_include(<openssl/sha.h>)
 #include <openssl/sha.h>
+#define DDPRUN_HAVE_OPENSSL_HEADER 1
+#endif
+#include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +18,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
+#include "dynlib.hpp"
 #include "store/error.hpp"
+
+// OpenSSL's SHA256_CTX, handled only through a pointer into CtxStorage below.
+struct SHA256state_st;
 
 namespace ddprun::store::auth {
 namespace {
@@ -34,6 +44,39 @@ std::string trim(const std::string& s) {
   if (b == std::string::npos) return {};
   const auto e = s.find_last_not_of(ws);
   return s.substr(b, e - b + 1);
+}
+
+// SHA-256 from the system's libcrypto (OpenSSL 3.x or 1.1), loaded on first use.
+struct Sha256Api {
+  dynlib::Loaded lib;
+  int (*init)(SHA256state_st*) = nullptr;
+  int (*update)(SHA256state_st*, const void*, std::size_t) = nullptr;
+  int (*final)(unsigned char*, SHA256state_st*) = nullptr;
+};
+
+// Room for a SHA256_CTX: 112 bytes in OpenSSL 1.1 and every 3.x.
+struct alignas(16) CtxStorage {
+  unsigned char bytes[256];
+};
+
+#ifdef DDPRUN_HAVE_OPENSSL_HEADER
+static_assert(sizeof(SHA256_CTX) <= sizeof(CtxStorage) && alignof(SHA256_CTX) <= alignof(CtxStorage));
+static_assert(std::is_same_v<decltype(&SHA256_Init), decltype(Sha256Api::init)> &&
+              std::is_same_v<decltype(&SHA256_Update), decltype(Sha256Api::update)> &&
+              std::is_same_v<decltype(&SHA256_Final), decltype(Sha256Api::final)>);
+#endif
+
+const Sha256Api& sha256_api() {
+  static const Sha256Api api = [] {
+    Sha256Api a;
+    a.lib = dynlib::open(
+        dynlib::candidates(std::getenv("DDPRUN_LIBCRYPTO"), {"libcrypto.so.3", "libcrypto.so.1.1"}));
+    dynlib::bind(a.lib, "SHA256_Init", a.init);
+    dynlib::bind(a.lib, "SHA256_Update", a.update);
+    dynlib::bind(a.lib, "SHA256_Final", a.final);
+    return a;
+  }();
+  return api;
 }
 
 void put_field(std::string& out, std::string_view s) {
@@ -72,32 +115,50 @@ Policy parse_policy(std::string_view text) {
   usage(fmt::format("--rdzv-auth: '{}' is not one of auto|munge|token|none", text));
 }
 
-Mode choose_mode(Policy policy, bool munge_ok, bool have_token) {
+Library crypto_library() {
+  const auto& api = sha256_api();
+  if (!api.lib.name.empty()) return {api.lib.name, true, {}};
+  const char* env = std::getenv("DDPRUN_LIBCRYPTO");
+  const std::string name =
+      env != nullptr && *env != '\0' ? std::string(env) : std::string("libcrypto.so.3 or libcrypto.so.1.1");
+  return {name, false,
+          fmt::format(
+              "token authentication needs {} (OpenSSL) for HMAC-SHA256, which could not be loaded ({}); "
+              "install OpenSSL's library (RHEL: openssl-libs, SLES: libopenssl3, Debian/Ubuntu: libssl3), "
+              "set DDPRUN_LIBCRYPTO to its path, or use --rdzv-auth munge",
+              name, api.lib.error)};
+}
+
+Mode choose_mode(Policy policy, const Means& m) {
+  const auto no_hmac = [&] {
+    usage(fmt::format("--rdzv-auth {}: {}", policy == Policy::token ? "token" : "auto", m.no_hmac));
+  };
   switch (policy) {
     case Policy::none:
       return Mode::none;
     case Policy::munge:
-      if (!munge_built()) {
-        usage(
-            "--rdzv-auth munge: this ddprun was built without MUNGE (libmunge-dev); use "
-            "--rdzv-auth token with DDPRUN_TOKEN or --rdzv-token-file");
-      }
-      if (!munge_ok) {
+      if (!m.no_munge.empty()) usage(fmt::format("--rdzv-auth munge: {}", m.no_munge));
+      if (!m.munge_usable) {
         usage(
             "--rdzv-auth munge: munged is not reachable on this node; start munged, set "
             "DDPRUN_MUNGE_SOCKET, or use --rdzv-auth token");
       }
       return Mode::munge;
     case Policy::token:
-      if (!have_token) {
+      if (!m.have_token) {
         usage(
             "--rdzv-auth token: no token given; set DDPRUN_TOKEN or DDPRUN_TOKEN_FILE, or pass "
             "--rdzv-token-file PATH");
       }
+      if (!m.no_hmac.empty()) no_hmac();
       return Mode::token;
     case Policy::automatic:
-      if (munge_ok) return Mode::munge;
-      if (have_token) return Mode::token;
+      if (m.munge_usable) return Mode::munge;
+      if (m.have_token) {
+        // A token given is a token meant: never fall back to an open store for want of a library.
+        if (!m.no_hmac.empty()) no_hmac();
+        return Mode::token;
+      }
       return Mode::none;
   }
   return Mode::none;
@@ -154,9 +215,13 @@ Config resolve(Policy policy, const std::optional<std::string>& token,
   } else if (token_file && !token_file->empty() && policy != Policy::none) {
     cfg.token = read_token_file(*token_file);
   }
+  Means means;
   const bool may_munge = policy == Policy::automatic || policy == Policy::munge;
-  const bool munge_ok = may_munge && munge_usable(munge_socket);
-  cfg.mode = choose_mode(policy, munge_ok, !cfg.token.empty());
+  means.munge_usable = may_munge && munge_usable(munge_socket);
+  means.have_token = !cfg.token.empty();
+  if (policy == Policy::munge) means.no_munge = munge_library().error;
+  if (means.have_token) means.no_hmac = crypto_library().error;
+  cfg.mode = choose_mode(policy, means);
   if (cfg.mode != Mode::token) cfg.token.clear();
   return cfg;
 }
@@ -178,13 +243,17 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
 // of resident memory in every agent for a few hashes.
 std::string hmac_sha256(std::string_view key, std::string_view data) {
   constexpr std::size_t kBlock = 64;  // SHA-256's block size
-  const auto sha256 = [](std::string_view a, std::string_view b = {}) {
-    SHA256_CTX ctx;
-    std::string d(SHA256_DIGEST_LENGTH, '\0');
-    if (SHA256_Init(&ctx) != 1 || SHA256_Update(&ctx, a.data(), a.size()) != 1 ||
-        SHA256_Update(&ctx, b.data(), b.size()) != 1 ||
-        SHA256_Final(reinterpret_cast<unsigned char*>(d.data()), &ctx) != 1) {
-      throw Error(Error::Kind::io, "SHA-256 failed (OpenSSL)", "auth");
+  constexpr std::size_t kDigest = 32;
+  const Sha256Api& api = sha256_api();
+  if (api.lib.name.empty()) usage(crypto_library().error);
+  const auto sha256 = [&api](std::string_view a, std::string_view b = {}) {
+    CtxStorage storage{};
+    auto* ctx = reinterpret_cast<SHA256state_st*>(&storage);
+    std::string d(kDigest, '\0');
+    if (api.init(ctx) != 1 || api.update(ctx, a.data(), a.size()) != 1 ||
+        api.update(ctx, b.data(), b.size()) != 1 ||
+        api.final(reinterpret_cast<unsigned char*>(d.data()), ctx) != 1) {
+      throw Error(Error::Kind::io, fmt::format("SHA-256 failed ({})", api.lib.name), "auth");
     }
     return d;
   };

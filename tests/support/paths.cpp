@@ -1,8 +1,13 @@
 #include "support/paths.hpp"
 
+#include <cstdlib>
+
 namespace ddprun_test {
+// DDPRUN_TEST_EXE, when set, names another ddprun to test: scripts/portable-check.sh runs the loopback suite
+// with the portable binary installed from the wheel.
 std::string ddprun_exe() {
-  return DDPRUN_EXE;
+  const char* other = std::getenv("DDPRUN_TEST_EXE");
+  return other != nullptr && *other != '\0' ? other : DDPRUN_EXE;
 }
 std::string source_dir() {
   return DDPRUN_SOURCE_DIR;

@@ -5,7 +5,7 @@
 #include <string>
 
 namespace ddprun_test {
-std::string ddprun_exe();   // the ddprun binary of this build
+std::string ddprun_exe();   // the ddprun binary of this build, or DDPRUN_TEST_EXE when set
 std::string source_dir();   // the source tree
 std::string binary_dir();   // the build tree
 std::string fake_worker();  // tests/helpers/fake_worker of this build

@@ -49,6 +49,4 @@ std::string variable_by_rule(const std::string& long_name);
 // reads ("" for none).
 std::vector<std::pair<std::string, std::string>> option_variables();
 
-std::string version_string();
-
 }  // namespace ddprun::launcher

@@ -26,9 +26,30 @@ enum class Policy { automatic, munge, token, none };
 // Throws store::Error(usage) naming the option on anything but auto|munge|token|none.
 Policy parse_policy(std::string_view text);
 
+// What this node offers, for choose_mode.
+struct Means {
+  bool munge_usable = false;  // munged answered (libmunge loaded)
+  bool have_token = false;    // a token was given
+  std::string no_munge;       // why MUNGE cannot be used at all (munge_library().error), else ""
+  std::string no_hmac;        // why token mode cannot be used (crypto_library().error), else ""
+};
+
 // Pure decision: which mode a policy resolves to on this node. Throws store::Error(usage) when the
-// policy demands a mechanism that is not available.
-Mode choose_mode(Policy policy, bool munge_usable, bool have_token);
+// policy demands a mechanism that is not available; auto with a token but no HMAC is such a demand (a
+// token given is never dropped for an open store).
+Mode choose_mode(Policy policy, const Means& means);
+
+// An optional library authentication loads at run time (dlopen) on first use, so that ddprun runs where it
+// is missing and only what needs it fails: libcrypto for token mode's HMAC-SHA256 (libcrypto.so.3, else
+// libcrypto.so.1.1), libmunge.so.2 for MUNGE. DDPRUN_LIBCRYPTO / DDPRUN_LIBMUNGE, when set, name the one
+// file or soname to load instead.
+struct Library {
+  std::string name;  // what was loaded; when nothing was, what would have been
+  bool found = false;
+  std::string error;  // when not found: a one-line message naming the library and what to do
+};
+Library crypto_library();
+Library munge_library();
 
 // What a client or server needs to authenticate. Keep `token` out of logs.
 struct Config {
@@ -52,7 +73,8 @@ std::string read_token_file(const std::string& path);
 // Inputs of different lengths are unequal (the length itself is not secret: always 32 bytes).
 bool constant_time_equal(std::string_view a, std::string_view b);
 
-// HMAC-SHA256(key, data), raw 32 bytes.
+// HMAC-SHA256(key, data), raw 32 bytes. Throws store::Error(usage) with crypto_library()'s message when
+// libcrypto is missing.
 std::string hmac_sha256(std::string_view key, std::string_view data);
 
 // Token mode: credential = 16-byte nonce || HMAC over the run id, label and nonce.
@@ -63,8 +85,8 @@ std::string random_nonce();  // 16 bytes from the kernel CSPRNG (getrandom)
 // an environment variable).
 std::string random_token();
 
-// MUNGE support was compiled in (libmunge-dev at build time). Without it munge_usable is false
-// and the other two fail with a message that says so.
+// MUNGE support was compiled in (not DDPRUN_WITH_MUNGE=OFF). Without it, or without libmunge.so.2,
+// munge_usable is false and the other two fail with munge_library()'s message.
 bool munge_built();
 // Decodes `credential` and checks its uid (ours) and payload (the run id): an error line, or
 // nullopt when it is valid. Replays are the Verifier's business.

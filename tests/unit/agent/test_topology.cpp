@@ -16,6 +16,7 @@
 #include "agent/error.hpp"
 #include "agent/spawn.hpp"
 #include "agent/topology.hpp"
+#include "hwloc_lib.hpp"
 
 using namespace ddprun;
 using core::CpuBind;
@@ -217,8 +218,9 @@ void keep_hwloc_plugins_loaded() {
     std::stringstream list(env);
     for (std::string d; std::getline(list, d, ':');) dirs.push_back(d);
   }
-  Dl_info lib{};  // hwloc's own plugin directory: <libdir>/hwloc beside libhwloc.so
-  if (::dladdr(reinterpret_cast<void*>(&hwloc_topology_init), &lib) != 0 && lib.dli_fname != nullptr)
+  Dl_info lib{};  // hwloc's own plugin directory: <libdir>/hwloc beside the libhwloc.so loaded at run time
+  const auto init = agent::hwloc::api().topology_init;
+  if (::dladdr(reinterpret_cast<void*>(init), &lib) != 0 && lib.dli_fname != nullptr)
     dirs.push_back((std::filesystem::path(lib.dli_fname).parent_path() / "hwloc").string());
   for (const auto& dir : dirs) {
     std::error_code ec;
@@ -247,6 +249,15 @@ TEST_CASE("the live machine: every core is in the topology, the affinity is ours
     for (int cpu : mine) CHECK(all_of(t).count(cpu) == 1);
     if (!gpus) CHECK(t.gpu_numa.empty());
   }
+}
+
+TEST_CASE("hwloc is loaded at run time, and named: libhwloc.so.15 on this machine", "[cpubind][hwloc]") {
+  // scripts/setup.sh installs it; the binary does not link it (docs/install.md, "Optional libraries").
+  const auto lib = agent::hwloc_library();
+  INFO(lib.error);
+  CHECK(lib.found);
+  CHECK(lib.name == "libhwloc.so.15");
+  CHECK(lib.error.empty());
 }
 
 TEST_CASE("a CPU set the kernel refuses is a start error naming the CPUs", "[cpubind][spawn]") {

@@ -166,13 +166,58 @@ TEST_CASE("auth: policy parsing and mode choice", "[auth]") {
   CHECK(auth::parse_policy("auto") == Policy::automatic);
   CHECK(auth::parse_policy("none") == Policy::none);
   CHECK_THROWS_WITH(auth::parse_policy("yes"), Catch::Contains("auto|munge|token|none"));
-  CHECK(auth::choose_mode(Policy::automatic, true, true) == Mode::munge);
-  CHECK(auth::choose_mode(Policy::automatic, false, true) == Mode::token);
-  CHECK(auth::choose_mode(Policy::automatic, false, false) == Mode::none);
-  CHECK(auth::choose_mode(Policy::token, true, true) == Mode::token);
-  CHECK(auth::choose_mode(Policy::none, true, true) == Mode::none);
-  CHECK_THROWS_WITH(auth::choose_mode(Policy::token, true, false), Catch::Contains("DDPRUN_TOKEN"));
-  CHECK_THROWS_WITH(auth::choose_mode(Policy::munge, false, true), Catch::Contains("munged"));
+  const auto means = [](bool munge, bool token) {
+    auth::Means m;
+    m.munge_usable = munge;
+    m.have_token = token;
+    return m;
+  };
+  CHECK(auth::choose_mode(Policy::automatic, means(true, true)) == Mode::munge);
+  CHECK(auth::choose_mode(Policy::automatic, means(false, true)) == Mode::token);
+  CHECK(auth::choose_mode(Policy::automatic, means(false, false)) == Mode::none);
+  CHECK(auth::choose_mode(Policy::token, means(true, true)) == Mode::token);
+  CHECK(auth::choose_mode(Policy::none, means(true, true)) == Mode::none);
+  CHECK_THROWS_WITH(auth::choose_mode(Policy::token, means(true, false)), Catch::Contains("DDPRUN_TOKEN"));
+  CHECK_THROWS_WITH(auth::choose_mode(Policy::munge, means(false, true)), Catch::Contains("munged"));
+}
+
+TEST_CASE("auth: a missing libmunge or libcrypto fails only what needs it, naming it", "[auth]") {
+  using auth::Mode;
+  using auth::Policy;
+  auth::Means m;
+  m.no_munge = "MUNGE authentication needs libmunge.so.2, which could not be loaded (x)";
+  m.no_hmac = "token authentication needs libcrypto.so.3 or libcrypto.so.1.1 (OpenSSL) for HMAC-SHA256 (x)";
+  // Nothing that needs them: unchanged.
+  CHECK(auth::choose_mode(Policy::none, m) == Mode::none);
+  CHECK(auth::choose_mode(Policy::automatic, m) == Mode::none);
+  // What needs them: one line naming the library, after the option.
+  CHECK_THROWS_WITH(auth::choose_mode(Policy::munge, m),
+                    Catch::StartsWith("--rdzv-auth munge: MUNGE") && Catch::Contains("libmunge.so.2"));
+  m.have_token = true;
+  CHECK_THROWS_WITH(auth::choose_mode(Policy::token, m),
+                    Catch::StartsWith("--rdzv-auth token: token") && Catch::Contains("libcrypto.so.3"));
+  // auto with a token given never drops it for an open store.
+  CHECK_THROWS_WITH(auth::choose_mode(Policy::automatic, m),
+                    Catch::StartsWith("--rdzv-auth auto: token") && Catch::Contains("libcrypto.so.3"));
+  // MUNGE answering still wins under auto; no token needs no HMAC.
+  m.munge_usable = true;
+  CHECK(auth::choose_mode(Policy::automatic, m) == Mode::munge);
+  m.munge_usable = false;
+  m.have_token = false;
+  CHECK_THROWS_WITH(auth::choose_mode(Policy::token, m), Catch::Contains("no token given"));
+}
+
+TEST_CASE("auth: this machine's libcrypto and libmunge are found and named", "[auth]") {
+  // The build machine has both (scripts/setup.sh: libssl3, libmunge2): loaded at run time, not linked.
+  const auto crypto = auth::crypto_library();
+  INFO(crypto.error);
+  CHECK(crypto.found);
+  CHECK_THAT(crypto.name, Catch::StartsWith("libcrypto.so."));
+  CHECK(crypto.error.empty());
+  const auto munge = auth::munge_library();
+  INFO(munge.error);
+  CHECK(munge.found == auth::munge_built());
+  if (auth::munge_built()) CHECK(munge.name == "libmunge.so.2");
 }
 
 TEST_CASE("auth: token verifier accepts the right token once and nothing else", "[auth]") {
