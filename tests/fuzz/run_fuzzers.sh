@@ -32,7 +32,7 @@ sources_of() {
     hostlist) echo "core/src/hostlist.cpp" ;;
     codec) echo "store/src/codec.cpp" ;;
     failure) echo "core/src/failure.cpp core/src/utf8.cpp" ;;
-    plan) echo "core/src/plan.cpp core/src/plan_table.cpp core/src/checks.cpp core/src/plan_codec.cpp core/src/hostlist.cpp core/src/worker_store.cpp" ;;
+    plan) echo "core/src/plan.cpp core/src/plan_table.cpp core/src/checks.cpp core/src/plan_codec.cpp core/src/hostlist.cpp core/src/worker_store.cpp core/src/derived_port.cpp" ;;
     c10d) echo "store/src/c10d_codec.cpp" ;;
     *) echo "unknown fuzz target '$1' (known: hostlist codec failure plan c10d)" >&2; exit 2 ;;
   esac
