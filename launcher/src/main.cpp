@@ -24,6 +24,7 @@
 #include "launcher/observe/stacks.hpp"
 #include "launcher/observe/top.hpp"
 #include "launcher/self_launch.hpp"
+#include "launcher/start_error.hpp"
 #include "launcher/system.hpp"
 
 namespace {
