@@ -50,8 +50,10 @@ RunResult Supervisor::run() {
     for (auto& p : procs_) p->watch(*this);
     arm_signal();
     running_ = true;
-    status_.serve_stacks(stacks_files_, workers_path_);
-    status_.start([this] { return status_snapshot(); }, [this] { return hang_.heartbeat_files(); });
+    if (coord_.observed()) {  // else nobody could read a record or ask for stacks
+      status_.serve_stacks(stacks_files_, workers_path_);
+      status_.start([this] { return status_snapshot(); }, [this] { return hang_.heartbeat_files(); });
+    }
     io_.run();
     running_ = false;
     // The final states go out before the exit barrier holds the store connection; `ddprun stacks` is

@@ -52,6 +52,7 @@ class StoreCoordinator final : public agent::Coordinator {
     return {std::move(end.root), end.from_store};
   }
   bool publish_result(const std::string& record) override { return rz_.publish_result(record); }
+  bool observed() const override { return true; }
   bool publish_status(int node_rank, const std::string& record) override {
     return rz_.try_write(core::status_key(node_rank), record, {.keep = true});
   }

@@ -72,6 +72,10 @@ class Coordinator {
     (void)record;
     return false;
   }
+  // Whether anyone can read the status records and send stacks requests (`ddprun top`, `ddprun stacks`,
+  // --metrics-port): false for a job without a store (standalone, per-task mode), whose run then starts
+  // neither the status thread nor the stacks responder.
+  virtual bool observed() const { return false; }
   // `ddprun top` (docs/observe.md): overwrites node `node_rank`'s status record where the job's
   // store keeps it. Called about once a second from the status thread (status_publisher.hpp), beside
   // every other call; must never wait on the other nodes. False: not published this time.
