@@ -81,10 +81,10 @@ void Rendezvous::Impl::start_server(std::uint16_t port) {
     so.on_lost = [this](const std::string& label, const std::string& reason) {
       monitor_.on_lost(label, reason);
     };
-    server_ = std::make_unique<StoreServer>(std::move(so));
+    server_ = std::make_shared<StoreServer>(std::move(so));
     // The status and metrics threads look at it there (try_write, local_status): a node 0's failover
     // starts it while they run.
-    status_.serve(server_.get());
+    status_.serve(server_);
     port_ = server_->port();
   }
 }
@@ -116,6 +116,7 @@ Rendezvous::Impl::~Impl() {
   if (server_) {
     if (round_.joined && !gate_.passed) drain(opts_.heartbeat_timeout);
     server_->stop();
+    status_.serve(nullptr);  // gone with server_, before the monitor it reports to
   }
 }
 

@@ -145,7 +145,7 @@ class Rendezvous::Impl {
   Watch watch_{status_, gate_};
   LostMonitor monitor_;  // node 0
   std::uint16_t port_ = 0;
-  std::unique_ptr<StoreServer> server_;  // the store this agent serves (status_ has a view of it)
+  std::shared_ptr<StoreServer> server_;  // the store this agent serves (shared with status_)
   // The main connection; stays open. Replaced by the main thread, or by abort() under gate_'s lock.
   std::shared_ptr<TcpStore> client_;
   std::optional<core::Failure> start_failure_;

@@ -61,7 +61,7 @@ bool Rendezvous::Impl::publish_result(const std::string& record) {
 bool Rendezvous::Impl::try_write(const std::string& key, const std::string& value,
                                  Rendezvous::WriteOptions how) {
   if (how.keep) status_.keep(key, value);
-  StoreServer* server = status_.server();  // once started, it lives as long as this Rendezvous
+  const std::shared_ptr<StoreServer> server = status_.server();  // kept while in use (follow may stop it)
   try {
     if (server) {
       ServerStore(*server).set(key, value);
@@ -92,7 +92,7 @@ bool Rendezvous::Impl::try_write(const std::string& key, const std::string& valu
 }
 
 std::optional<std::string> Rendezvous::Impl::local_status(const std::string& key) {
-  if (StoreServer* server = status_.server()) {
+  if (const std::shared_ptr<StoreServer> server = status_.server()) {
     try {
       ServerStore s(*server);
       if (!s.check({key})) return std::nullopt;

@@ -5,12 +5,12 @@
 
 namespace ddprun::rdzv {
 
-void StatusBoard::serve(StoreServer* server) {
+void StatusBoard::serve(std::shared_ptr<StoreServer> server) {
   std::lock_guard lk(mu_);
-  server_ = server;
+  server_ = std::move(server);
 }
 
-StoreServer* StatusBoard::server() const {
+std::shared_ptr<StoreServer> StatusBoard::server() const {
   std::lock_guard lk(mu_);
   return server_;
 }

@@ -2,6 +2,7 @@
 // The observability side of a Rendezvous (docs/observe.md): what the status, stacks and metrics threads
 // read beside the main thread's calls. One lock for all of it; each call holds it only to copy in or out.
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -13,9 +14,10 @@ namespace ddprun::rdzv {
 class StatusBoard {
  public:
   // The store this agent serves (node 0, a failover's survivor), or nullptr: set by the main thread as it
-  // starts or stops serving, read by try_write and local_status.
-  void serve(StoreServer* server);
-  StoreServer* server() const;
+  // starts or stops serving (follow), read by try_write and local_status. Shared: a call in flight keeps
+  // the one it read (stopped, it answers with an error) until it returns.
+  void serve(std::shared_ptr<StoreServer> server);
+  std::shared_ptr<StoreServer> server() const;
   // This agent's last record under `key` (try_write with WriteOptions::keep), for local_status.
   void keep(const std::string& key, const std::string& value);
   std::optional<std::string> kept(const std::string& key) const;
@@ -27,7 +29,7 @@ class StatusBoard {
 
  private:
   mutable std::mutex mu_;
-  StoreServer* server_ = nullptr;                 // owned by Rendezvous::Impl
+  std::shared_ptr<StoreServer> server_;
   std::map<std::string, std::string> published_;  // by key
   std::optional<std::string> stacks_request_;
 };

@@ -218,7 +218,7 @@ bool Rendezvous::Impl::follow(const std::string& addr_in, std::uint16_t port_in)
   if (server_) {
     ++round_.failovers;  // it follows the store its successor serves on the next port
     round_.past_stores.emplace_back(opts_.host, port_);
-    status_.serve(nullptr);
+    status_.serve(nullptr);  // a status call in flight keeps it until it returns, with an error
     server_->stop();
     server_.reset();
   }
