@@ -328,7 +328,7 @@ void Rendezvous::Impl::run_node0_round(const PlanFn& make_plan) {
   job_store().set(keys::kCurrentAttempt, std::to_string(opts_.attempt));
   s.set(keys::kPlan, encode_plan_record(record));
   monitor_.forget_dropped();
-  round_.plan_published = Clock::now();  // from here on every participant's watch is due (liveness.cpp)
+  round_.plan_published = Clock::now();  // from here on every participant's watch is due (lost_monitor.cpp)
 }
 
 // The node ranks that arrived, from the arrival records: standbys' ranks lie beyond MAX, and

@@ -1,5 +1,6 @@
 // The Rendezvous object: its connections, node 0's store, abort, restarts. The join round
-// is in join.cpp, the watch and the lost-agent monitor in liveness.cpp, the barrier in barrier.cpp.
+// is in join.cpp, the watch in watch.cpp and the lost-agent monitor in lost_monitor.cpp (liveness.cpp starts
+// them), the barrier in barrier.cpp.
 #include "rendezvous_impl.hpp"
 
 #include <unistd.h>

@@ -13,7 +13,7 @@ constexpr Millis kPoll{500};  // how often the wait looks at `stop` and at a los
 std::optional<core::Failure> Rendezvous::Impl::standby(const std::function<bool()>& stop) {
   PrefixStore s = store();
   // A standby has nothing to finish: it is at the exit barrier from the start, and leaving is no
-  // failure (a lost standby is only dropped from the next round, liveness.cpp).
+  // failure (a lost standby is only dropped from the next round, lost_monitor.cpp).
   arrive_at_barrier(s, "exit", static_cast<int>(round_.members.size()));
   for (;;) {
     if (auto cause = watch_.pending()) return cause;  // the abort pushed to the watch, or a lost node 0
