@@ -1,4 +1,6 @@
 // The barrier over the nodes of the plan: bounded, or the exit barrier, which waits for the job's outcome.
+#include <utility>
+
 #include <fmt/core.h>
 
 #include "deadline.hpp"
@@ -28,7 +30,7 @@ void Rendezvous::Impl::arrive_at_barrier(PrefixStore& s, const std::string& name
 // The ack only lets it stop sooner: a node 0 that stopped first (its bounded wait for the acks ended) is
 // no failure of this node.
 void Rendezvous::Impl::ack_barrier(PrefixStore& s, const std::string& name) {
-  watching_ = false;
+  watch_.stop_watching();
   try {
     s.set(keys::barrier_ack(name, opts_.node_rank), "1");
   } catch (const store::Error&) {
@@ -37,7 +39,7 @@ void Rendezvous::Impl::ack_barrier(PrefixStore& s, const std::string& name) {
 
 Rendezvous::Impl::BarrierEnd Rendezvous::Impl::wait_barrier(const std::string& name,
                                                             Clock::time_point deadline, std::string& error) {
-  const int n = joined_ ? static_cast<int>(members_.size()) : opts_.nnodes_max;
+  const int n = round_.joined ? static_cast<int>(round_.members.size()) : opts_.nnodes_max;
   BarrierEnd end = BarrierEnd::failed;
   try {
     ensure_connected();
@@ -46,33 +48,22 @@ Rendezvous::Impl::BarrierEnd Rendezvous::Impl::wait_barrier(const std::string& n
     std::optional<std::size_t> got;
     {
       // From here the wait holds the connection: an abort() of another thread goes around it.
-      std::lock_guard lk(barrier_mu_);
-      barrier_waiting_ = true;
-    }
-    try {
+      const BarrierGate::Wait waiting(gate_);
       // A node 0 the watch declared lost before this wait began would never answer it (the watch
       // closes the connection only under a waiting barrier).
-      if (node0_lost_)
+      if (watch_.node0_lost())
         throw store::Error(store::Error::Kind::io, "the rendezvous store is lost", "barrier", endpoint());
       got = s.wait_any({keys::barrier_done(name), keys::kAbort}, left_until(deadline));
-    } catch (const store::Error&) {
-      std::lock_guard lk(barrier_mu_);
-      barrier_waiting_ = false;
-      throw;
-    }
-    {
-      std::lock_guard lk(barrier_mu_);
-      barrier_waiting_ = false;
     }
     end = !got ? BarrierEnd::timed_out : *got == 0 ? BarrierEnd::passed : BarrierEnd::aborted;
     if (end == BarrierEnd::passed && !server_) {
       ack_barrier(s, name);
     } else if (end == BarrierEnd::passed) {
-      watching_ = false;  // the others leaving now is expected
+      watch_.stop_watching();  // the others leaving now is expected
       // Keep serving until every other node has seen the barrier pass (bounded). Every node arrived,
       // so the barrier has passed even when some acks do not come in time.
       std::vector<std::string> acks;
-      for (const auto& p : members_) {
+      for (const auto& p : round_.members) {
         if (p.orig_rank != opts_.node_rank) acks.push_back(keys::barrier_ack(name, p.orig_rank));
       }
       try {
@@ -85,7 +76,7 @@ Rendezvous::Impl::BarrierEnd Rendezvous::Impl::wait_barrier(const std::string& n
     end = BarrierEnd::failed;
   }
   if (end == BarrierEnd::passed) {
-    barrier_passed_ = true;
+    gate_.passed = true;
     stop_watch();
   }
   return end;
@@ -107,10 +98,8 @@ ExitBarrierEnd Rendezvous::Impl::exit_barrier() {
       error = e.what();
     }
   }
-  {
-    std::lock_guard lk(cb_mu_);
-    if (lost_node0_) return {*lost_node0_, false};  // the watch's reason: no answer, or the connection gone
-  }
+  // The watch's reason: no answer, or the connection gone.
+  if (auto lost = watch_.lost_node0()) return {std::move(*lost), false};
   if (end == BarrierEnd::timed_out) error = "the exit barrier did not pass";
   if (server_) {
     core::Failure info;
@@ -121,15 +110,15 @@ ExitBarrierEnd Rendezvous::Impl::exit_barrier() {
     info.time = core::failure_now();
     return {info, false};
   }
-  return {lost_node0_failure(error), false};
+  return {watch_.lost_node0_failure(endpoint(), opts_.host, error), false};
 }
 
 // This node could not publish its root cause beside its waiting exit barrier: the other nodes cannot
 // end that wait for it, so it ends here (its connection closed, the barrier returns node 0
 // as lost), and the node goes on with its own failure.
 void Rendezvous::Impl::end_barrier_wait() {
-  std::lock_guard lk(barrier_mu_);
-  if (barrier_waiting_ && client_) client_->close();
+  const auto held = gate_.hold();
+  if (gate_.waiting() && client_) client_->close();
 }
 
 // The root cause, published beside a waiting barrier's connection: in-process on node 0, on a short

@@ -46,10 +46,7 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
   const auto start = Clock::now();
   JoinInfo me = me_in;
   me.node_rank = opts_.node_rank;
-  {
-    std::lock_guard lk(cb_mu_);
-    self_host_ = me.hostname;
-  }
+  watch_.set_self_host(me.hostname);
   ensure_connected();
   // An elastic job may be past its first round: this agent joins the attempt it runs, if it runs still.
   if (!server_ && opts_.elastic) {
@@ -82,10 +79,7 @@ Joined Rendezvous::Impl::join(const JoinInfo& me_in, const PlanFn& make_plan) {
       continue;
     }
     Joined joined = read_plan(std::move(rec));
-    {
-      std::lock_guard lk(cb_mu_);
-      node0_host_ = host_of(0);
-    }
+    watch_.set_node0_host(round_.host_of(0, opts_.expected_hosts));
     if (server_) start_monitor();
     return joined;
   }
@@ -164,10 +158,8 @@ Rendezvous::Impl::PlanWait Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock
     const Millis slice = progress ? std::min(left, opts_.progress_interval) : left;
     got = client_->wait_any(watched, slice);
     if (got || (!waiting && (slice >= left || Clock::now() >= deadline))) break;
-    if (waiting && node0_lost_) {
-      std::lock_guard lk(cb_mu_);
-      throw store::Error(store::Error::Kind::io,
-                         lost_node0_ ? lost_node0_->reason : "lost the rendezvous store", "join", endpoint());
+    if (const auto lost = waiting ? watch_.lost_node0() : std::nullopt) {
+      throw store::Error(store::Error::Kind::io, lost->reason, "join", endpoint());
     }
     if (!progress) continue;
     opts_.on_progress(
@@ -187,7 +179,7 @@ Rendezvous::Impl::PlanWait Rendezvous::Impl::wait_for_plan(PrefixStore& s, Clock
       f.reason = msg.value_or("");
       start_failure_ = f;
       if (opts_.on_start_failure) opts_.on_start_failure();
-      await_reads(s, static_cast<int>(previous_.size()), true);
+      await_reads(s, static_cast<int>(round_.previous.size()), true);
     }
     throw Error(msg.value_or("the rendezvous round failed on node 0"), "join", endpoint());
   }
@@ -308,10 +300,10 @@ void Rendezvous::Impl::run_node0_round(const PlanFn& make_plan) {
   // The first MAX in node order run workers; the rest are standbys (elastic only: otherwise no rank
   // beyond MAX can join). --rank-order topology reorders them.
   std::vector<JoinInfo> joined = arrange_round(read_join_records(s, in), opts_.nnodes_max, opts_.rank_order,
-                                               opts_.node_rank, previous_, topology_addrs_);
-  topology_addrs_.clear();
+                                               opts_.node_rank, round_.previous, round_.topology_addrs);
+  round_.topology_addrs.clear();
   for (const auto& j : joined) {
-    if (!j.topology.empty()) topology_addrs_.emplace(j.node_rank, j.topology);
+    if (!j.topology.empty()) round_.topology_addrs.emplace(j.node_rank, j.topology);
   }
   std::string plan;
   try {
@@ -335,11 +327,8 @@ void Rendezvous::Impl::run_node0_round(const PlanFn& make_plan) {
   // Before the plan: an agent that reads the plan without itself in it finds the next round's number.
   job_store().set(keys::kCurrentAttempt, std::to_string(opts_.attempt));
   s.set(keys::kPlan, encode_plan_record(record));
-  {
-    std::lock_guard lk(lost_mu_);
-    dropped_.clear();
-  }
-  plan_published_ = Clock::now();  // from here on every participant's watch is due (liveness.cpp)
+  monitor_.forget_dropped();
+  round_.plan_published = Clock::now();  // from here on every participant's watch is due (lost_monitor.cpp)
 }
 
 // The node ranks that arrived, from the arrival records: standbys' ranks lie beyond MAX, and
@@ -372,7 +361,7 @@ bool Rendezvous::Impl::start_errors_end_round() const {
 
 // A round after a restart of an elastic job (one with restarts: MIN < MAX, standbys, or late standbys).
 bool Rendezvous::Impl::elastic_round() const {
-  return !previous_.empty() && opts_.elastic;
+  return !round_.previous.empty() && opts_.elastic;
 }
 
 // ---- every agent: the published plan
@@ -397,18 +386,18 @@ Joined Rendezvous::Impl::read_plan(PlanRecord rec) {
                 "join", endpoint());
   }
   Joined out;
-  members_.assign(rec.node_ranks.size(), {});
-  out.members.reserve(members_.size());
-  for (std::size_t i = 0; i < members_.size(); ++i) {
-    members_[i] = {rec.node_ranks[i], std::move(rec.hosts[i]), i >= rec.active};
-    out.members.push_back(members_[i]);
+  round_.members.assign(rec.node_ranks.size(), {});
+  out.members.reserve(round_.members.size());
+  for (std::size_t i = 0; i < round_.members.size(); ++i) {
+    round_.members[i] = {rec.node_ranks[i], std::move(rec.hosts[i]), i >= rec.active};
+    out.members.push_back(round_.members[i]);
   }
   out.plan = std::move(rec.plan);
-  plan_node_rank_ = static_cast<int>(mine - rec.node_ranks.begin());
-  out.node_rank = plan_node_rank_;
-  out.nnodes = static_cast<int>(members_.size());
+  round_.plan_node_rank = static_cast<int>(mine - rec.node_ranks.begin());
+  out.node_rank = round_.plan_node_rank;
+  out.nnodes = static_cast<int>(round_.members.size());
   out.attempt = opts_.attempt;
-  joined_ = true;
+  round_.joined = true;
   return out;
 }
 

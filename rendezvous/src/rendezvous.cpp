@@ -1,5 +1,6 @@
 // The Rendezvous object: its connections, node 0's store, abort, restarts. The join round
-// is in join.cpp, the watch and the lost-agent monitor in liveness.cpp, the barrier in barrier.cpp.
+// is in join.cpp, the watch in watch.cpp and the lost-agent monitor in lost_monitor.cpp (liveness.cpp starts
+// them), the barrier in barrier.cpp.
 #include "rendezvous_impl.hpp"
 
 #include <unistd.h>
@@ -77,25 +78,27 @@ void Rendezvous::Impl::start_server(std::uint16_t port) {
     so.run_id = opts_.run_id;
     so.auth = opts_.auth;
     so.log = opts_.log;
-    so.on_lost = [this](const std::string& label, const std::string& reason) { on_lost(label, reason); };
-    auto server = std::make_unique<StoreServer>(std::move(so));
-    // The status and metrics threads look at server_ (try_write, local_status): a node 0's
-    // failover starts it while they run.
-    std::lock_guard lk(status_mu_);
-    server_ = std::move(server);
+    // The store's thread: queued for the monitor's.
+    so.on_lost = [this](const std::string& label, const std::string& reason) {
+      monitor_.on_lost(label, reason);
+    };
+    server_ = std::make_shared<StoreServer>(std::move(so));
+    // The status and metrics threads look at it there (try_write, local_status): a node 0's failover
+    // starts it while they run.
+    status_.serve(server_);
     port_ = server_->port();
   }
 }
 
 void Rendezvous::Impl::fail_over(int host_rank, const std::string& addr, std::uint16_t port) {
-  ++failovers_;
-  past_stores_.emplace_back(opts_.host, port_);
+  ++round_.failovers;
+  round_.past_stores.emplace_back(opts_.host, port_);
   client_.reset();  // the connection to the lost node 0
   opts_.host = addr;
   opts_.port = port;
   port_ = port;
   const auto i = static_cast<std::size_t>(host_rank);
-  if (i >= previous_.size() || previous_[i].orig_rank != opts_.node_rank) return;
+  if (i >= round_.previous.size() || round_.previous[i].orig_rank != opts_.node_rank) return;
   // A process of the lost node 0's job that still dies on this host may hold the port a moment.
   const auto deadline = Clock::now() + Millis{3000};
   for (;;) {
@@ -112,14 +115,14 @@ void Rendezvous::Impl::fail_over(int host_rank, const std::string& addr, std::ui
 Rendezvous::Impl::~Impl() {
   stop_watch();
   if (server_) {
-    if (joined_ && !barrier_passed_) drain(opts_.heartbeat_timeout);
+    if (round_.joined && !gate_.passed) drain(opts_.heartbeat_timeout);
     server_->stop();
+    status_.serve(nullptr);  // gone with server_, before the monitor it reports to
   }
-  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 void Rendezvous::Impl::drain(Millis limit) {
-  if (!server_ || !joined_) return;
+  if (!server_ || !round_.joined) return;
   // Only worth waiting for when the job is going down: on success the barrier already waited.
   if (!aborted()) return;
   linger(limit);
@@ -137,11 +140,7 @@ void Rendezvous::Impl::linger(Millis limit) {
 // about to read the root cause) or a watch. An agent whose watch was lost or never came is not
 // waited for: a stopped one keeps its main connection open until it resumes, maybe never.
 bool Rendezvous::Impl::others_connected() {
-  std::set<std::string> lost;
-  {
-    std::lock_guard lk(lost_mu_);
-    lost = lost_labels_;
-  }
+  const std::set<std::string> lost = monitor_.lost_labels();
   const int attempt = opts_.attempt;
   const auto waits_for = [&](std::optional<int> r) {
     return r && *r != opts_.node_rank && !lost.contains(labels::agent(attempt, *r));
@@ -204,7 +203,7 @@ void Rendezvous::Impl::ensure_connected() {
   if (client_ && client_->connected()) return;
   // Within a round the one connection is node 0: once it is gone, so is node 0. Only a
   // new round (next_attempt) connects again, and only a join waits for a node 0 to come up.
-  if (client_ && joined_) {
+  if (client_ && round_.joined) {
     throw store::Error(store::Error::Kind::io,
                        fmt::format("rendezvous {}: the connection to the store is lost", endpoint()),
                        "connect", endpoint());
@@ -212,7 +211,7 @@ void Rendezvous::Impl::ensure_connected() {
   // Agents other than node 0 keep retrying while node 0 starts, up to the join timeout.
   // The handshake is pipelined with the first call, so a peer that never answers (not our store)
   // is noticed by that call: bound it by the join timeout too (--rdzv-timeout).
-  if (!server_ && !opts_.fallback_ports.empty() && failovers_ == 0) {
+  if (!server_ && !opts_.fallback_ports.empty() && round_.failovers == 0) {
     client_ = find_store();
     return;
   }
@@ -273,15 +272,6 @@ std::shared_ptr<TcpStore> Rendezvous::Impl::find_store() {
       "connect", endpoint());
 }
 
-std::string Rendezvous::Impl::host_of(int orig_rank) const {
-  for (const auto& p : members_) {
-    if (p.orig_rank == orig_rank) return p.host;
-  }
-  const auto i = static_cast<std::size_t>(orig_rank);
-  if (orig_rank >= 0 && i < opts_.expected_hosts.size()) return opts_.expected_hosts[i];
-  return {};
-}
-
 // ---- abort
 
 core::Failure Rendezvous::Impl::abort(const core::Failure& cause_in) {
@@ -289,8 +279,8 @@ core::Failure Rendezvous::Impl::abort(const core::Failure& cause_in) {
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   try {
     const std::string mine = core::encode_failure(cause);
-    std::unique_lock lk(barrier_mu_);
-    if (barrier_waiting_) {
+    auto lk = gate_.hold();
+    if (gate_.waiting()) {
       lk.unlock();
       return abort_beside_barrier(mine);
     }
@@ -310,8 +300,8 @@ core::Failure Rendezvous::Impl::abort(const core::Failure& cause_in, Millis boun
   if (cause.time == core::FailureTime{}) cause.time = core::failure_now();
   const std::string mine = core::encode_failure(cause);
   std::shared_ptr<TcpStore> conn;
-  std::unique_lock lk(barrier_mu_);
-  const bool beside = barrier_waiting_;
+  auto lk = gate_.hold();
+  const bool beside = gate_.waiting();
   if (beside) {
     // The exit barrier holds the main connection (a stopping signal while this node waits there).
     lk.unlock();
@@ -367,10 +357,7 @@ std::optional<core::Failure> Rendezvous::Impl::aborted() {
 
 void Rendezvous::Impl::next_attempt(const std::vector<int>& lost) {
   stop_watch();
-  if (joined_) {
-    previous_ = std::move(members_);  // the one copy of the round that ended (cleared below)
-  }
-  previous_lost_ = lost;
+  round_.end_round(lost);  // the one copy of the round that ended
   if (elastic_round()) {
     // Every survivor is back within its teardown: no round after a loss may wait --rdzv-timeout for a
     // node 0 that is gone too.

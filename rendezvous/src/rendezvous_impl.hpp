@@ -1,27 +1,28 @@
 #pragma once
-// The Rendezvous's state and workings behind its API (rendezvous.hpp): the connections, the watch and
-// monitor threads, their locks and flags. rendezvous.cpp forwards each public call here (waiting.cpp
-// those it defines); the definitions are in the files named below.
-#include <atomic>
+// The Rendezvous's state and workings behind its API (rendezvous.hpp): the connections and the join and
+// round flow, composing the parts it is made of, each with its own header: membership.hpp (the rounds),
+// barrier_gate.hpp (who holds the main connection), watch.hpp (the liveness watch thread),
+// lost_monitor.hpp (node 0's monitor thread), status_board.hpp (what the status threads read).
+// rendezvous.cpp forwards each public call here (waiting.cpp those it defines); the definitions are in
+// the files named below.
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
+#include "barrier_gate.hpp"
+#include "lost_monitor.hpp"
+#include "membership.hpp"
 #include "rendezvous/plan_record.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "status_board.hpp"
 #include "store/error.hpp"
 #include "store_names.hpp"
+#include "watch.hpp"
 
 namespace ddprun::rdzv {
 
@@ -42,7 +43,7 @@ class Rendezvous::Impl {
   void watch(std::function<void(const core::Failure&)> on_abort);
   core::Failure abort(const core::Failure& cause);
   core::Failure abort(const core::Failure& cause, std::chrono::milliseconds bound);
-  bool node0_lost() const { return node0_lost_.load(); }
+  bool node0_lost() const { return watch_.node0_lost(); }
   std::optional<core::Failure> aborted();
   core::Failure fail_start(const core::Failure& cause);
   const std::optional<core::Failure>& start_failure() const { return start_failure_; }
@@ -60,17 +61,17 @@ class Rendezvous::Impl {
   // Forgets the round that ended (members, this agent's place in it, its flags and lost peers):
   // next_attempt and follow, before the next join.
   void clear_round();
-  const std::vector<core::Member>& members() const { return members_; }
-  const std::vector<core::Member>& previous_members() const { return previous_; }
-  const std::vector<int>& previous_lost() const { return previous_lost_; }
+  const std::vector<core::Member>& members() const { return round_.members; }
+  const std::vector<core::Member>& previous_members() const { return round_.previous; }
+  const std::vector<int>& previous_lost() const { return round_.previous_lost; }
   void fail_over(int host_rank, const std::string& addr, std::uint16_t port);
-  int failovers() const { return failovers_; }
+  int failovers() const { return round_.failovers; }
   std::optional<core::Failure> standby(const std::function<bool()>& stop);
   bool publish_result(const std::string& record);
   std::vector<ResultRecord> gather_results(std::chrono::milliseconds timeout, std::optional<int> lost);
   bool try_write(const std::string& key, const std::string& value, Rendezvous::WriteOptions how);
   std::optional<std::string> local_status(const std::string& key);
-  std::optional<std::string> stacks_request();
+  std::optional<std::string> stacks_request() const { return status_.stacks_request(); }
   void drain(std::chrono::milliseconds limit);
 
  private:
@@ -86,7 +87,6 @@ class Rendezvous::Impl {
   std::string key_prefix() const;
   void linger(std::chrono::milliseconds limit);
   bool others_connected();
-  std::string host_of(int orig_rank) const;
 
   // join.cpp
   void arrive(PrefixStore& s, const JoinInfo& me);
@@ -129,81 +129,27 @@ class Rendezvous::Impl {
   void ack_barrier(PrefixStore& s, const std::string& name);
   core::Failure abort_beside_barrier(const std::string& encoded);
   void end_barrier_wait();
-  core::Failure lost_node0_failure(const std::string& why);
 
-  // liveness.cpp
+  // liveness.cpp: the watch and node 0's monitor of this attempt, started and stopped
   void start_liveness();
   void start_monitor();
-  void watch_loop(const std::shared_ptr<TcpStore>& conn, const LivenessTiming& t);
-  Millis watch_turn();
-  bool send_heartbeat(TcpStore& conn, const LivenessTiming& t, std::uint64_t& beats);
-  bool node0_lost(TcpStore& conn, const LivenessTiming& t, bool& fired);
-  void fire_lost_node0(const std::string& why, TcpStore* conn = nullptr);
-  void fire_cut_off(Millis gap, Millis others_wait, TcpStore* conn);
-  void fire_event(const std::string& value);
-  // The watch's event of index 1: `ddprun stacks`' request, kept for stacks_request().
-  void keep_stacks_request(std::string value);
   void stop_watch();
-  void fire(const core::Failure& info);
-  void monitor_loop(int attempt);
-  void publish_missing_watches(PrefixStore& s, int attempt);
-  void publish_lost(PrefixStore& s, int orig, const std::string& reason);
-  void on_lost(const std::string& label, const std::string& reason);
+  LivenessTiming timing() const;  // this round's (liveness_timing)
 
   RendezvousOptions opts_;
+  // The parts (each file's header says which threads touch it, under which lock). Declared before the
+  // store they serve beside: the store's thread reports to monitor_ until the server is gone.
+  Membership round_;    // the main thread's only
+  BarrierGate gate_;    // who holds the main connection
+  StatusBoard status_;  // the status, stacks and metrics threads' side
+  Watch watch_{status_, gate_};
+  LostMonitor monitor_;  // node 0
   std::uint16_t port_ = 0;
-  std::unique_ptr<StoreServer> server_;
-  std::shared_ptr<TcpStore> client_;  // the main connection; stays open
-
-  // The joined round.
-  std::vector<core::Member> members_;  // index = node rank in the plan
-  int plan_node_rank_ = -1;
-  std::chrono::steady_clock::time_point plan_published_{};  // node 0: when the plan went out
-  bool joined_ = false;
-  bool barrier_passed_ = false;
-  // A barrier's wait holds the main connection: abort() then goes around it (abort_beside_barrier).
-  // Set and read under barrier_mu_ by abort(); the watch reads it to end a wait on a lost node 0.
-  std::mutex barrier_mu_;
-  std::mutex status_mu_;
-  std::map<std::string, std::string> published_status_;  // by key: this agent's last (--metrics-port)
-  std::atomic<bool> barrier_waiting_{false};
-  // Elastic: the last round's members, and who of them is known to be gone (node ranks there). The
-  // launcher asks here (members(), previous_members(), previous_lost()) rather than keep its own.
-  std::vector<core::Member> previous_;
-  std::vector<int> previous_lost_;
-  std::set<int> dropped_;                      // node 0: orig ranks lost during this attempt
-  std::map<int, std::string> topology_addrs_;  // node 0: the last round's topology addresses by orig rank
-  int failovers_ = 0;
-  std::vector<std::pair<std::string, std::uint16_t>> past_stores_;  // endpoints before each failover
+  std::shared_ptr<StoreServer> server_;  // the store this agent serves (shared with status_)
+  // The main connection; stays open. Replaced by the main thread, or by abort() under gate_'s lock.
+  std::shared_ptr<TcpStore> client_;
   std::optional<core::Failure> start_failure_;
   bool check_watch_ = false;  // wait_beside_check subscribed this connection (a health check runs)
-
-  // Watch state.
-  std::mutex cb_mu_;
-  std::mutex stacks_mu_;
-  std::optional<std::string> stacks_request_;  // under stacks_mu_
-  std::function<void(const core::Failure&)> on_abort_;
-  std::optional<core::Failure> pending_;     // fired before watch() installed a callback
-  std::string node0_host_;                   // for the lost-node-0 cause, once the plan named it
-  std::string self_host_;                    // this agent's host (its join record), for a cut-off cause
-  std::optional<core::Failure> lost_node0_;  // the lost-node-0 cause this attempt's watch fired
-  std::atomic<bool> fired_{false};
-  std::atomic<bool> node0_lost_{false};  // this attempt's watch declared node 0 lost
-  std::atomic<bool> watching_{false};
-  int wake_fd_ = -1;  // an eventfd that ends the watch thread's wait
-  // The watch loop's last turn (steady clock, ms) and the longest it did not turn this attempt: how long
-  // this agent did not run (stopped, starved), which tells whether the others have declared it lost.
-  std::atomic<std::int64_t> last_turn_ms_{0};
-  std::atomic<std::int64_t> longest_gap_ms_{0};
-  std::thread watch_thread_;
-
-  // Node 0: lost-peer reports from the server thread, handled on the monitor thread.
-  std::mutex lost_mu_;
-  std::condition_variable lost_cv_;
-  std::deque<std::pair<std::string, std::string>> lost_;
-  std::set<std::string> lost_labels_;  // this attempt's lost or missing connections
-  bool monitor_stop_ = false;
-  std::thread monitor_thread_;  // talks to the store in-process (StoreServer::apply)
 };
 
 }  // namespace ddprun::rdzv

@@ -23,7 +23,7 @@ constexpr Millis kGatherPoll{100};       // how often node 0 looks whether anyon
 bool Rendezvous::Impl::publish_result(const std::string& record) {
   // A node 0 this agent already declared lost takes no record: report here, without trying (an
   // elastic job's survivors then restart without that wait).
-  if (!joined_ || node0_lost_) return false;
+  if (!round_.joined || watch_.node0_lost()) return false;
   if (server_) {
     // Node 0's own record goes straight into its store: its connection may wait behind
     // thousands of others at the end of a large job.
@@ -60,12 +60,8 @@ bool Rendezvous::Impl::publish_result(const std::string& record) {
 
 bool Rendezvous::Impl::try_write(const std::string& key, const std::string& value,
                                  Rendezvous::WriteOptions how) {
-  StoreServer* server = nullptr;  // once started, it lives as long as this Rendezvous
-  {
-    std::lock_guard lk(status_mu_);
-    if (how.keep) published_status_[key] = value;
-    server = server_.get();
-  }
+  if (how.keep) status_.keep(key, value);
+  const std::shared_ptr<StoreServer> server = status_.server();  // kept while in use (follow may stop it)
   try {
     if (server) {
       ServerStore(*server).set(key, value);
@@ -75,9 +71,9 @@ bool Rendezvous::Impl::try_write(const std::string& key, const std::string& valu
     bool beside = false;
     {
       // abort() may replace the connection under this lock: take it only when free.
-      std::unique_lock lk(barrier_mu_, std::try_to_lock);
-      if (!lk.owns_lock() || node0_lost_) return false;
-      beside = barrier_waiting_;
+      const auto held = gate_.try_hold();
+      if (!held.owns_lock() || watch_.node0_lost()) return false;
+      beside = gate_.waiting();
       conn = client_;
     }
     if (beside) {
@@ -96,12 +92,7 @@ bool Rendezvous::Impl::try_write(const std::string& key, const std::string& valu
 }
 
 std::optional<std::string> Rendezvous::Impl::local_status(const std::string& key) {
-  StoreServer* server = nullptr;
-  {
-    std::lock_guard lk(status_mu_);
-    server = server_.get();
-  }
-  if (server) {
+  if (const std::shared_ptr<StoreServer> server = status_.server()) {
     try {
       ServerStore s(*server);
       if (!s.check({key})) return std::nullopt;
@@ -110,17 +101,14 @@ std::optional<std::string> Rendezvous::Impl::local_status(const std::string& key
       return std::nullopt;
     }
   }
-  std::lock_guard lk(status_mu_);
-  const auto it = published_status_.find(key);
-  if (it == published_status_.end()) return std::nullopt;
-  return it->second;
+  return status_.kept(key);
 }
 
 std::vector<ResultRecord> Rendezvous::Impl::gather_results(Millis timeout, std::optional<int> lost) {
   std::vector<ResultRecord> out;
-  if (!server_ || !joined_) return out;
+  if (!server_ || !round_.joined) return out;
   std::vector<std::string> all, awaited;
-  for (const auto& p : members_) {
+  for (const auto& p : round_.members) {
     if (p.standby) continue;  // a standby has no run to report (standbys follow the active nodes)
     const int rank = static_cast<int>(out.size());
     out.push_back({rank, p.host, std::nullopt});

@@ -26,16 +26,12 @@ using nlohmann::json;
 // Whoever did not come within rejoin_timeout is lost too; then the round goes on only with MIN and a
 // strict majority of the last round (core::after_loss).
 std::vector<int> Rendezvous::Impl::wait_for_survivors(PrefixStore& s) {
-  std::set<int> gone;
-  {
-    std::lock_guard lk(lost_mu_);
-    gone = dropped_;
-  }
+  const std::set<int> gone = monitor_.dropped();
   std::vector<std::string> expected;
-  for (std::size_t i = 0; i < previous_.size(); ++i) {
-    const int orig = previous_[i].orig_rank;
-    const bool lost =
-        std::find(previous_lost_.begin(), previous_lost_.end(), static_cast<int>(i)) != previous_lost_.end();
+  for (std::size_t i = 0; i < round_.previous.size(); ++i) {
+    const int orig = round_.previous[i].orig_rank;
+    const bool lost = std::find(round_.previous_lost.begin(), round_.previous_lost.end(),
+                                static_cast<int>(i)) != round_.previous_lost.end();
     if (!lost && !gone.contains(orig))
       expected.push_back(keys::present(orig));  // after its arrival record: joined_ranks() lists it
   }
@@ -43,7 +39,7 @@ std::vector<int> Rendezvous::Impl::wait_for_survivors(PrefixStore& s) {
   s.wait(expected, opts_.rejoin_timeout);
   auto ranks = joined_ranks(s);
   std::set<int> before;
-  for (const auto& m : previous_) before.insert(m.orig_rank);
+  for (const auto& m : round_.previous) before.insert(m.orig_rank);
   // An agent that came late and waited for this round takes part only while its heartbeats run.
   const auto watching = server_->labels(labels::agent_prefix(opts_.attempt));
   std::erase_if(ranks, [&](int r) {
@@ -52,14 +48,15 @@ std::vector<int> Rendezvous::Impl::wait_for_survivors(PrefixStore& s) {
   });
   std::vector<int> missing;
   std::vector<int> missing_orig;
-  for (std::size_t i = 0; i < previous_.size(); ++i) {
-    if (!std::binary_search(ranks.begin(), ranks.end(), previous_[i].orig_rank)) {
+  for (std::size_t i = 0; i < round_.previous.size(); ++i) {
+    if (!std::binary_search(ranks.begin(), ranks.end(), round_.previous[i].orig_rank)) {
       missing.push_back(static_cast<int>(i));
-      missing_orig.push_back(previous_[i].orig_rank);
+      missing_orig.push_back(round_.previous[i].orig_rank);
     }
   }
-  const int waiting = static_cast<int>(ranks.size() + missing.size()) - static_cast<int>(previous_.size());
-  const auto d = core::after_loss(previous_, missing, opts_.nnodes_min, true, waiting);
+  const int waiting =
+      static_cast<int>(ranks.size() + missing.size()) - static_cast<int>(round_.previous.size());
+  const auto d = core::after_loss(round_.previous, missing, opts_.nnodes_min, true, waiting);
   if (!d.go_on) {
     const std::string why = fmt::format("rendezvous {} (run {}): {}", endpoint(), opts_.run_id, d.message);
     // A node that declined (its health check failed) is the cause: its line and its exit code.

@@ -13,13 +13,10 @@ constexpr Millis kPoll{500};  // how often the wait looks at `stop` and at a los
 std::optional<core::Failure> Rendezvous::Impl::standby(const std::function<bool()>& stop) {
   PrefixStore s = store();
   // A standby has nothing to finish: it is at the exit barrier from the start, and leaving is no
-  // failure (a lost standby is only dropped from the next round, liveness.cpp).
-  arrive_at_barrier(s, "exit", static_cast<int>(members_.size()));
+  // failure (a lost standby is only dropped from the next round, lost_monitor.cpp).
+  arrive_at_barrier(s, "exit", static_cast<int>(round_.members.size()));
   for (;;) {
-    {
-      std::lock_guard lk(cb_mu_);
-      if (pending_) return *pending_;  // the abort pushed to the watch, or a lost node 0
-    }
+    if (auto cause = watch_.pending()) return cause;  // the abort pushed to the watch, or a lost node 0
     if (stop()) return std::nullopt;
     std::optional<std::size_t> got;
     try {
@@ -34,7 +31,7 @@ std::optional<core::Failure> Rendezvous::Impl::standby(const std::function<bool(
     }
     // Done: the active nodes finished. Let node 0 stop serving, as barrier() does.
     ack_barrier(s, "exit");
-    barrier_passed_ = true;
+    gate_.passed = true;
     stop_watch();
     return std::nullopt;
   }

@@ -113,7 +113,7 @@ void Rendezvous::Impl::decline(const core::Failure& cause_in) {
         {s.prefix() + keys::kPlan, s.prefix() + keys::kAbort, s.prefix() + keys::kJoinError},
         opts_.join_timeout);
     if (got && *got != 0) {
-      const int agents = opts_.attempt > 0 ? static_cast<int>(previous_.size())
+      const int agents = opts_.attempt > 0 ? static_cast<int>(round_.previous.size())
                                            : (opts_.nagents > 0 ? opts_.nagents : opts_.nnodes_max);
       await_reads(s, agents, false);
     }
@@ -144,13 +144,9 @@ bool Rendezvous::Impl::interrupted() {
 // Whether an agent outside the round is still connected (one in its health check, a late standby counted
 // in the next attempt), not one declared lost.
 bool Rendezvous::Impl::waiting_connected() {
-  std::set<std::string> lost;
-  {
-    std::lock_guard lk(lost_mu_);
-    lost = lost_labels_;
-  }
+  const std::set<std::string> lost = monitor_.lost_labels();
   std::set<int> members;
-  for (const auto& m : members_) members.insert(m.orig_rank);
+  for (const auto& m : round_.members) members.insert(m.orig_rank);
   for (const auto& label : server_->labels("")) {
     const bool agent = label.starts_with(labels::kMainPrefix) || label.starts_with(labels::kWaitingPrefix) ||
                        label.starts_with("agent/");
@@ -172,7 +168,7 @@ void Rendezvous::Impl::finish(int exit_code) {
   } catch (const std::exception&) {
   }
   // A lost store host that was only stopped reads the code when it resumes: the set waits in its socket.
-  for (const auto& [host, port] : past_stores_) {
+  for (const auto& [host, port] : round_.past_stores) {
     try {
       ClientOptions co;
       co.host = host;
@@ -220,9 +216,9 @@ bool Rendezvous::Impl::follow(const std::string& addr_in, std::uint16_t port_in)
   }
   stop_watch();
   if (server_) {
-    ++failovers_;  // it follows the store its successor serves on the next port
-    past_stores_.emplace_back(opts_.host, port_);
-    std::lock_guard lk(status_mu_);
+    ++round_.failovers;  // it follows the store its successor serves on the next port
+    round_.past_stores.emplace_back(opts_.host, port_);
+    status_.serve(nullptr);  // a status call in flight keeps it until it returns, with an error
     server_->stop();
     server_.reset();
   }
@@ -233,25 +229,16 @@ bool Rendezvous::Impl::follow(const std::string& addr_in, std::uint16_t port_in)
   // Like next_attempt: the round it was cut off from is over for it (its node rank stays claimed there);
   // the next join comes late, to a later one.
   ++opts_.attempt;
-  if (joined_) previous_ = std::move(members_);
-  previous_lost_.clear();
+  round_.end_round({});
   clear_round();
   return true;
 }
 
 void Rendezvous::Impl::clear_round() {
-  members_.clear();
-  plan_node_rank_ = -1;
-  joined_ = false;
-  barrier_passed_ = false;
-  fired_ = false;
-  node0_lost_ = false;
-  {
-    std::lock_guard lk(cb_mu_);
-    lost_node0_.reset();
-  }
-  std::lock_guard lk(lost_mu_);
-  lost_labels_.clear();
+  round_.clear_round();
+  gate_.passed = false;
+  watch_.clear_round();
+  monitor_.forget_lost_labels();
 }
 
 // ---- Rendezvous: this file's calls, forwarded to its state (rendezvous.cpp forwards the others)
