@@ -184,11 +184,13 @@ def test_launched_preempt():
 def test_launched_heartbeat():
     """Under ddprun --hang-timeout, rank 1 prints nothing but touches DDPRUN_HEARTBEAT_FILE every step:
     never declared hung, the job succeeds."""
-    timeout = 4
+    # Both ranks are silent while libtorch loads, before the first heartbeat: at 4 s a loaded machine
+    # (load 18) declared that start-up a hang. 10 s leaves it room.
+    timeout = 10
     logs = p("logs")
-    # Long enough for 4 timeouts on a quiet machine (600 epochs took 10.7 s there); under the test
+    # Long enough for 2.5 timeouts on a quiet machine (600 epochs took 10.7 s there); under the test
     # command's load it runs several times longer, which only makes the check stronger.
-    args = [a if a != "1024" else "4096" for a in TOY] + ["--epochs", "1000"]
+    args = [a if a != "1024" else "4096" for a in TOY] + ["--epochs", "1500"]
     start = time.monotonic()
     job = Launched("hb", 2, args, extra=["--hang-timeout", str(timeout), "--log-dir", logs])
     rc = job.wait(600)
