@@ -5,13 +5,13 @@
 namespace ddprun::agent {
 
 HangGuard::HangGuard(boost::asio::io_context& io, const std::vector<std::unique_ptr<Proc>>& procs,
-                     const AgentOptions& opts, std::function<void(const std::vector<HungRank>&)> hung)
-    : opts_(opts), watch_(io, opts.hang_timeout, std::move(hung)), stacks_(io, procs) {}
+                     HangSettings settings, std::function<void(const std::vector<HungRank>&)> hung)
+    : s_(std::move(settings)), watch_(io, s_.timeout, std::move(hung)), stacks_(io, procs) {}
 
 void HangGuard::prepare(const CommandSpec& spec, const std::string& path_env) {
   python_ = python_worker(spec);
   path_env_ = path_env;
-  if (heartbeats() && !heartbeats_) heartbeats_.emplace(opts_.log_dir, opts_.requeue, opts_.attempt);
+  if (heartbeats() && !heartbeats_) heartbeats_.emplace(s_.log_dir, s_.requeue, s_.attempt);
 }
 
 std::map<std::string, std::string> HangGuard::worker_env(const core::Worker& w,

@@ -12,10 +12,11 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/command.hpp"
 #include "agent/hang_watch.hpp"
 #include "agent/heartbeat_step.hpp"
-#include "agent/supervisor.hpp"
 #include "proc.hpp"
+#include "run_settings.hpp"
 #include "stacks.hpp"
 
 namespace ddprun::agent {
@@ -24,18 +25,16 @@ class HangGuard {
  public:
   // `hung` gets this node's hung ranks, once, on the loop.
   HangGuard(boost::asio::io_context& io, const std::vector<std::unique_ptr<Proc>>& procs,
-            const AgentOptions& opts, std::function<void(const std::vector<HungRank>&)> hung);
+            HangSettings settings, std::function<void(const std::vector<HungRank>&)> hung);
 
   bool enabled() const { return watch_.enabled(); }
   // Heartbeat files: with --hang-timeout, or for the steps of --max-restarts-without-progress.
-  bool heartbeats() const { return enabled() || opts_.max_restarts_without_progress > 0; }
+  bool heartbeats() const { return enabled() || s_.step_files; }
   // The highest step this node's ranks wrote to their heartbeat files (heartbeat_step.hpp).
   std::optional<Step> best_step() const { return best_heartbeat_step(paths_); }
   // Each worker's heartbeat file, in spawn (worker index) order; empty without heartbeat files.
   const std::vector<std::string>& heartbeat_files() const { return paths_; }
-  std::chrono::milliseconds timeout() const {
-    return opts_.hang_timeout.value_or(std::chrono::milliseconds{0});
-  }
+  std::chrono::milliseconds timeout() const { return s_.timeout.value_or(std::chrono::milliseconds{0}); }
   // Before spawning: how the workers run and their PATH (to find eu-stack).
   void prepare(const CommandSpec& spec, const std::string& path_env);
   // A worker's variables: its own, plus the hang ones when enabled (creates its heartbeat file).
@@ -61,7 +60,7 @@ class HangGuard {
   const std::vector<HungWorker>& result() const { return stacks_.result(); }
 
  private:
-  const AgentOptions& opts_;
+  HangSettings s_;  // declared before watch_, which is made from it
   HangWatch watch_;
   StackCollector stacks_;
   std::optional<HeartbeatFiles> heartbeats_;  // removed with the guard, after the run

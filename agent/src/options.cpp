@@ -1,7 +1,7 @@
 // The agent's options: the checks a run and a dry run share.
+#include "agent/options.hpp"
 #include "agent/command.hpp"
 #include "agent/error.hpp"
-#include "agent/supervisor.hpp"
 #include "core/checks.hpp"
 #include "log_relay.hpp"
 
@@ -22,7 +22,6 @@ void validate_options(const AgentOptions& opts) {
   if (opts.hang_timeout) {
     if (auto e = core::hang_timeout_error(secs(*opts.hang_timeout))) throw Error(*e);
   }
-  if (opts.attempt < 0) throw Error("attempt number must not be negative");
 }
 
 }  // namespace ddprun::agent

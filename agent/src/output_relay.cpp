@@ -4,9 +4,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "agent/error.hpp"
-#include "agent/events.hpp"
 #include "agent/log_paths.hpp"
 #include "core/utf8.hpp"
 
@@ -41,35 +41,32 @@ void write_redraw(LineWriter& w, std::string_view prefix, std::string& shown, st
 
 }  // namespace
 
-OutputRelay::OutputRelay(boost::asio::io_context& io, const AgentOptions& opts, int world_size)
-    : opts_(opts),
-      prefix_on_(!opts.no_prefix && (opts.prefix_template.has_value() || world_size > 1)),
-      template_(opts.prefix_template.value_or(std::string(kDefaultPrefixTemplate))),
-      timer_(io) {
+OutputRelay::OutputRelay(boost::asio::io_context& io, RelaySettings settings)
+    : s_(std::move(settings)), timer_(io) {
   // Events are for programs: with them, no escape sequence and no line drawn over, terminal or not.
-  const bool events = opts.events != nullptr && opts.events->json();
-  terminal_fd_[0] = !events && redraw_terminal(1);
-  terminal_fd_[1] = !events && redraw_terminal(2);
+  terminal_fd_[0] = !s_.json_events && redraw_terminal(1);
+  terminal_fd_[1] = !s_.json_events && redraw_terminal(2);
 }
 
 void OutputRelay::add(const core::Worker& w, const std::string& host) {
   const auto console_pace = [this](bool is_err) {
-    return on_terminal(is_err) ? kTerminalRedrawInterval : opts_.redraw_interval;
+    return on_terminal(is_err) ? kTerminalRedrawInterval : s_.redraw_interval;
   };
-  auto s = std::make_unique<Sink>(Stream(console_pace(false), opts_.redraw_interval),
-                                  Stream(console_pace(true), opts_.redraw_interval));
-  if (prefix_on_) {
+  auto s = std::make_unique<Sink>(Stream(console_pace(false), s_.redraw_interval),
+                                  Stream(console_pace(true), s_.redraw_interval));
+  if (s_.prefix_on) {
     const auto role = w.env.find("ROLE_NAME");
-    s->prefix = render_prefix(template_, PrefixFields{w.rank, w.local_rank, w.node_rank, host,
-                                                      role != w.env.end() ? role->second : "default"});
+    s->prefix =
+        render_prefix(s_.prefix_template, PrefixFields{w.rank, w.local_rank, w.node_rank, host,
+                                                       role != w.env.end() ? role->second : "default"});
   }
-  s->console = !opts_.local_ranks_filter || opts_.local_ranks_filter->count(w.local_rank) > 0;
-  if (opts_.log_dir) open_log_files(*s, w.rank);
+  s->console = !s_.local_ranks_filter || s_.local_ranks_filter->count(w.local_rank) > 0;
+  if (s_.log_dir) open_log_files(*s, w.rank);
   sinks_.push_back(std::move(s));
 }
 
 void OutputRelay::open_log_files(Sink& s, int rank) const {
-  const std::string dir = rank_log_dir(*opts_.log_dir, opts_.requeue, opts_.attempt, rank);
+  const std::string dir = rank_log_dir(*s_.log_dir, s_.requeue, s_.attempt, rank);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("cannot create log directory " + dir + ": " + ec.message(), 1);

@@ -14,16 +14,16 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/supervisor.hpp"
 #include "core/plan.hpp"
 #include "log_relay.hpp"
 #include "redraw.hpp"
+#include "run_settings.hpp"
 
 namespace ddprun::agent {
 
 class OutputRelay {
  public:
-  OutputRelay(boost::asio::io_context& io, const AgentOptions& opts, int world_size);
+  OutputRelay(boost::asio::io_context& io, RelaySettings settings);
 
   // The next worker's prefix, console filter and log files. Throws Error (exit 1) when its log
   // directory or files cannot be created.
@@ -74,9 +74,7 @@ class OutputRelay {
   void show_due(std::size_t worker, bool is_err, RedrawClock::time_point now);
   void arm_timer();
 
-  const AgentOptions& opts_;
-  bool prefix_on_;
-  std::string template_;
+  RelaySettings s_;
   LineWriter out_console_{1};
   LineWriter err_console_{2};
   bool terminal_fd_[2] = {false, false};  // stdout, stderr: a terminal to redraw on

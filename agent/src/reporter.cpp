@@ -1,12 +1,13 @@
 #include "reporter.hpp"
-#include "core/duration.hpp"
 
 #include <fmt/format.h>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "agent/events.hpp"
 #include "agent/io.hpp"
+#include "agent/supervisor.hpp"
 #include "core/duration.hpp"
 #include "report.hpp"
 
@@ -34,25 +35,20 @@ nlohmann::json summary_json(const RunResult& r) {
 
 }  // namespace
 
-Reporter::Reporter(const AgentOptions& opts, Coordinator& coord)
-    : opts_(opts), coord_(coord), json_(opts.events != nullptr && opts.events->json()) {}
+Reporter::Reporter(ReportSettings settings, Coordinator& coord)
+    : s_(std::move(settings)), coord_(coord), json_(s_.events != nullptr && s_.events->json()) {}
 
 void Reporter::set_node(const std::string& host, int node_rank) {
   host_ = host;
   node_rank_ = node_rank;
-  if (opts_.events != nullptr) opts_.events->set_context(host_, node_rank_);
-  const std::string stale = stale_error_file(error_file_spec());
+  if (s_.events != nullptr) s_.events->set_context(host_, node_rank_);
+  const std::string stale = stale_error_file(error_file_spec(s_, node_rank_));
   std::error_code ec;  // a missing file is the usual case
   if (!stale.empty()) std::filesystem::remove(stale, ec);
 }
 
-ErrorFileSpec Reporter::error_file_spec() const {
-  return {opts_.error_file, opts_.log_dir, opts_.requeue,  opts_.attempt,
-          node_rank_,       opts_.agents,  opts_.task_rank};
-}
-
 void Reporter::event(const std::string& name, const nlohmann::json& fields) const {
-  if (json_) opts_.events->emit(name, fields);
+  if (json_) s_.events->emit(name, fields);
 }
 
 void Reporter::warn(const std::string& message) const {
@@ -102,7 +98,7 @@ void Reporter::hang_detected(const Failure& hang, std::chrono::milliseconds time
 void Reporter::teardown(std::string_view reason, int sig, const Failure& root) const {
   event("teardown", {{"reason", reason},
                      {"signal", signal_name(sig)},
-                     {"grace_s", core::seconds(opts_.term_timeout)},
+                     {"grace_s", core::seconds(s_.term_timeout)},
                      {"root_cause", failure_to_json(root)}});
 }
 
@@ -113,32 +109,32 @@ void Reporter::spawn_failed(const Failure& f, const std::string& message,
                            {"local_rank", f.local_rank},
                            {"error", message},
                            {"exit_code", f.exit_code},
-                           {"command", opts_.command},
-                           {"module", opts_.module}});
+                           {"command", s_.command},
+                           {"module", s_.module}});
     for (const auto& p : started) worker_exited(*p);
     return;
   }
   std::string command;
-  for (const auto& a : opts_.command) command += (command.empty() ? "" : " ") + a;
+  for (const auto& a : s_.command) command += (command.empty() ? "" : " ") + a;
   write_all(2, fmt::format("ddprun: {} cannot start rank {} (local rank {}) on {}: {} (command: {}{})\n",
                            paint("error:", Style::bold_red, use_colour(2)), f.rank, f.local_rank, f.host,
-                           message, opts_.module ? "-m " : "", command));
+                           message, s_.module ? "-m " : "", command));
 }
 
 void Reporter::finished(const RunResult& run) const {
-  const ReportRole role = report_role(opts_.agents, opts_.task_rank.value_or(node_rank_));
+  const ReportRole role = report_role(s_.agents, s_.task_rank.value_or(node_rank_));
   // A node whose failure the store did not take in time does not hand its record over either: that
   // node 0 did not answer, and trying again would only add seconds to this node's exit.
   const bool published = role != ReportRole::single && run.not_told.empty() &&
                          coord_.publish_result(encode_node_record(node_record(run)));
-  const ReportPlan plan = plan_report(role, opts_.verbose, opts_.quiet, json_, run, published);
+  const ReportPlan plan = plan_report(role, s_.verbose, s_.quiet, json_, run, published);
   // Node 0 gathers first (it may wait for the other nodes): a hang's stack comes with the record of
   // the node that had it, and belongs in the report and the error file, --quiet or not.
   const bool hang_elsewhere = role == ReportRole::node0 && run.root_cause && run.root_cause->hang &&
                               run.root_cause->node_rank != run.node_rank;
   const std::vector<PeerRecord> peers =
       plan.gather || hang_elsewhere
-          ? coord_.gather_results(gather_timeout(run.success, opts_.term_timeout), lost_node(run.root_cause))
+          ? coord_.gather_results(gather_timeout(run.success, s_.term_timeout), lost_node(run.root_cause))
           : std::vector<PeerRecord>{};
   RunResult r = run;
   if (!r.root_stack) r.root_stack = root_stack_from(r, peers);
@@ -157,7 +153,7 @@ void Reporter::write_text(const RunResult& r, const ReportPlan& plan) const {
   std::string text;
   if (plan.report) text += format_report(r, colour, plan.length);
   if (plan.node_table) text += format_summary(r, colour);
-  if (plan.member_line) text += format_member_line(r, opts_.task_rank, colour);
+  if (plan.member_line) text += format_member_line(r, s_.task_rank, colour);
   if (!text.empty()) write_all(2, text);
 }
 
@@ -165,12 +161,12 @@ void Reporter::job_summary(const RunResult& r, const std::vector<PeerRecord>& pe
   if (json_) {
     event("job_summary", job_summary_json(r, peers));
   } else {
-    write_all(2, format_job_summary(r, peers, use_colour(2), kJobSummaryRows, opts_.task_rank.has_value()));
+    write_all(2, format_job_summary(r, peers, use_colour(2), kJobSummaryRows, s_.task_rank.has_value()));
   }
 }
 
 void Reporter::write_error_json(const RunResult& r) const {
-  const std::string path = error_file_path(error_file_spec());
+  const std::string path = error_file_path(error_file_spec(s_, node_rank_));
   if (path.empty()) return;
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();
@@ -182,9 +178,8 @@ void Reporter::write_error_json(const RunResult& r) const {
   if (!f) warn("cannot write the error report to " + path);
 }
 
-void record_job_exit(const AgentOptions& opts, int node_rank, int job_exit_code) {
-  const std::string path = error_file_path(
-      {opts.error_file, opts.log_dir, opts.requeue, opts.attempt, node_rank, opts.agents, opts.task_rank});
+void record_job_exit(const AgentOptions& opts, const AttemptContext& last, int node_rank, int job_exit_code) {
+  const std::string path = error_file_path(error_file_spec(report_settings(opts, last, nullptr), node_rank));
   if (path.empty()) return;
   nlohmann::json report;
   {

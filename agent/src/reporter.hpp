@@ -9,18 +9,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/coordinator.hpp"
 #include "agent/log_paths.hpp"
 #include "agent/result.hpp"
-#include "agent/supervisor.hpp"
 #include "job_summary.hpp"
 #include "proc.hpp"
+#include "run_settings.hpp"
 
 namespace ddprun::agent {
 
 class Reporter {
  public:
   // `coord` carries this node's end-of-run record to node 0, which prints the job-wide summary.
-  Reporter(const AgentOptions& opts, Coordinator& coord);
+  Reporter(ReportSettings settings, Coordinator& coord);
 
   // This node, for the events and the error file's name. Called when a run starts: removes the
   // error file an earlier launch left where this run would write its own (stale_error_file).
@@ -50,9 +51,8 @@ class Reporter {
   void write_error_json(const RunResult& r) const;
   void write_text(const RunResult& r, const ReportPlan& plan) const;
   void job_summary(const RunResult& r, const std::vector<PeerRecord>& peers) const;
-  ErrorFileSpec error_file_spec() const;
 
-  const AgentOptions& opts_;
+  ReportSettings s_;
   Coordinator& coord_;
   bool json_;  // events instead of ddprun's own text on stderr
   std::string host_;

@@ -25,7 +25,6 @@ namespace ddprun::agent {
 namespace detail {
 
 RunResult Supervisor::run() {
-  validate_options(opts_);
   host_ = local_.empty() ? local_hostname() : local_.front().host.value_or(local_hostname());
   node_rank_ = local_.empty() ? 0 : local_.front().node_rank;
   reporter_.set_node(host_, node_rank_);
@@ -39,11 +38,11 @@ RunResult Supervisor::run() {
   std::string no_error_files;  // said once the workers started: a start error stays one line
   if (!local_.empty()) {
     reaper_.start();
-    error_files_ = open_error_files(opts_.log_dir, opts_.requeue, opts_.attempt,
+    error_files_ = open_error_files(opts_.log_dir, opts_.requeue, attempt_.attempt,
                                     [&no_error_files](const std::string& m) { no_error_files = m; });
   }
   if (const auto failed = spawn_all()) return start_failure(*failed);
-  if (opts_.on_started) opts_.on_started();
+  if (attempt_.on_started) attempt_.on_started();
   if (!no_error_files.empty()) reporter_.warn(no_error_files);
 
   if (!procs_.empty()) {
@@ -409,10 +408,10 @@ core::NodeStatus Supervisor::status_snapshot() const {
   core::NodeStatus s;
   s.node_rank = node_rank_;
   s.host = host_;
-  s.attempt = opts_.attempt;
+  s.attempt = attempt_.attempt;
   s.world_size = world_size_;
-  s.nnodes = opts_.plan_nodes > 0 ? opts_.plan_nodes : opts_.agents;
-  s.elastic_events = opts_.elastic_events;
+  s.nnodes = attempt_.plan_nodes > 0 ? attempt_.plan_nodes : attempt_.agents;
+  s.elastic_events = attempt_.elastic_events;
   bool all_exited = true;
   const auto now = SteadyClock::now();
   const auto secs = [](SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); };
@@ -422,7 +421,7 @@ core::NodeStatus Supervisor::status_snapshot() const {
     r.rank = p->worker().rank;
     r.local_rank = p->worker().local_rank;
     r.pid = p->pid();
-    r.restarts = opts_.attempt;
+    r.restarts = attempt_.attempt;
     r.last_line = status_.last_line(i);
     const auto start = status_.start_time(i);
     const auto output = status_.last_output(i);
@@ -449,7 +448,7 @@ core::NodeStatus Supervisor::status_snapshot() const {
 
 RunResult Supervisor::base_result() const {
   RunResult r;
-  r.attempt = opts_.attempt;
+  r.attempt = attempt_.attempt;
   r.node_rank = node_rank_;
   r.host = host_;
   return r;
@@ -478,7 +477,8 @@ RunResult Supervisor::finish() {
   r.signal = agent_signal_;
   r.exit_code = job_exit_code(r.root_cause, agent_signal_, statuses);
   r.success = r.exit_code == 0 && !r.root_cause && agent_signal_ == 0;
-  r.no_progress = ends_without_progress(r, opts_.attempt, opts_.max_restarts_without_progress, opts_.steps);
+  r.no_progress =
+      ends_without_progress(r, attempt_.attempt, opts_.max_restarts_without_progress, attempt_.steps);
   reporter_.finished(r);
   return r;
 }
@@ -486,8 +486,10 @@ RunResult Supervisor::finish() {
 }  // namespace detail
 
 RunResult run_workers(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
-                      Coordinator& coordinator) {
-  detail::Supervisor s(local, world_size, opts, coordinator);
+                      const AttemptContext& attempt, Coordinator& coordinator, Events* events) {
+  validate_options(opts);
+  if (attempt.attempt < 0) throw Error("attempt number must not be negative");
+  detail::Supervisor s(local, world_size, opts, attempt, coordinator, events);
   return s.run();
 }
 

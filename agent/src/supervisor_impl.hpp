@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "agent/attempt_context.hpp"
 #include "agent/error.hpp"
 #include "agent/live_stacks.hpp"
+#include "agent/options.hpp"
 #include "agent/python_error.hpp"
 #include "agent/signals.hpp"
 #include "checkpoint_grace.hpp"
@@ -18,6 +20,7 @@
 #include "proc.hpp"
 #include "reaper.hpp"
 #include "reporter.hpp"
+#include "run_settings.hpp"
 #include "status_publisher.hpp"
 #include "teardown.hpp"
 
@@ -43,22 +46,24 @@ struct StartFailure {
 class Supervisor final : ProcListener {
  public:
   Supervisor(const std::vector<core::Worker>& local, int world_size, const AgentOptions& opts,
-             Coordinator& coord)
+             const AttemptContext& attempt, Coordinator& coord, Events* events)
       : local_(local),
         has_peers_(static_cast<std::size_t>(world_size) > local.size()),
         opts_(opts),
+        attempt_(attempt),
         coord_(coord),
-        reporter_(opts, coord),
-        relay_(io_, opts, world_size),
+        reporter_(report_settings(opts, attempt, events), coord),
+        relay_(io_, relay_settings(opts, attempt, world_size, events)),
         teardown_(io_, procs_, opts.term_timeout),
         grace_(io_, opts.term_timeout),
         failures_(
             io_, coord, relay_, publish_bound(opts.term_timeout), opts.signal_settle,
             [this](const Failure& f) { on_local_failure(f); }, [this] { check_done(); }),
-        hang_(io_, procs_, opts, [this](const std::vector<HungRank>& h) { on_hang(h); }),
+        hang_(io_, procs_, hang_settings(opts, attempt),
+              [this](const std::vector<HungRank>& h) { on_hang(h); }),
         sig_sd_(io_),
         world_size_(world_size),
-        status_(io_, coord, std::chrono::milliseconds(core::status_interval_ms(opts.agents))) {
+        status_(io_, coord, std::chrono::milliseconds(core::status_interval_ms(attempt.agents))) {
     failures_.set_step_source([this] { return hang_.best_step(); });
   }
 
@@ -96,6 +101,7 @@ class Supervisor final : ProcListener {
   const std::vector<core::Worker>& local_;
   bool has_peers_;  // other nodes (or tasks) run workers of this job
   const AgentOptions& opts_;
+  const AttemptContext& attempt_;
   Coordinator& coord_;
   asio::io_context io_;  // declared before everything that uses it
   Reporter reporter_;

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "agent/attempt_context.hpp"
 #include "agent/error.hpp"
 #include "agent/events.hpp"
 #include "agent/signals.hpp"
@@ -160,8 +161,9 @@ int finished(agent::Events& ev, int code, const std::vector<AttemptRecord>& atte
 // The job's last line on the node that announces the rounds: every attempt, when there were several. The
 // error file of this node's last run gets the job's own code.
 int finished_attempts(agent::Events& ev, const core::Options& o, const Round& round, int code,
-                      const std::vector<AttemptRecord>& attempts, const agent::AgentOptions& ao) {
-  if (!round.local.empty()) agent::record_job_exit(ao, round.local.front().node_rank, code);
+                      const std::vector<AttemptRecord>& attempts, const agent::AgentOptions& ao,
+                      const agent::AttemptContext& last) {
+  if (!round.local.empty()) agent::record_job_exit(ao, last, round.local.front().node_rank, code);
   if (!ev.json() && round.announce && !o.quiet) fmt::print(stderr, "{}", attempts_line(attempts));
   return finished(ev, code, attempts);
 }
@@ -230,14 +232,29 @@ AttemptEnd stand_by(Session& session, int attempt, int max_restarts, agent::Prog
   return decide(agent::standby_result(root, agent::held_stop_signal()), attempt, max_restarts, progress);
 }
 
-AttemptEnd run_round(Session& session, Round& round, agent::AgentOptions& ao, int attempt, int max_restarts,
-                     agent::ProgressRule& progress) {
+// What this attempt tells its run, besides the options: built afresh for each attempt.
+agent::AttemptContext attempt_context(const Round& round, int attempt, const agent::StepHistory& steps,
+                                      int elastic_events, std::function<void()> on_started) {
   const core::JobConstants& job = round.table->job;
-  ao.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
-  const agent::RunResult res = agent::run_workers(round.local, job.world_size, ao, session.coordinator());
+  agent::AttemptContext c;
+  c.attempt = attempt;
+  c.steps = steps;
+  c.elastic_events = elastic_events;
+  c.plan_nodes = job.nnodes;
+  c.agents = job.mode == core::Mode::per_task ? job.world_size : job.nnodes;
+  c.on_started = std::move(on_started);
+  return c;
+}
+
+AttemptEnd run_round(Session& session, const Round& round, const agent::AgentOptions& ao,
+                     const agent::AttemptContext& ctx, agent::Events& ev, int max_restarts,
+                     agent::ProgressRule& progress) {
+  const int world_size = round.table->job.world_size;
+  const agent::RunResult res =
+      agent::run_workers(round.local, world_size, ao, ctx, session.coordinator(), &ev);
   raise_test_signal();
   // The run named the job's root cause once (the store's); its code is the exit code on every node.
-  return decide(res, attempt, max_restarts, progress);
+  return decide(res, ctx.attempt, max_restarts, progress);
 }
 
 // --health-check before the round of `attempt` (main ran the first one, unless the session does): the
@@ -268,8 +285,8 @@ std::optional<int> check_before_round(Session& session, const core::Options& o, 
 }
 
 // The one attempts loop: join, run (or stand by), then restart or exit by agent::after_attempt.
-int run_attempts(Session& session, const core::Options& o, const core::Resolved& r, agent::AgentOptions ao,
-                 agent::Events& ev) {
+int run_attempts(Session& session, const core::Options& o, const core::Resolved& r,
+                 const agent::AgentOptions& ao, agent::Events& ev) {
   const int max_restarts = r.job.max_restarts;
   agent::ProgressRule progress{ao.max_restarts_without_progress, {}};
   std::vector<AttemptRecord> attempts;
@@ -280,18 +297,15 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     if (round.ended) return ended_before_a_place(ev, r, *round.ended);
     attempt = std::max(attempt, round.attempt);  // a standby that came late joined a later round
     bind_cpus(ev, r, round, attempt);
-    ao.on_started = announce(ev, o, round, attempt);
-    if (round.standby && ao.on_started) ao.on_started();  // runs no workers
-    ao.attempt = attempt;
-    ao.steps = progress.history;
     if (!attempts.empty() && attempts.back().world_size != round.table->job.world_size) ++elastic_events;
-    ao.elastic_events = elastic_events;
-    ao.plan_nodes = round.table->job.nnodes;
+    const agent::AttemptContext ctx =
+        attempt_context(round, attempt, progress.history, elastic_events, announce(ev, o, round, attempt));
+    if (round.standby && ctx.on_started) ctx.on_started();  // runs no workers
     // From the run until the exit no stopping signal kills the agent: the run handles it, and after
     // the run, when the outcome is decided, it can only cancel a restart (docs/agent.md, Signals).
     agent::hold_stop_signals();
     const AttemptEnd end = round.standby ? stand_by(session, attempt, max_restarts, progress)
-                                         : run_round(session, round, ao, attempt, max_restarts, progress);
+                                         : run_round(session, round, ao, ctx, ev, max_restarts, progress);
     agent::AttemptDecision d = end.decision;
     attempts.push_back({attempt, round.table->job.world_size, d.exit_code, end.root ? end.root->reason : ""});
     // This node did not run for so long that the others went on without it (docs/elastic.md, "A node
@@ -311,7 +325,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     if (const auto why = session.prepare_restart(end.root, d.restart)) {
       fail_line(ev, *why, d.exit_code);
       session.finish(d.exit_code);
-      return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
+      return finished_attempts(ev, o, round, d.exit_code, attempts, ao, ctx);
     }
     // A stop during the run or since (the hold) ends a job that would restart, with 128 + signal; the
     // next rendezvous runs without the hold (a stop then ends the agent at once, as before the first).
@@ -321,7 +335,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
     if (d.no_progress) fail_line(ev, agent::no_progress_line(progress), d.exit_code);
     if (!d.restart) {
       session.finish(d.exit_code);
-      return finished_attempts(ev, o, round, d.exit_code, attempts, ao);
+      return finished_attempts(ev, o, round, d.exit_code, attempts, ao, ctx);
     }
     restarting(ev, attempt, d.exit_code, max_restarts);
     session.next_attempt(end.root);
@@ -330,7 +344,7 @@ int run_attempts(Session& session, const core::Options& o, const core::Resolved&
 
 }  // namespace
 
-int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
+int run_job(const core::Options& o, core::Resolved r, const agent::AgentOptions& ao) {
   agent::Events ev(o.log_format == "json" ? agent::LogFormat::json : agent::LogFormat::text);
   ev.set_context(r.self.host.value_or("localhost"), r.job.node_rank);
   auto fail = [&](const std::string& what, int code) {
@@ -338,7 +352,6 @@ int run_job(const core::Options& o, core::Resolved r, agent::AgentOptions ao) {
     return finished(ev, code);  // job_finished stays the last JSON line, failures included
   };
   try {
-    ao.events = &ev;
     store::auth::Config auth = resolve_auth(r, o.quiet, ev);
     if (r.elastic && r.job.node_rank == 0) {
       if (const auto none = core::survives_no_loss(r.nagents, r.nnodes_min)) ev.warn(*none);

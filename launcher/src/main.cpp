@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
       return start_error(e.what(), e.exit_code());
     }
     if (resolved.context == core::SlurmContext::batch) launcher::exec_self_launch(resolved, argc, argv);
-    const int code = launcher::run_job(o, std::move(resolved), std::move(agent_opts));
+    const int code = launcher::run_job(o, std::move(resolved), agent_opts);
     launcher::record_self_launch_result(code);  // for an elastic self-launch on this host, if any
     return code;
   } catch (const core::Error& e) {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/supervisor.hpp"
+#include "agent/options.hpp"
 #include "core/config.hpp"
 #include "core/cpu_bind.hpp"
 #include "core/plan_table.hpp"

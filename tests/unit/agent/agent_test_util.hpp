@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -76,6 +77,15 @@ inline ddprun::agent::AgentOptions fake_options() {
   return o;
 }
 
+// One run_workers call: the options, the attempt and where events go. Implicitly made from the options
+// alone (attempt 0, no events), as most tests run.
+struct AgentRun {
+  AgentRun(ddprun::agent::AgentOptions o) : opts(std::move(o)) {}
+  ddprun::agent::AgentOptions opts;
+  ddprun::agent::AttemptContext attempt;
+  ddprun::agent::Events* events = nullptr;
+};
+
 struct ChildRun {
   int status = -1;        // the agent child's wait status
   std::string out;        // its stdout (the relayed worker stdout)
@@ -87,7 +97,7 @@ struct ChildRun {
 // Runs run_workers in a forked child with stdout/stderr captured in `dir`. `setup` runs in the
 // child before run_workers; `during` runs in the parent with the child's pid while it runs.
 inline ChildRun run_agent_in_child(const TempDir& dir, const std::vector<ddprun::core::Worker>& workers,
-                                   int world_size, const ddprun::agent::AgentOptions& opts,
+                                   int world_size, const AgentRun& run,
                                    const std::function<void(pid_t)>& during = {},
                                    const std::function<void()>& setup = {}) {
   const std::string out = dir / "agent.out";
@@ -102,7 +112,8 @@ inline ChildRun run_agent_in_child(const TempDir& dir, const std::vector<ddprun:
     try {
       if (setup) setup();
       ddprun::agent::LocalCoordinator coord;
-      const auto r = ddprun::agent::run_workers(workers, world_size, opts, coord);
+      const auto r =
+          ddprun::agent::run_workers(workers, world_size, run.opts, run.attempt, coord, run.events);
       std::ofstream(res) << ddprun::core::dump_json(ddprun::agent::report_to_json(r));  // as ddprun writes it
       ::_exit(0);
     } catch (const std::exception& ex) {

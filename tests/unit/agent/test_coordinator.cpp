@@ -56,7 +56,7 @@ AgentOptions quiet_options() {
 
 TEST_CASE("a local failure is published once - no exit barrier") {
   RecordingCoordinator c;
-  const auto r = run_workers(make_workers({"exit 2", "hang"}), 2, quiet_options(), c);
+  const auto r = run_workers(make_workers({"exit 2", "hang"}), 2, quiet_options(), {}, c, nullptr);
   CHECK(r.exit_code == 2);
   CHECK_FALSE(r.remote_abort);
   REQUIRE(c.published.size() == 1);
@@ -83,7 +83,7 @@ TEST_CASE("a remote abort tears down this node and its code becomes ours") {
   });
   const auto r = run_workers(
       make_workers({"touch " + (dir / "ready0") + " hang", "touch " + (dir / "ready1") + " hang"}), 4,
-      quiet_options(), c);
+      quiet_options(), {}, c, nullptr);
   other.join();
   CHECK(r.exit_code == 42);
   CHECK_FALSE(r.success);
@@ -105,9 +105,9 @@ TEST_CASE("success passes the exit barrier and runs can repeat with signal handl
   ::sigaction(SIGPIPE, nullptr, &pipe_before);
   RecordingCoordinator c;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    auto opts = quiet_options();
-    opts.attempt = attempt;
-    const auto r = run_workers(make_workers({"exit 0", "exit 0"}), 2, opts, c);
+    AttemptContext ctx;
+    ctx.attempt = attempt;
+    const auto r = run_workers(make_workers({"exit 0", "exit 0"}), 2, quiet_options(), ctx, c, nullptr);
     CHECK(r.success);
     CHECK(r.exit_code == 0);
     CHECK(r.attempt == attempt);
@@ -126,7 +126,7 @@ TEST_CASE("a command that cannot start is published as fatal and not restarted")
   RecordingCoordinator c;
   auto opts = quiet_options();
   opts.command = {"/nonexistent/prog"};
-  const auto r = run_workers(make_workers({""}), 1, opts, c);
+  const auto r = run_workers(make_workers({""}), 1, opts, {}, c, nullptr);
   CHECK(r.spawn_failed);
   CHECK(r.exit_code == 127);
   CHECK_FALSE(after_attempt(r, 0, 1).restart);
@@ -175,7 +175,7 @@ TEST_CASE("another node failing while this one waits at the exit barrier fails t
       bool push_;
     } c(pushed);
     INFO("pushed before the barrier returned: " << pushed);
-    const auto r = run_workers(make_workers({"exit 0"}), 2, quiet_options(), c);
+    const auto r = run_workers(make_workers({"exit 0"}), 2, quiet_options(), {}, c, nullptr);
     CHECK(c.barriers == 1);
     CHECK_FALSE(r.success);
     CHECK(r.exit_code == 9);
@@ -220,7 +220,7 @@ TEST_CASE("a stopping signal at the exit barrier is published at once, bounded, 
   auto opts = quiet_options();
   opts.term_timeout = std::chrono::milliseconds(700);
   ddprun::agent::hold_stop_signals();  // as the attempts loop does around every run
-  const auto r = run_workers(make_workers({"exit 0"}), 2, opts, c);
+  const auto r = run_workers(make_workers({"exit 0"}), 2, opts, {}, c, nullptr);
   CHECK(ddprun::agent::release_stop_signals() == 0);  // the run took the signal, not the hold
   CHECK(c.barriers == 1);
   REQUIRE(c.published.size() == 1);
@@ -252,7 +252,7 @@ TEST_CASE("a stop at the exit barrier that the others cannot be told of stays th
     }
   } c;
   ddprun::agent::hold_stop_signals();
-  const auto r = run_workers(make_workers({"exit 0"}), 2, quiet_options(), c);
+  const auto r = run_workers(make_workers({"exit 0"}), 2, quiet_options(), {}, c, nullptr);
   CHECK(ddprun::agent::release_stop_signals() == 0);
   REQUIRE(c.published.size() == 1);
   REQUIRE(r.root_cause);
@@ -269,7 +269,7 @@ TEST_CASE("a stop at the exit barrier that the others cannot be told of stays th
 TEST_CASE("the store's answer names the root cause: another node's failure published first wins here too") {
   RecordingCoordinator c;
   c.winner = other_node_failure(9);  // its compare-and-set came first
-  const auto r = run_workers(make_workers({"exit 2", "hang"}), 4, quiet_options(), c);
+  const auto r = run_workers(make_workers({"exit 2", "hang"}), 4, quiet_options(), {}, c, nullptr);
   REQUIRE(c.published.size() == 1);
   CHECK(c.published[0].exit_code == 2);  // this node told the others of its own
   REQUIRE(r.root_cause);
@@ -293,7 +293,7 @@ TEST_CASE("a lost master never replaces this node's own failure as the root caus
       return {std::nullopt, "the connection is gone"};
     }
   } c;
-  const auto r = run_workers(make_workers({"exit 2", "hang"}), 4, quiet_options(), c);
+  const auto r = run_workers(make_workers({"exit 2", "hang"}), 4, quiet_options(), {}, c, nullptr);
   REQUIRE(r.root_cause);
   CHECK(r.root_cause->rank == 0);
   CHECK(r.exit_code == 2);
@@ -323,7 +323,7 @@ TEST_CASE("a store that does not answer holds up neither the teardown nor the ro
   const auto r =
       run_workers(make_workers({"wait-file " + (dir / "ready") + " exit 2",
                                 "trap-term " + (dir / "term") + " touch " + (dir / "ready") + " hang"}),
-                  4, opts, c);
+                  4, opts, {}, c, nullptr);
   CHECK(c.torn_down_first);
   REQUIRE(c.bounds.size() == 1);
   CHECK(c.bounds[0] == std::chrono::milliseconds(1500));  // --term-timeout + 1 s

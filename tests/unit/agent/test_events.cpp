@@ -251,9 +251,9 @@ TEST_CASE("coloured report and summary are the plain text plus ANSI codes") {
 TEST_CASE("json mode success: worker_started and worker_exited per worker, then summary") {
   TempDir dir;
   Events ev(LogFormat::json, 2);
-  auto opts = fake_options();
-  opts.events = &ev;
-  const auto r = run_agent_in_child(dir, make_workers({"exit 0", "exit 0"}), 2, opts);
+  AgentRun run(fake_options());
+  run.events = &ev;
+  const auto r = run_agent_in_child(dir, make_workers({"exit 0", "exit 0"}), 2, run);
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.result.is_object());
   CHECK(r.result.at("success") == true);
@@ -301,10 +301,10 @@ TEST_CASE("json mode success: worker_started and worker_exited per worker, then 
 TEST_CASE("json mode failure: teardown, failure report and summary - worker output untouched") {
   TempDir dir;
   Events ev(LogFormat::json, 2);
-  auto opts = fake_options();
-  opts.events = &ev;
-  opts.quiet = true;  // --quiet only affects text output: the events still come
-  const auto r = run_agent_in_child(dir, make_workers({"hang", "sleep 50 eprint boom exit 3"}), 2, opts);
+  AgentRun run(fake_options());
+  run.events = &ev;
+  run.opts.quiet = true;  // --quiet only affects text output: the events still come
+  const auto r = run_agent_in_child(dir, make_workers({"hang", "sleep 50 eprint boom exit 3"}), 2, run);
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.result.is_object());
   CHECK(r.result.at("exit_code") == 3);
@@ -357,9 +357,9 @@ TEST_CASE("json mode failure: teardown, failure report and summary - worker outp
 TEST_CASE("text mode output is unchanged: no JSON and no colour through a pipe or file") {
   TempDir dir;
   Events ev(LogFormat::text, 2);
-  auto opts = fake_options();
-  opts.events = &ev;
-  const auto r = run_agent_in_child(dir, make_workers({"hang", "sleep 50 exit 3"}), 2, opts, {}, [] {
+  AgentRun run(fake_options());
+  run.events = &ev;
+  const auto r = run_agent_in_child(dir, make_workers({"hang", "sleep 50 exit 3"}), 2, run, {}, [] {
     ::setenv("TERM", "xterm", 1);  // stderr is a file: still no colour
     ::unsetenv("NO_COLOR");
   });
@@ -374,10 +374,10 @@ TEST_CASE("text mode output is unchanged: no JSON and no colour through a pipe o
 TEST_CASE("json mode: a stopping signal to the agent is an event and the teardown's reason") {
   TempDir dir;
   Events ev(LogFormat::json, 2);
-  auto opts = fake_options();
-  opts.events = &ev;
+  AgentRun run(fake_options());
+  run.events = &ev;
   const auto r = run_agent_in_child(
-      dir, make_workers({"trap-term " + (dir / "term") + " touch " + (dir / "ready") + " hang"}), 1, opts,
+      dir, make_workers({"trap-term " + (dir / "term") + " touch " + (dir / "ready") + " hang"}), 1, run,
       [&](pid_t agent) {
         REQUIRE(wait_for_file(dir / "ready"));
         ::kill(agent, SIGTERM);
@@ -400,10 +400,10 @@ TEST_CASE("json mode: a stopping signal to the agent is an event and the teardow
 TEST_CASE("json mode: a command that cannot start is an event, not a text line") {
   TempDir dir;
   Events ev(LogFormat::json, 2);
-  auto opts = fake_options();
-  opts.command = {"/nonexistent/ddprun-prog", "arg"};
-  opts.events = &ev;
-  const auto r = run_agent_in_child(dir, make_workers({"", ""}), 2, opts);
+  AgentRun run(fake_options());
+  run.opts.command = {"/nonexistent/ddprun-prog", "arg"};
+  run.events = &ev;
+  const auto r = run_agent_in_child(dir, make_workers({"", ""}), 2, run);
   REQUIRE(r.result.is_object());
   CHECK(r.result.at("exit_code") == 127);
   const auto events = parse_events(r.err);
@@ -422,8 +422,7 @@ TEST_CASE("json mode: another node's failure gives remote_abort, then teardown")
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   REQUIRE(fd >= 0);
   Events ev(LogFormat::json, fd);
-  auto opts = fake_options();
-  opts.events = &ev;
+  const auto opts = fake_options();
   QuietCoordinator c;
   std::thread other([&] {
     if (!wait_for_file(dir / "ready0")) return;
@@ -436,7 +435,7 @@ TEST_CASE("json mode: another node's failure gives remote_abort, then teardown")
     f.time = ddprun::core::failure_now();
     c.abort(f);
   });
-  const auto r = run_workers(make_workers({"touch " + (dir / "ready0") + " hang"}), 2, opts, c);
+  const auto r = run_workers(make_workers({"touch " + (dir / "ready0") + " hang"}), 2, opts, {}, c, &ev);
   other.join();
   ::close(fd);
   CHECK(r.exit_code == 42);

@@ -75,12 +75,12 @@ TEST_CASE("no prefix for a single worker, a custom template, and --no-prefix") {
 
 TEST_CASE("log dir gets per-rank files and the local ranks filter limits only the console") {
   TempDir dir;
-  auto opts = fake_options();
-  opts.log_dir = dir / "logs";
-  opts.attempt = 2;
-  opts.local_ranks_filter = std::set<int>{1};
+  AgentRun run(fake_options());
+  run.opts.log_dir = dir / "logs";
+  run.attempt.attempt = 2;
+  run.opts.local_ranks_filter = std::set<int>{1};
   const auto r = run_agent_in_child(
-      dir, make_workers({"print out0 eprint err0 partial tail0", "print out1 eprint err1"}, 0, 6), 8, opts);
+      dir, make_workers({"print out0 eprint err0 partial tail0", "print out1 eprint err1"}, 0, 6), 8, run);
   REQUIRE(r.result.is_object());
   CHECK(r.result.at("exit_code") == 0);
   CHECK(r.out == "[7]: out1\n");

@@ -197,7 +197,7 @@ struct PtyRun {
 };
 
 PtyRun run_on_pty(const TempDir& dir, const std::vector<ddprun::core::Worker>& workers, int world,
-                  const AgentOptions& opts) {
+                  const AgentRun& run) {
   int master = -1;
   int slave = -1;
   winsize ws{};
@@ -213,7 +213,7 @@ PtyRun run_on_pty(const TempDir& dir, const std::vector<ddprun::core::Worker>& w
   };
   const auto start = std::chrono::steady_clock::now();
   out.run = run_agent_in_child(
-      dir, workers, world, opts,
+      dir, workers, world, run,
       [&](pid_t pid) {
         const auto end = std::chrono::steady_clock::now() + 60s;
         for (siginfo_t info{}; info.si_pid != pid && std::chrono::steady_clock::now() < end;) {
@@ -262,10 +262,10 @@ TEST_CASE("a bar on a terminal is drawn in place, other lines go above it") {
 TEST_CASE("with --log-format json a bar on a terminal is written as lines, never drawn in place") {
   TempDir dir;
   Events ev(LogFormat::json, 2);
-  auto opts = fake_options();
-  opts.events = &ev;
-  opts.redraw_interval = 500ms;
-  const auto pty = run_on_pty(dir, make_workers({"bar 200 10"}), 1, opts);
+  AgentRun run(fake_options());
+  run.events = &ev;
+  run.opts.redraw_interval = 500ms;
+  const auto pty = run_on_pty(dir, make_workers({"bar 200 10"}), 1, run);
   REQUIRE(pty.run.result.is_object());
   INFO(pty.screen);
   CHECK(pty.run.result.at("exit_code") == 0);

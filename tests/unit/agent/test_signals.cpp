@@ -147,19 +147,19 @@ TEST_CASE("after SIGUSR2 the ranks get the grace: one exits 140 at once, the oth
 // before the agent has its own copy. Its exit must still count as a stop on request.
 TEST_CASE("under Slurm a rank that exits on SIGUSR2 before the agent gets it still stopped on request") {
   TempDir dir;
-  auto opts = fake_options();
-  opts.signal_settle = 2s;  // longer than kSlurmSignalSettle: the test does not race its own scheduler
+  AgentRun run(fake_options());
+  run.opts.signal_settle = 2s;  // longer than kSlurmSignalSettle: the test does not race its own scheduler
   // The agent's events say when it has taken rank 0's exit.
   const std::string events_path = dir / "events.jsonl";
   const int events_fd = ::open(events_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   REQUIRE(events_fd >= 0);
   ddprun::agent::Events events(ddprun::agent::LogFormat::json, events_fd);
-  opts.events = &events;
+  run.events = &events;
   const auto r = run_agent_in_child(
       dir,
       make_workers({"exit-on 12 0 140 pid " + (dir / "pid0") + " touch " + (dir / "ready0") + " hang",
                     "exit-on 12 1000 140 touch " + (dir / "ready1") + " hang"}),
-      2, opts, [&](pid_t agent) {
+      2, run, [&](pid_t agent) {
         REQUIRE(wait_for_file(dir / "ready0"));
         REQUIRE(wait_for_file(dir / "ready1"));
         ::kill(std::stoi(read_file(dir / "pid0")), SIGUSR2);
@@ -392,7 +392,8 @@ TEST_CASE("a TERM right after a failed run never changes its exit code") {
     if (e == nullptr) ::_exit(90);
     ddprun::agent::hold_stop_signals();
     ddprun::agent::LocalCoordinator coord;
-    const auto r = ddprun::agent::run_workers(make_workers({"exit 7"}), 1, fake_options(), coord);
+    const auto r =
+        ddprun::agent::run_workers(make_workers({"exit 7"}), 1, fake_options(), {}, coord, nullptr);
     ::raise(SIGTERM);
     ::_exit(ddprun::agent::after_attempt(r, 0, 0).exit_code);
   }
