@@ -42,7 +42,7 @@ AgentOptions quiet_options() {
 
 TEST_CASE("a job nobody can observe publishes no status and polls for no stacks requests") {
   CountingCoordinator c(false);  // standalone or per-task mode: no store to publish at
-  const auto r = run_workers(make_workers({"sleep 1500", "sleep 1500"}), 2, quiet_options(), c);
+  const auto r = run_workers(make_workers({"sleep 1500", "sleep 1500"}), 2, quiet_options(), {}, c, nullptr);
   CHECK(r.exit_code == 0);
   CHECK(c.status_records == 0);
   CHECK(c.stacks_polls == 0);
@@ -50,7 +50,7 @@ TEST_CASE("a job nobody can observe publishes no status and polls for no stacks 
 
 TEST_CASE("a job with a store publishes its node's status while the workers run and when they end") {
   CountingCoordinator c(true);
-  const auto r = run_workers(make_workers({"sleep 1500", "sleep 1500"}), 2, quiet_options(), c);
+  const auto r = run_workers(make_workers({"sleep 1500", "sleep 1500"}), 2, quiet_options(), {}, c, nullptr);
   CHECK(r.exit_code == 0);
   CHECK(c.status_records >= 1);  // at least the last record, published before the run ends
 }
