@@ -143,7 +143,7 @@ void read_operands(Reader& r, Request& q, const Limits& l) {
     case Op::ping:
       break;
     case Op::heartbeat:
-      q.number = r.u8() & 1;
+      q.number = r.u8();  // the flags as sent; the server reads bit 0 and ignores the reserved ones
       break;
     case Op::watch:
       q.key = r.str(l.max_id, "label");
@@ -259,7 +259,7 @@ std::string encode_request(const Request& q) {
       for (const auto& k : q.keys) put_str(f, k);
       break;
     case Op::heartbeat:
-      put_u8(f, q.number != 0 ? 1 : 0);  // flags: bit 0 asks for a pong
+      put_u8(f, static_cast<std::uint8_t>(q.number));  // flags: bit 0 asks for a pong
       break;
     case Op::num_keys:
     case Op::ping:

@@ -76,6 +76,8 @@ TEST_CASE("codec: every request op round trips", "[codec]") {
   reqs.push_back(r);
   r = {}, r.op = Op::heartbeat, r.number = 1;  // pong wanted
   reqs.push_back(r);
+  r = {}, r.op = Op::heartbeat, r.number = 0x0c;  // reserved bits, kept as sent
+  reqs.push_back(r);
   r = {}, r.op = Op::watch, r.key = "agent/0/3", r.number = 12000, r.keys = {"/attempt_0/abort"};
   reqs.push_back(r);
   r = {}, r.op = Op::watch, r.key = "main/3";  // unwatch: no liveness, no keys

@@ -7,12 +7,14 @@
 #include <thread>
 
 #include "store/client.hpp"
+#include "store/codec.hpp"
 #include "store/error.hpp"
 #include "store/limits.hpp"
 #include "store/server.hpp"
 #include "support/net_util.hpp"
 
 using namespace ddprun::store;
+namespace proto = ddprun::store::proto;
 using namespace std::chrono_literals;
 
 namespace {
@@ -178,4 +180,36 @@ TEST_CASE("watch: a new watch drops what was pushed for the keys watched before 
   REQUIRE(ev.size() == 1);
   CHECK(ev[0].index == 0);
   CHECK(ev[0].value == "attempt 1's cause");
+}
+
+TEST_CASE("watch: only bit 0 of a heartbeat's flags asks for a pong, the reserved bits are ignored",
+          "[watch]") {
+  StoreServer server(opts());
+  const int fd = testnet::raw_connect(server.port());
+  REQUIRE(fd >= 0);
+  proto::Hello h;
+  h.run_id = "run";
+  proto::Request reserved_only, pong_too, ping;
+  reserved_only.op = pong_too.op = proto::Op::heartbeat;
+  reserved_only.number = 0x0c;
+  pong_too.number = 0x0d;
+  ping.op = proto::Op::ping;
+  testnet::send_all(fd, proto::encode_hello(h) + proto::encode_request(reserved_only) +
+                            proto::encode_request(pong_too) + proto::encode_request(ping));
+  proto::FrameParser parser(1 << 16);
+  std::vector<proto::Status> seen;
+  char buf[4096];
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  // The ping's ok is the last answer: the server answers in order and pongs at once.
+  while ((seen.size() < 2 || seen.back() != proto::Status::ok) && std::chrono::steady_clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    parser.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+    while (auto payload = parser.next()) seen.push_back(proto::decode_response(*payload, {}).status);
+  }
+  ::close(fd);
+  CHECK(seen == std::vector<proto::Status>{proto::Status::ok, proto::Status::pong, proto::Status::ok});
+  CHECK(server.dropped_count() == 0);
 }
