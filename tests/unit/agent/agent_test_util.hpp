@@ -77,6 +77,13 @@ inline ddprun::agent::AgentOptions fake_options() {
   return o;
 }
 
+// fake_options without the agent's own lines on stderr.
+inline ddprun::agent::AgentOptions quiet_options() {
+  auto o = fake_options();
+  o.quiet = true;
+  return o;
+}
+
 // One run_workers call: the options, the attempt and where events go. Implicitly made from the options
 // alone (attempt 0, no events), as most tests run.
 struct AgentRun {

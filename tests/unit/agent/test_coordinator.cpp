@@ -46,12 +46,6 @@ class RecordingCoordinator : public Coordinator {
   int handler_sets = 0;
   std::atomic<int> barriers{0};
 };
-
-AgentOptions quiet_options() {
-  auto o = fake_options();
-  o.quiet = true;
-  return o;
-}
 }  // namespace
 
 TEST_CASE("a local failure is published once - no exit barrier") {

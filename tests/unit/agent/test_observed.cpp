@@ -32,12 +32,6 @@ class CountingCoordinator : public Coordinator {
  private:
   bool observed_;
 };
-
-AgentOptions quiet_options() {
-  auto o = fake_options();
-  o.quiet = true;
-  return o;
-}
 }  // namespace
 
 TEST_CASE("a job nobody can observe publishes no status and polls for no stacks requests") {
